@@ -1,0 +1,1 @@
+"""Packaged knowledge (the Xid catalog) and typed loaders with per-cluster overrides."""

@@ -1,0 +1,1 @@
+"""The loop: tick = collect, decide, act; leader election; backoff; gpuguard's own metrics."""

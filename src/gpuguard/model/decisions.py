@@ -1,0 +1,99 @@
+"""What policies return: actions to take and findings to report, each with a reason (a
+str-enum, never a loose string) and the evidence it rests on (series, values, timestamps)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class CheckStatus(StrEnum):
+    """Three-way (plus WARN and FIXED) result of any check: UNKNOWN is never PASS."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"
+    FIXED = "FIXED"
+
+
+class Verdict(StrEnum):
+    """The repair a fault needs, in the seed's order of precedence."""
+
+    POWER_CYCLE = "power-cycle"
+    GPU_RESET = "gpu-reset"
+    RMA = "rma"
+    HUMAN_DIAGNOSIS = "human-diagnosis"
+
+
+class Reason(StrEnum):
+    """Why an action was taken, withheld, or a finding raised."""
+
+    HARDWARE_XID_WITH_GPU_LOSS = "hardware-xid-with-gpu-loss"
+    FAST_PATH = "fast-path"
+    HARDWARE_XID_HOLDING = "hardware-xid-holding"
+    HARDWARE_XID_WITHOUT_GPU_LOSS = "hardware-xid-without-gpu-loss"
+    GPU_LOSS_WITHOUT_XID = "gpu-loss-without-xid"
+    HUMAN_CORDON = "human-cordon"
+    BREAKER_OPEN = "breaker-open"
+    TICK_LIMIT = "tick-limit"
+    SOURCE_ERROR = "source-error"
+    ALREADY_ISOLATED = "already-isolated"
+    UNCORRECTABLE_REMAP = "uncorrectable-remap"
+    ROW_REMAP_FAILURE = "row-remap-failure"
+    PHANTOM_UTILIZATION = "phantom-utilization"
+    RETURN_CONDITIONS_MET = "return-conditions-met"
+    RETURN_BLOCKED = "return-blocked"
+    HUMAN_UNCORDONED = "human-uncordoned"
+
+
+class ActionKind(StrEnum):
+    """What an actuator is asked to do. There is deliberately no evict and no drain."""
+
+    ISOLATE = "isolate"
+    UNCORDON = "uncordon"
+    CLEAN_ANNOTATIONS = "clean-annotations"
+    START_EVIDENCE_JOB = "start-evidence-job"
+    START_BURNIN_JOB = "start-burnin-job"
+    RECORD_FAULT = "record-fault"
+    ANNOTATE = "annotate"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One fact a decision rests on: which series or object, its value, and when."""
+
+    source: str
+    value: str
+    at: datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        when = f" @ {self.at.isoformat()}" if self.at else ""
+        return f"{self.source} = {self.value}{when}"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A change to make in the cluster, with why and on what evidence."""
+
+    kind: ActionKind
+    node: str
+    reason: Reason
+    evidence: tuple[Evidence, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something worth telling a human that changes nothing in the cluster by itself."""
+
+    kind: str
+    node: str
+    reason: Reason
+    gpu: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+    detail: str = ""

@@ -1,0 +1,49 @@
+"""Faults and the fault ledger: one line per fault, counted by card (UUID) across nodes and by
+slot (PCI) within a node, so a card's history follows it wherever it moves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from gpuguard.model.decisions import Verdict
+
+
+class FaultKind(StrEnum):
+    XID = "xid"
+    FALLEN_OFF_BUS = "fallen_off_bus"
+    GPU_LOST = "gpu_lost"
+    DBE = "dbe"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+
+
+class Recorder(StrEnum):
+    GPUGUARD = "gpuguard"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A confirmed or suspected fault on one GPU of one node."""
+
+    node: str
+    kind: FaultKind
+    at: datetime
+    xid: int | None = None
+    pci: str | None = None
+    uuid: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One line of the fault ledger (time in UTC)."""
+
+    at: datetime
+    node: str
+    xid: int | None
+    pci: str | None
+    uuid: str | None
+    recorder: Recorder
+    verdict: Verdict | None = None

@@ -1,0 +1,103 @@
+"""What the cluster looks like at one instant: nodes, GPUs, pods and metric samples.
+
+A FleetSnapshot is what the sources assemble each tick and what every policy reads. It is
+immutable; a new tick makes a new snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical GPU: ``uuid`` names the card (it follows the card), ``pci`` the slot."""
+
+    node: str
+    index: int
+    uuid: str
+    pci: str
+    model: str
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod as gpuguard cares about it: where it runs and how many GPUs it holds."""
+
+    namespace: str
+    name: str
+    node: str | None
+    phase: PodPhase
+    gpu_request: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A Kubernetes node, reduced to what the lifecycle decisions read.
+
+    ``conditions`` maps a condition type (``Ready``) to its status (``True``/``False``/
+    ``Unknown``). ``resource_version`` is the precondition for every write gpuguard makes.
+    """
+
+    name: str
+    boot_id: str
+    gpu_capacity: int
+    gpu_allocatable: int
+    unschedulable: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    conditions: Mapping[str, str] = field(default_factory=dict)
+    kubelet_version: str = ""
+    resource_version: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.conditions.get("Ready") == "True"
+
+    @property
+    def gpus_missing(self) -> int:
+        """GPUs the device plugin no longer offers (capacity > allocatable)."""
+        return max(0, self.gpu_capacity - self.gpu_allocatable)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSample:
+    """One Prometheus sample: a series (name + labels) and its value at a time."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    timestamp: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """Everything one tick knows, taken at ``taken_at`` (timezone-aware UTC)."""
+
+    taken_at: datetime
+    nodes: tuple[Node, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    samples: tuple[MetricSample, ...] = ()
+
+    def node(self, name: str) -> Node | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def gpus_of(self, node: str) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpus if g.node == node)
+
+    def pods_on(self, node: str) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods if p.node == node)

@@ -1,0 +1,60 @@
+"""Names of every metric gpuguard reads or writes, in one place.
+
+Exporter names are dcgm-exporter's and kube-state-metrics' own; ``gpuguard_*`` names are ours.
+Alert rules, dashboards, sources and the simulator all use these.
+"""
+
+from __future__ import annotations
+
+# dcgm-exporter (see shared/data/dcgm_exporter_counters.md)
+DCGM_XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the LAST Xid value, not a count
+DCGM_XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # optional: count per xid label in a window
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
+DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"
+DCGM_GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+DCGM_SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
+DCGM_MEM_CLOCK = "DCGM_FI_DEV_MEM_CLOCK"
+DCGM_PSTATE = "DCGM_FI_DEV_PSTATE"
+DCGM_SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+DCGM_SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"
+DCGM_TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DCGM_DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+DCGM_GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DCGM_UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+DCGM_CORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
+DCGM_ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+DCGM_ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+DCGM_ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+DCGM_PCIE_LINK_GEN = "DCGM_FI_DEV_PCIE_LINK_GEN"
+DCGM_PCIE_LINK_WIDTH = "DCGM_FI_DEV_PCIE_LINK_WIDTH"
+
+# kube-state-metrics (see shared/data/kube_state_metrics_sample.txt)
+KSM_NODE_CAPACITY = "kube_node_status_capacity"
+KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
+KSM_NODE_UNSCHEDULABLE = "kube_node_spec_unschedulable"
+KSM_NODE_CONDITION = "kube_node_status_condition"
+KSM_NODE_INFO = "kube_node_info"
+KSM_NODE_ANNOTATIONS = "kube_node_annotations"
+KSM_POD_INFO = "kube_pod_info"
+KSM_POD_REQUESTS = "kube_pod_container_resource_requests"
+KSM_POD_PHASE = "kube_pod_status_phase"
+KSM_POD_READY = "kube_pod_status_ready"
+KSM_CONTAINER_RESTARTS = "kube_pod_container_status_restarts_total"
+GPU_RESOURCE_LABEL = "nvidia_com_gpu"  # ksm's sanitised form of nvidia.com/gpu
+
+# gpuguard's own
+XID_TOTAL = "gpuguard_xid_total"  # agent: counter per {node,gpu,uuid,pci,xid}
+XID154_RECOVERY_ACTION = "gpuguard_xid154_recovery_action"  # agent: info-style gauge
+CHECK_STATUS = "gpuguard_check_status"  # agent: 1 for the current {check,status}
+NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML library
+TICKS_TOTAL = "gpuguard_ticks_total"
+TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # label: kind
+LAST_SUCCESSFUL_TICK = "gpuguard_last_successful_tick_timestamp_seconds"
+DECISIONS_TOTAL = "gpuguard_decisions_total"  # labels: action, reason
+BREAKER_OPEN = "gpuguard_breaker_open"
+ISOLATED_NODES = "gpuguard_isolated_nodes"  # gauge per {node, reason}
+RETURNED_TOTAL = "gpuguard_nodes_returned_total"  # label: node
+RETURN_CHECK_STATUS = "gpuguard_return_check_status"  # labels: node, check, status
+PHANTOM_GPUS = "gpuguard_phantom_gpu"  # labels: node, gpu; value: wasted watts

@@ -1,0 +1,1 @@
+"""Read adapters: the Prometheus HTTP API and the Kubernetes API, turned into a FleetSnapshot."""
