@@ -58,3 +58,12 @@ ISOLATED_NODES = "gpuguard_isolated_nodes"  # gauge per {node, reason}
 RETURNED_TOTAL = "gpuguard_nodes_returned_total"  # label: node
 RETURN_CHECK_STATUS = "gpuguard_return_check_status"  # labels: node, check, status
 PHANTOM_GPUS = "gpuguard_phantom_gpu"  # labels: node, gpu; value: wasted watts
+
+# Derived series the guard's Prometheus source fetches once per tick (constant query count),
+# stored in FleetSnapshot.samples under these names.
+XID_LAST_24H_AGO = "DCGM_FI_DEV_XID_ERRORS offset 24h"
+XID_COUNT_RECENT = "DCGM_EXP_XID_ERRORS_COUNT recent"  # sum over the lookback, per xid
+XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, per xid
+FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci
+GPU_LOSS_HELD = "gpu loss held"  # min over the hold window of capacity - allocatable, per node
+FALLEN_OFF_BUS_TOTAL = "gpuguard_gpu_fallen_off_bus_total"  # agent: counter per {node,pci,uuid}

@@ -1,0 +1,187 @@
+"""Which GPUs carry a current hardware Xid, read from the best source each node has.
+
+Best first (DESIGN §4): the agent's ``gpuguard_xid_total`` counter (every occurrence, no
+masking problem); dcgm-exporter's ``DCGM_EXP_XID_ERRORS_COUNT`` per ``xid``; else the
+``DCGM_FI_DEV_XID_ERRORS`` gauge, which holds only the LAST Xid value. On the gauge, a value is
+current unless the value 24 h ago is *the same* value — so a user Xid yesterday never masks a
+hardware Xid today (the seed's ``unless … offset 24h`` blind spot). User-class codes never
+count. The agent's "fallen off the bus" counter counts whatever the Xid source is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from gpuguard.model import decisions, fleet
+from gpuguard.model import metric_names as names
+
+
+class XidClassifier(Protocol):
+    """What the policy needs of the Xid catalog (with the cluster's overrides applied)."""
+
+    def is_hardware(self, code: int) -> bool: ...
+
+
+class XidSource(StrEnum):
+    AGENT = "agent"
+    DCGM_COUNT = "dcgm-count"
+    DCGM_GAUGE = "dcgm-gauge"
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareXid:
+    """A hardware fault signal on one GPU. ``xid`` is None for "fallen off the bus"."""
+
+    node: str
+    gpu: str
+    xid: int | None
+    source: XidSource
+    evidence: decisions.Evidence
+    uuid: str | None = None
+    pci: str | None = None
+
+    @property
+    def fallen_off_bus(self) -> bool:
+        return self.xid is None
+
+    @property
+    def label(self) -> str:
+        """The annotation form of the fault: ``xid-79`` or ``fallen-off-bus``."""
+        return "fallen-off-bus" if self.xid is None else f"xid-{self.xid}"
+
+
+def node_of(labels: Mapping[str, str]) -> str | None:
+    """The node a series belongs to: ksm/agent ``node``, dcgm ``Hostname`` or ``hostname``."""
+    return labels.get("node") or labels.get("Hostname") or labels.get("hostname") or None
+
+
+def gpu_of(labels: Mapping[str, str]) -> str:
+    return labels.get("gpu") or labels.get("pci") or labels.get("pci_bus_id") or "?"
+
+
+def hardware_xids(
+    samples: Iterable[fleet.MetricSample], classifier: XidClassifier
+) -> dict[str, list[HardwareXid]]:
+    """Current hardware Xid signals per node, each from that node's best source."""
+    families: dict[str, dict[str, list[fleet.MetricSample]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for sample in samples:
+        node = node_of(sample.labels)
+        if node is not None:
+            families[node][sample.name].append(sample)
+    return {
+        node: signals
+        for node, by_name in families.items()
+        if (signals := _node_signals(node, by_name, classifier))
+    }
+
+
+def _node_signals(
+    node: str, by_name: Mapping[str, list[fleet.MetricSample]], classifier: XidClassifier
+) -> list[HardwareXid]:
+    signals = _fallen_off_bus(node, by_name.get(names.FALLEN_OFF_BUS_RECENT, []))
+    if by_name.get(names.XID_TOTAL_RECENT):
+        signals += _counted(node, by_name[names.XID_TOTAL_RECENT], XidSource.AGENT, classifier)
+    elif by_name.get(names.XID_COUNT_RECENT):
+        signals += _counted(
+            node, by_name[names.XID_COUNT_RECENT], XidSource.DCGM_COUNT, classifier
+        )
+    else:
+        signals += _from_gauge(
+            node,
+            by_name.get(names.DCGM_XID_LAST, []),
+            by_name.get(names.XID_LAST_24H_AGO, []),
+            classifier,
+        )
+    return signals
+
+
+def _evidence(sample: fleet.MetricSample, value: str) -> decisions.Evidence:
+    return decisions.Evidence(
+        source=sample.name, value=value, at=sample.timestamp, labels=dict(sample.labels)
+    )
+
+
+def _counted(
+    node: str,
+    samples: list[fleet.MetricSample],
+    source: XidSource,
+    classifier: XidClassifier,
+) -> list[HardwareXid]:
+    signals = []
+    for sample in samples:
+        code = _int_or_none(sample.labels.get("xid"))
+        if code is None or sample.value <= 0 or not classifier.is_hardware(code):
+            continue
+        signals.append(
+            HardwareXid(
+                node=node,
+                gpu=gpu_of(sample.labels),
+                xid=code,
+                source=source,
+                evidence=_evidence(sample, f"{sample.value:g} occurrence(s) of Xid {code}"),
+                uuid=sample.labels.get("uuid") or sample.labels.get("UUID"),
+                pci=sample.labels.get("pci"),
+            )
+        )
+    return signals
+
+
+def _from_gauge(
+    node: str,
+    current: list[fleet.MetricSample],
+    day_ago: list[fleet.MetricSample],
+    classifier: XidClassifier,
+) -> list[HardwareXid]:
+    yesterday = {_gpu_key(s.labels): s.value for s in day_ago}
+    signals = []
+    for sample in current:
+        code = int(sample.value)
+        if code <= 0 or not classifier.is_hardware(code):
+            continue
+        if yesterday.get(_gpu_key(sample.labels)) == sample.value:
+            continue  # the same value 24 h ago: this Xid is old news, already handled
+        signals.append(
+            HardwareXid(
+                node=node,
+                gpu=gpu_of(sample.labels),
+                xid=code,
+                source=XidSource.DCGM_GAUGE,
+                evidence=_evidence(sample, f"last Xid {code}"),
+                uuid=sample.labels.get("UUID"),
+                pci=sample.labels.get("pci_bus_id"),
+            )
+        )
+    return signals
+
+
+def _fallen_off_bus(node: str, samples: list[fleet.MetricSample]) -> list[HardwareXid]:
+    return [
+        HardwareXid(
+            node=node,
+            gpu=gpu_of(s.labels),
+            xid=None,
+            source=XidSource.AGENT,
+            evidence=_evidence(s, "GPU has fallen off the bus (kernel)"),
+            uuid=s.labels.get("uuid"),
+            pci=s.labels.get("pci"),
+        )
+        for s in samples
+        if s.value > 0
+    ]
+
+
+def _gpu_key(labels: Mapping[str, str]) -> str:
+    return labels.get("UUID") or labels.get("gpu") or ""
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
