@@ -1,0 +1,117 @@
+"""The Prometheus reader fails closed and asks a constant number of queries per tick."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from gpuguard.errors import SourceError
+from gpuguard.model import metric_names as names
+from gpuguard.sources import prometheus
+
+AT = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
+PLAN = prometheus.QueryPlan(hold_window=timedelta(minutes=10), xid_lookback=timedelta(hours=24))
+
+
+def vector(results: list[dict[str, object]]) -> bytes:
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": results}}
+    ).encode()
+
+
+def fleet_answers(nodes: int, *, age_s: float = 5.0) -> Callable[[httpx.Request], httpx.Response]:
+    fresh = AT.timestamp() - age_s
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        if query.startswith("max(timestamp("):
+            return httpx.Response(200, content=vector([{"metric": {}, "value": [1, str(fresh)]}]))
+        if query == names.DCGM_XID_LAST:
+            series = [
+                {"metric": {"Hostname": f"n{i}", "gpu": "4"}, "value": [AT.timestamp(), "79"]}
+                for i in range(nodes)
+            ]
+            return httpx.Response(200, content=vector(series))
+        return httpx.Response(200, content=vector([]))
+
+    return answer
+
+
+def source(handler: Callable[[httpx.Request], httpx.Response]) -> prometheus.PrometheusSource:
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    return prometheus.PrometheusSource("http://prom:9090", PLAN, client=client)
+
+
+def test_reads_samples_at_the_given_instant() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params["time"])
+        return fleet_answers(2)(request)
+
+    samples = source(handler).samples(AT)
+    assert {float(t) for t in seen} == {AT.timestamp()}
+    xids = [s for s in samples if s.name == names.DCGM_XID_LAST]
+    assert [(s.labels["Hostname"], s.value) for s in xids] == [("n0", 79.0), ("n1", 79.0)]
+    assert not any(s.name.startswith("freshness") for s in samples)
+
+
+def test_query_count_is_the_same_at_100_and_10000_nodes() -> None:
+    small, large = source(fleet_answers(100)), source(fleet_answers(10_000))
+    small.samples(AT)
+    large.samples(AT)
+    assert small.queries_issued == large.queries_issued == len(PLAN.queries())
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        pytest.param(503, b"upstream down", "not JSON", id="http-error-not-json"),
+        pytest.param(200, b"{not json", "not JSON", id="unparseable-json"),
+        pytest.param(
+            422,
+            json.dumps({"status": "error", "error": "bad_data"}).encode(),
+            "bad_data",
+            id="error-status",
+        ),
+        pytest.param(
+            200,
+            json.dumps({"status": "success", "data": {"resultType": "matrix"}}).encode(),
+            "vector",
+            id="wrong-result-type",
+        ),
+        pytest.param(
+            200, vector([{"metric": {}, "value": ["x"]}]), "malformed", id="malformed-sample"
+        ),
+    ],
+)
+def test_bad_answers_are_errors_never_no_targets(status: int, body: bytes, message: str) -> None:
+    with pytest.raises(SourceError, match=message):
+        source(lambda _: httpx.Response(status, content=body)).samples(AT)
+
+
+def test_missing_kube_state_metrics_family_is_an_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if "kube_node_status_capacity" in request.url.params["query"]:
+            return httpx.Response(200, content=vector([]))
+        return fleet_answers(1)(request)
+
+    with pytest.raises(SourceError, match="kube-state-metrics"):
+        source(handler).samples(AT)
+
+
+def test_stale_data_is_an_error() -> None:
+    with pytest.raises(SourceError, match="old"):
+        source(fleet_answers(1, age_s=600)).samples(AT)
+
+
+def test_connection_failure_is_a_source_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(SourceError, match="connection refused"):
+        source(refuse).samples(AT)
