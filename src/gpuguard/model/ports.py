@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from gpuguard.model import decisions, fleet
+
 
 class Clock(Protocol):
     def now(self) -> datetime:
@@ -34,3 +36,23 @@ class CommandRunner(Protocol):
     def run(self, argv: Sequence[str], *, timeout_s: float) -> CommandResult:
         """Run argv with a hard timeout; never raise for a non-zero exit or a timeout."""
         ...
+
+
+class MetricsSource(Protocol):
+    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        """The tick's series at instant ``at``; raises SourceError on any bad answer."""
+        ...
+
+
+class ClusterReader(Protocol):
+    def nodes(self) -> tuple[fleet.Node, ...]: ...
+
+    def pods(self) -> tuple[fleet.Pod, ...]: ...
+
+
+class ClusterWriter(Protocol):
+    def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
+        """Cordon + annotate in one write; ConflictError when the node changed since read."""
+        ...
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None: ...

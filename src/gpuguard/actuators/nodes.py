@@ -1,0 +1,94 @@
+"""Node writes: cordon + gpuguard's annotations in ONE merge patch guarded by the node's
+resourceVersion, and a Kubernetes Event on the Node for every action.
+
+A 409 means the node changed since it was read (a human cordoned it, another writer raced):
+``ConflictError`` tells the loop to re-read and decide again next tick, never to retry blindly.
+There is deliberately no evict and no drain here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Node
+from lightkube.types import PatchType
+
+from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
+from gpuguard.model import decisions, fleet
+
+COMPONENT = "gpuguard"
+
+
+def isolation_patch(node: fleet.Node, action: decisions.Action) -> dict[str, Any]:
+    """The one merge patch that cordons and annotates, conditional on what was read."""
+    return {
+        "metadata": {
+            "resourceVersion": node.resource_version,
+            "annotations": dict(action.annotations),
+        },
+        "spec": {"unschedulable": True},
+    }
+
+
+def event_message(action: decisions.Action) -> str:
+    evidence = "; ".join(e.describe() for e in action.evidence)
+    return f"{action.kind} ({action.reason}): {action.detail}. Evidence: {evidence}"[:1024]
+
+
+class NodeWriter:
+    """Applies node actions through lightkube; converts API errors to gpuguard's."""
+
+    def __init__(self, client: Client, *, events_namespace: str = "default") -> None:
+        self._client = client
+        self._events_namespace = events_namespace
+
+    def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
+        self._patch(node.name, isolation_patch(node, action))
+
+    def _patch(self, name: str, patch: dict[str, Any]) -> None:
+        try:
+            self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)
+        except ApiError as e:
+            raise _translate(e, f"Node {name}") from e
+        except httpx2.HTTPError as e:
+            raise GpuguardError(f"patching Node {name} failed: {e}") from e
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None:
+        """An Event on the Node, as ``kubectl describe node`` shows it."""
+        stamp = now.strftime("%Y%m%d%H%M%S%f")
+        event = Event(
+            metadata=ObjectMeta(name=f"{action.node}.gpuguard.{stamp}"),
+            involvedObject=ObjectReference(kind="Node", name=action.node, apiVersion="v1"),
+            reason=_camel(str(action.reason)),
+            message=event_message(action),
+            type="Warning" if action.kind is decisions.ActionKind.ISOLATE else "Normal",
+            source=EventSource(component=COMPONENT),
+            firstTimestamp=now,
+            lastTimestamp=now,
+            count=1,
+        )
+        try:
+            self._client.create(event, namespace=self._events_namespace)
+        except ApiError as e:
+            raise _translate(e, f"Event for Node {action.node}") from e
+        except httpx2.HTTPError as e:
+            raise GpuguardError(f"recording an Event for {action.node} failed: {e}") from e
+
+
+def _camel(reason: str) -> str:
+    return "".join(part.capitalize() for part in reason.split("-"))
+
+
+def _translate(error: ApiError, what: str) -> GpuguardError:
+    code = error.status.code if error.status else None
+    if code == 409:
+        return ConflictError(f"{what} changed since it was read (409 Conflict)")
+    if code == 404:
+        return NotFoundError(f"{what} not found")
+    message = error.status.message if error.status else ""
+    return GpuguardError(f"{what}: API error {code}: {message}")

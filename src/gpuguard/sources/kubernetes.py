@@ -1,0 +1,93 @@
+"""The guard's Kubernetes reader (lightkube): nodes with their GPU capacity, boot ID,
+conditions and gpuguard's annotations, and the pods that hold GPUs — turned into model types.
+
+Lightkube's errors become ``SourceError`` here, in one place, naming what was being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.models.core_v1 import Container
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet
+
+GPU_RESOURCE = "nvidia.com/gpu"
+_UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
+_PHASES = {p.value: p for p in fleet.PodPhase}
+
+
+class KubernetesReader:
+    """Reads Nodes and GPU Pods through one lightkube client."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def nodes(self) -> tuple[fleet.Node, ...]:
+        try:
+            return tuple(node_from_api(n) for n in self._client.list(Node))
+        except (ApiError, httpx2.HTTPError) as e:
+            raise SourceError(f"listing Nodes failed: {e}") from e
+
+    def pods(self) -> tuple[fleet.Pod, ...]:
+        """Pods that are not finished (GPU pods and the node's system pods alike)."""
+        try:
+            pods = (pod_from_api(p) for p in self._client.list(Pod, namespace="*"))
+            return tuple(p for p in pods if p.phase in _UNFINISHED)
+        except (ApiError, httpx2.HTTPError) as e:
+            raise SourceError(f"listing Pods failed: {e}") from e
+
+
+def _quantity(values: Mapping[str, str] | None, key: str) -> int:
+    try:
+        return int(str((values or {}).get(key, "0")))
+    except ValueError:
+        return 0
+
+
+def node_from_api(node: Node) -> fleet.Node:
+    meta, spec, status = node.metadata, node.spec, node.status
+    if meta is None or meta.name is None:
+        raise SourceError("a Node without metadata.name")
+    info = status.nodeInfo if status else None
+    return fleet.Node(
+        name=meta.name,
+        boot_id=info.bootID if info else "",
+        gpu_capacity=_quantity(status.capacity if status else None, GPU_RESOURCE),
+        gpu_allocatable=_quantity(status.allocatable if status else None, GPU_RESOURCE),
+        unschedulable=bool(spec and spec.unschedulable),
+        annotations=dict(meta.annotations or {}),
+        labels=dict(meta.labels or {}),
+        conditions={c.type: c.status for c in (status.conditions or [])} if status else {},
+        kubelet_version=info.kubeletVersion if info else "",
+        resource_version=meta.resourceVersion or "",
+    )
+
+
+def _gpu_request(containers: Iterable[Container]) -> int:
+    total = 0
+    for container in containers:
+        resources = container.resources
+        wanted = (resources.limits or resources.requests or {}) if resources else {}
+        total += _quantity(wanted, GPU_RESOURCE)
+    return total
+
+
+def pod_from_api(pod: Pod) -> fleet.Pod:
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    phase = (status.phase if status else None) or "Unknown"
+    conditions = (status.conditions or []) if status else []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return fleet.Pod(
+        namespace=(meta.namespace if meta else None) or "",
+        name=(meta.name if meta else None) or "",
+        node=spec.nodeName if spec else None,
+        phase=_PHASES.get(phase, fleet.PodPhase.UNKNOWN),
+        gpu_request=_gpu_request(spec.containers if spec else []),
+        labels=dict((meta.labels if meta else None) or {}),
+        ready=ready,
+    )

@@ -1,0 +1,67 @@
+"""Fakes of gpuguard's ports (model.ports): they record calls and inject errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuguard.model import decisions, fleet
+
+
+@dataclass
+class FakeClock:
+    current: datetime
+
+    def now(self) -> datetime:
+        return self.current
+
+    def step(self, delta: timedelta) -> None:
+        self.current += delta
+
+
+@dataclass
+class FakeMetrics:
+    series: list[fleet.MetricSample] = field(default_factory=list)
+    error: Exception | None = None
+    asked_at: list[datetime] = field(default_factory=list)
+
+    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        self.asked_at.append(at)
+        if self.error is not None:
+            raise self.error
+        return tuple(self.series)
+
+
+@dataclass
+class FakeCluster:
+    node_list: list[fleet.Node] = field(default_factory=list)
+    pod_list: list[fleet.Pod] = field(default_factory=list)
+    error: Exception | None = None
+
+    def nodes(self) -> tuple[fleet.Node, ...]:
+        if self.error is not None:
+            raise self.error
+        return tuple(self.node_list)
+
+    def pods(self) -> tuple[fleet.Pod, ...]:
+        return tuple(self.pod_list)
+
+
+@dataclass
+class FakeWriter:
+    """Records every write; ``errors[node]`` is raised on that node's isolate()."""
+
+    isolated: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    events: list[decisions.Action] = field(default_factory=list)
+    errors: dict[str, Exception] = field(default_factory=dict)
+    event_error: Exception | None = None
+
+    def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
+        if node.name in self.errors:
+            raise self.errors[node.name]
+        self.isolated.append((node.name, dict(action.annotations)))
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None:
+        if self.event_error is not None:
+            raise self.event_error
+        self.events.append(action)

@@ -1,0 +1,108 @@
+"""One guard tick with fake ports: fail closed, dry-run, leadership before writes, 409."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuguard.controller import tick
+from gpuguard.errors import ConflictError, GpuguardError, SourceError
+from gpuguard.model import fleet, settings
+from gpuguard.model import metric_names as names
+from tests import fakes
+
+NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
+
+
+class Classifier:
+    def is_hardware(self, code: int) -> bool:
+        return code not in {13, 31, 43, 45, 68, 109}
+
+
+def xid79_world() -> tuple[fakes.FakeCluster, fakes.FakeMetrics]:
+    nodes = [
+        fleet.Node("gpu-node-a", "boot-a", 8, 8, conditions={"Ready": "True"}),
+        fleet.Node("gpu-node-b", "boot-b", 8, 7, conditions={"Ready": "True"}),
+    ]
+    xid = fleet.MetricSample(
+        names.DCGM_XID_LAST, {"Hostname": "gpu-node-b", "gpu": "4", "UUID": "GPU-1"}, 79.0, NOW
+    )
+    return fakes.FakeCluster(nodes), fakes.FakeMetrics([xid])
+
+
+def guard(**overrides: object) -> tuple[tick.Guard, fakes.FakeWriter]:
+    cluster, metrics = xid79_world()
+    writer = fakes.FakeWriter()
+    parts: dict[str, object] = {
+        "metrics": metrics,
+        "cluster": cluster,
+        "writer": writer,
+        "classifier": Classifier(),
+        "settings": settings.GuardSettings(),
+        "clock": fakes.FakeClock(NOW),
+    }
+    parts.update(overrides)
+    return tick.Guard(**parts), writer  # type: ignore[arg-type]
+
+
+def test_tick_isolates_and_records_an_event() -> None:
+    g, writer = guard()
+    result = g.tick()
+    assert result.ok
+    assert [name for name, _ in writer.isolated] == ["gpu-node-b"]
+    assert [a.node for a in writer.events] == ["gpu-node-b"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(SourceError("HTTP 503"), id="error-answer"),
+        pytest.param(SourceError("newest sample is 0:10:00 old"), id="stale-answer"),
+        pytest.param(SourceError("no series for kube-state-metrics"), id="partial-answer"),
+    ],
+)
+def test_a_bad_prometheus_answer_isolates_nothing(error: Exception) -> None:
+    g, writer = guard(metrics=fakes.FakeMetrics(error=error))
+    result = g.tick()
+    assert result.error_kind == "source"
+    assert result.decision is None
+    assert writer.isolated == []
+
+
+def test_dry_run_decides_but_writes_nothing() -> None:
+    g, writer = guard(dry_run=True)
+    result = g.tick()
+    assert [a.node for a in result.decision.actions] == ["gpu-node-b"]  # type: ignore[union-attr]
+    assert [reason for _, reason in result.skipped] == ["dry-run"]
+    assert writer.isolated == []
+
+
+def test_a_replica_that_is_not_the_leader_never_writes() -> None:
+    g, writer = guard(is_leader=lambda: False)
+    result = g.tick()
+    assert writer.isolated == []
+    assert [reason for _, reason in result.skipped] == ["not the leader"]
+
+
+def test_conflict_leaves_the_node_for_the_next_tick() -> None:
+    writer = fakes.FakeWriter(errors={"gpu-node-b": ConflictError("409")})
+    g, _ = guard(writer=writer)
+    result = g.tick()
+    assert result.ok
+    assert writer.isolated == []
+    assert "conflict" in result.skipped[0][1]
+
+
+def test_event_failure_does_not_undo_or_hide_the_isolation() -> None:
+    writer = fakes.FakeWriter(event_error=GpuguardError("events forbidden"))
+    g, _ = guard(writer=writer)
+    result = g.tick()
+    assert [a.node for a in result.applied] == ["gpu-node-b"]
+
+
+def test_metrics_are_read_at_the_tick_instant() -> None:
+    metrics = xid79_world()[1]
+    g, _ = guard(metrics=metrics)
+    g.tick()
+    assert metrics.asked_at == [NOW]
