@@ -1,0 +1,131 @@
+"""The guard's own metrics and its /metrics + /healthz endpoint.
+
+A registry per guard (no global registry, nothing at import time). Names come from
+``model.metric_names``; prometheus-client adds ``_total`` to counters.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gpuguard.controller import tick
+from gpuguard.model import annotation_keys
+from gpuguard.model import metric_names as names
+from gpuguard.policy import isolate
+
+
+def _counter_base(name: str) -> str:
+    return name.removesuffix("_total")
+
+
+class GuardMetrics:
+    """Ticks, decisions by reason, breaker state, isolated nodes, last successful tick."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter(_counter_base(names.TICKS_TOTAL), "Guard ticks run.", registry=r)
+        self.tick_errors = Counter(
+            _counter_base(names.TICK_ERRORS_TOTAL), "Ticks that failed, by kind.", ["kind"],
+            registry=r,
+        )
+        self.last_success = Gauge(
+            names.LAST_SUCCESSFUL_TICK, "Unix time of the last tick that decided.", registry=r
+        )
+        self.decisions = Counter(
+            _counter_base(names.DECISIONS_TOTAL),
+            "Actions and findings by kind and reason.",
+            ["action", "reason"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(names.BREAKER_OPEN, "1 while the breaker is open.", registry=r)
+        self.breaker_cap = Gauge("gpuguard_breaker_cap", "Auto-isolation cap.", registry=r)
+        self.auto_isolated = Gauge(
+            "gpuguard_auto_isolated_nodes", "Nodes gpuguard holds cordoned.", registry=r
+        )
+        self.isolated = Gauge(
+            names.ISOLATED_NODES, "1 per node gpuguard isolated, by reason.", ["node", "reason"],
+            registry=r,
+        )
+        self.leader = Gauge("gpuguard_leader", "1 while this replica leads.", registry=r)
+
+    def observe(self, result: tick.TickResult) -> None:
+        self.ticks.inc()
+        if result.error_kind:
+            self.tick_errors.labels(result.error_kind).inc()
+        if result.decision is None:
+            return
+        if result.error_kind is None:
+            self.last_success.set(result.at.timestamp())
+        self._observe_decision(result.decision)
+        self._observe_isolated(result)
+
+    def _observe_decision(self, decision: isolate.IsolationDecision) -> None:
+        for action in decision.actions:
+            self.decisions.labels(str(action.kind), str(action.reason)).inc()
+        for finding in decision.findings:
+            self.decisions.labels("finding", str(finding.reason)).inc()
+        self.breaker_open.set(1 if decision.breaker.open else 0)
+        self.breaker_cap.set(decision.breaker.cap)
+        self.auto_isolated.set(decision.breaker.auto_isolated)
+
+    def _observe_isolated(self, result: tick.TickResult) -> None:
+        self.isolated.clear()
+        nodes = result.snapshot.nodes if result.snapshot else ()
+        for node in nodes:
+            if isolate.is_auto_isolated(node):
+                reason = node.annotations.get(annotation_keys.REASON, "unknown")
+                self.isolated.labels(node.name, reason).set(1)
+        for action in result.applied:
+            reason = action.annotations.get(annotation_keys.REASON, "unknown")
+            self.isolated.labels(action.node, reason).set(1)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@contextmanager
+def serve(
+    metrics: GuardMetrics, healthy: Callable[[], bool], host: str = "0.0.0.0", port: int = 0
+) -> Iterator[ThreadingHTTPServer]:
+    """/metrics and /healthz (200 while ``healthy()``, else 503) in a background thread."""
+    server = ThreadingHTTPServer((host, port), _handler(metrics, healthy))
+    thread = threading.Thread(target=server.serve_forever, name="gpuguard-metrics", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _handler(metrics: GuardMetrics, healthy: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/metrics"):
+                self._reply(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif self.path.startswith("/healthz"):
+                ok = healthy()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"stale\n", "text/plain")
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler

@@ -1,0 +1,64 @@
+"""The guard's /metrics show ticks, errors, decisions, breaker and isolated nodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuguard.controller import telemetry, tick
+from gpuguard.model import annotation_keys, fleet
+from gpuguard.policy import breaker, isolate
+
+NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
+
+
+def values(metrics: telemetry.GuardMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.exposition().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_a_failed_tick_counts_an_error_and_keeps_the_last_success() -> None:
+    metrics = telemetry.GuardMetrics()
+    metrics.observe(tick.TickResult(at=NOW, error="503", error_kind="source"))
+    seen = values(metrics)
+    assert seen[("gpuguard_ticks_total", ())] == 1
+    assert seen[("gpuguard_tick_errors_total", (("kind", "source"),))] == 1
+    assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == 0
+
+
+def test_breaker_and_isolated_nodes_are_exported() -> None:
+    isolated = fleet.Node(
+        "gpu-node-b", "b", 8, 7, unschedulable=True,
+        annotations={annotation_keys.ISOLATED_AT: "x", annotation_keys.REASON: "xid-79"},
+    )
+    state = breaker.BreakerState(auto_isolated=1, gpu_nodes=2, cap=1)
+    result = tick.TickResult(
+        at=NOW,
+        decision=isolate.IsolationDecision((), (), state),
+        snapshot=fleet.FleetSnapshot(NOW, nodes=(isolated,)),
+    )
+    metrics = telemetry.GuardMetrics()
+    metrics.observe(result)
+    seen = values(metrics)
+    assert seen[("gpuguard_breaker_open", ())] == 1
+    key = ("gpuguard_isolated_nodes", (("node", "gpu-node-b"), ("reason", "xid-79")))
+    assert seen[key] == 1
+    assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == NOW.timestamp()
+
+
+def test_endpoint_serves_metrics_and_health() -> None:
+    metrics = telemetry.GuardMetrics()
+    health = {"ok": True}
+    with telemetry.serve(metrics, lambda: health["ok"], host="127.0.0.1") as server:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        with httpx.Client() as client:
+            assert "gpuguard_ticks_total" in client.get(base + "/metrics").text
+            assert client.get(base + "/healthz").status_code == 200
+            health["ok"] = False
+            assert client.get(base + "/healthz").status_code == 503
