@@ -1,0 +1,88 @@
+"""The guard's loop: keep the Lease, tick on the interval while leading, back off on errors,
+release the Lease on shutdown.
+
+The Lease is renewed every ``retry`` (a few seconds, well inside the lease duration); the
+tick runs every ``interval`` and only on the leader. After a failed tick the next one waits
+longer (doubling, capped), so a broken Prometheus is not hammered; a good tick resets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
+
+from gpuguard.controller import telemetry, tick
+from gpuguard.errors import GpuguardError
+
+log = logging.getLogger(__name__)
+
+
+class Leadership(Protocol):
+    def try_acquire_or_renew(self) -> bool: ...
+
+    def is_leader(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def backoff(interval: timedelta, failures: int, cap: timedelta = timedelta(minutes=5)) -> float:
+    """Seconds to the next tick after ``failures`` failed ticks in a row (pure)."""
+    if failures <= 0:
+        return interval.total_seconds()
+    grown: float = interval.total_seconds() * 2.0 ** min(failures, 10)
+    return min(grown, cap.total_seconds())
+
+
+@dataclass
+class Runner:
+    guard: tick.Guard
+    leadership: Leadership
+    metrics: telemetry.GuardMetrics
+    interval: timedelta
+    retry: timedelta = timedelta(seconds=2)
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self._failures = 0
+        self._next_tick = 0.0
+        self._last_ok: float | None = None
+
+    def healthy(self) -> bool:
+        """Liveness: a standby is healthy; a leader must have decided recently."""
+        if not self.leadership.is_leader():
+            return True
+        limit = 3 * self.interval.total_seconds() + backoff(self.interval, self._failures)
+        return self._last_ok is not None and self.monotonic() - self._last_ok < limit
+
+    def step(self) -> tick.TickResult | None:
+        """One pass: renew the Lease, then tick if leading and due."""
+        try:
+            leading = self.leadership.try_acquire_or_renew()
+        except GpuguardError as e:
+            log.warning("lease renewal failed: %s", e)
+            leading = self.leadership.is_leader()
+        self.metrics.leader.set(1 if leading else 0)
+        now = self.monotonic()
+        if not leading or now < self._next_tick:
+            return None
+        result = self.guard.tick()
+        self.metrics.observe(result)
+        self._failures = 0 if result.ok else self._failures + 1
+        if result.ok:
+            self._last_ok = now
+        self._next_tick = now + backoff(self.interval, self._failures)
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        """Until ``stop`` is set (SIGTERM); then give the Lease up for a fast hand-over."""
+        try:
+            while not stop.is_set():
+                self.step()
+                stop.wait(self.retry.total_seconds())
+        finally:
+            self.leadership.release()

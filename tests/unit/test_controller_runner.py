@@ -1,0 +1,108 @@
+"""The loop ticks only while leading, on its interval, backs off after errors, and
+releases the Lease when stopped."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuguard.controller import runner, telemetry, tick
+from gpuguard.errors import SourceError
+from gpuguard.model import settings
+from tests import fakes
+
+NOW = datetime(2026, 9, 21, tzinfo=UTC)
+
+
+class FakeLease:
+    def __init__(self, leading: bool = True) -> None:
+        self.leading = leading
+        self.released = False
+
+    def try_acquire_or_renew(self) -> bool:
+        return self.leading
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def release(self) -> None:
+        self.released = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class AlwaysHardware:
+    def is_hardware(self, code: int) -> bool:
+        return True
+
+
+def make(
+    lease: FakeLease, metrics_source: fakes.FakeMetrics
+) -> tuple[runner.Runner, Clock]:
+    guard = tick.Guard(
+        metrics=metrics_source,
+        cluster=fakes.FakeCluster(),
+        writer=fakes.FakeWriter(),
+        classifier=AlwaysHardware(),
+        settings=settings.GuardSettings(),
+        clock=fakes.FakeClock(NOW),
+    )
+    clock = Clock()
+    loop = runner.Runner(
+        guard, lease, telemetry.GuardMetrics(), interval=timedelta(seconds=30), monotonic=clock
+    )
+    return loop, clock
+
+
+def test_standby_never_ticks() -> None:
+    source = fakes.FakeMetrics()
+    loop, _ = make(FakeLease(leading=False), source)
+    assert loop.step() is None
+    assert source.asked_at == []
+    assert loop.healthy()
+
+
+def test_leader_ticks_once_per_interval() -> None:
+    source = fakes.FakeMetrics()
+    loop, clock = make(FakeLease(), source)
+    assert loop.step() is not None
+    clock.t += 10
+    assert loop.step() is None
+    clock.t += 20
+    assert loop.step() is not None
+    assert len(source.asked_at) == 2
+    assert loop.healthy()
+
+
+def test_failed_ticks_back_off_and_turn_unhealthy() -> None:
+    loop, clock = make(FakeLease(), fakes.FakeMetrics(error=SourceError("down")))
+    loop.step()
+    clock.t += 30
+    assert loop.step() is None  # waits 60 s after one failure
+    clock.t += 30
+    assert loop.step() is not None
+    assert not loop.healthy()
+
+
+@pytest.mark.parametrize(
+    ("failures", "seconds"), [(0, 30), (1, 60), (2, 120), (3, 240), (9, 300)]
+)
+def test_backoff_doubles_and_is_capped(failures: int, seconds: float) -> None:
+    assert runner.backoff(timedelta(seconds=30), failures) == seconds
+
+
+def test_stop_releases_the_lease() -> None:
+    lease = FakeLease()
+    loop, _ = make(lease, fakes.FakeMetrics())
+    stop = threading.Event()
+    stop.set()
+    loop.run(stop)
+    assert lease.released
