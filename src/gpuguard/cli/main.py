@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import check, demo, sim, xid
+from gpuguard.cli import check, demo, guard, sim, xid
 
 app = typer.Typer(
     name="gpuguard",
@@ -21,6 +21,8 @@ app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.command("check")(check.check)
 app.command("demo")(demo.demo)
+app.command("once")(guard.once)
+app.command("explain")(guard.explain)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,184 @@
+"""``gpuguard once`` and ``gpuguard explain``: one tick against a live cluster and Prometheus,
+shown as decisions with their reasons and evidence."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuguard.cli import output
+from gpuguard.controller import tick, wiring
+from gpuguard.errors import InputError
+from gpuguard.model import decisions, fleet
+from gpuguard.model import settings as settings_model
+from gpuguard.policy import lifecycle
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Settings YAML (GPUGUARD_* env vars override it)."),
+]
+KubeconfigOpt = Annotated[
+    Path | None, typer.Option(help="Kubeconfig file (default: in-cluster, then $KUBECONFIG).")
+]
+ServerOpt = Annotated[
+    str | None, typer.Option("--kube-server", help="API server URL without auth (simulator).")
+]
+PromOpt = Annotated[str | None, typer.Option(help="Prometheus base URL (overrides settings).")]
+FormatOpt = Annotated[output.Format, typer.Option("--output", "-o", help="table, json or yaml.")]
+
+
+def load_settings(config: Path | None) -> settings_model.GuardSettings:
+    try:
+        return settings_model.GuardSettings.load(config, os.environ)
+    except InputError as e:
+        output.errors.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+
+
+def connection(kubeconfig: Path | None, server: str | None, prom: str | None) -> wiring.Connection:
+    return wiring.Connection(kubeconfig=kubeconfig, kube_server=server, prometheus_url=prom)
+
+
+def run_tick(
+    config: Path | None, conn: wiring.Connection, *, dry_run: bool
+) -> tick.TickResult:
+    with wiring.build_guard(load_settings(config), conn, dry_run=dry_run) as (guard, _):
+        return guard.tick()
+
+
+def evidence_text(evidence: tuple[decisions.Evidence, ...]) -> str:
+    return "\n".join(e.describe() for e in evidence)
+
+
+def decision_rows(result: tick.TickResult) -> list[dict[str, Any]]:
+    if result.decision is None:
+        return []
+    skipped = {id(action): why for action, why in result.skipped}
+    rows = [
+        {
+            "node": a.node,
+            "decision": str(a.kind),
+            "reason": str(a.reason),
+            "detail": a.detail,
+            "done": skipped.get(id(a), "applied"),
+            "evidence": [e.describe() for e in a.evidence],
+        }
+        for a in result.decision.actions
+    ]
+    rows += [
+        {
+            "node": f.node,
+            "decision": "finding",
+            "reason": str(f.reason),
+            "detail": f.detail,
+            "done": "-",
+            "evidence": [e.describe() for e in f.evidence],
+        }
+        for f in result.decision.findings
+    ]
+    return rows
+
+
+def once(
+    dry_run: Annotated[bool, typer.Option(help="Decide and print; change nothing.")] = False,
+    config: ConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    kube_server: ServerOpt = None,
+    prometheus_url: PromOpt = None,
+    fmt: FormatOpt = output.Format.TABLE,
+) -> None:
+    """Run ONE guard tick: read the cluster and Prometheus, decide, act (unless --dry-run).
+
+    Prints every decision with its reason and evidence. Exit 0 after a tick that decided,
+    1 when the tick could not decide (bad, partial or stale Prometheus answer: nothing done).
+
+    Example: gpuguard once --dry-run --prometheus-url http://prometheus:9090 -o json
+    """
+    logging.basicConfig(level=logging.WARNING)
+    result = run_tick(config, connection(kubeconfig, kube_server, prometheus_url), dry_run=dry_run)
+    data = {
+        "at": result.at.isoformat(),
+        "error": result.error,
+        "breaker": result.decision.breaker.describe() if result.decision else None,
+        "decisions": decision_rows(result),
+    }
+    if not output.emit(data, fmt):
+        _print_tick(result)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _print_tick(result: tick.TickResult) -> None:
+    if result.error:
+        output.errors.print(f"[red]no decision[/red] (fail closed): {result.error}")
+        return
+    rows = decision_rows(result)
+    output.table(
+        f"tick at {result.at:%Y-%m-%d %H:%M:%S}Z — {result.decision.breaker.describe()}"
+        if result.decision
+        else "tick",
+        ["node", "decision", "reason", "done", "evidence"],
+        [
+            [r["node"], r["decision"], r["reason"], r["done"], "\n".join(r["evidence"])]
+            for r in rows
+        ],
+    )
+    if not rows:
+        output.console.print("no node needs action; nothing to report")
+
+
+def explain(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    config: ConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    kube_server: ServerOpt = None,
+    prometheus_url: PromOpt = None,
+    fmt: FormatOpt = output.Format.TABLE,
+) -> None:
+    """Why NODE is where it is: its lifecycle state, gpuguard's marks on it, and what the
+    guard decides about it now, with the evidence (a dry-run tick; changes nothing).
+
+    Example: gpuguard explain gpu-node-b
+    """
+    conn = connection(kubeconfig, kube_server, prometheus_url)
+    result = run_tick(config, conn, dry_run=True)
+    found = result.snapshot.node(node) if result.snapshot else None
+    if result.snapshot is not None and found is None:
+        output.errors.print(f"[red]error:[/red] no node named {node!r} in the cluster")
+        raise typer.Exit(2)
+    data = _explanation(node, found, result)
+    if not output.emit(data, fmt):
+        _print_explanation(data)
+
+
+def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) -> dict[str, Any]:
+    return {
+        "node": name,
+        "state": str(lifecycle.state_of(node)) if node else "unknown",
+        "gpus": f"{node.gpu_allocatable}/{node.gpu_capacity} allocatable" if node else "unknown",
+        "gpuguard_annotations": lifecycle.gpuguard_marks(node) if node else {},
+        "decisions": [r for r in decision_rows(result) if r["node"] == name],
+        "breaker": result.decision.breaker.describe() if result.decision else None,
+        "error": result.error,
+    }
+
+
+def _print_explanation(data: dict[str, Any]) -> None:
+    con = output.console
+    con.print(f"[bold]{data['node']}[/bold]: {data['state']}, GPUs {data['gpus']}")
+    for key, value in data["gpuguard_annotations"].items():
+        con.print(f"  gpuguard.io/{key}: {value}")
+    if data["error"]:
+        con.print(f"[yellow]no current decision[/yellow] (fail closed): {data['error']}")
+    for row in data["decisions"]:
+        con.print(f"- {row['decision']} [bold]{row['reason']}[/bold] {row['detail']}")
+        for line in row["evidence"]:
+            con.print(f"    evidence: {line}")
+    if not data["decisions"] and not data["error"]:
+        con.print("- the guard sees nothing to act on or report for this node now")
+    if data["breaker"]:
+        con.print(data["breaker"])

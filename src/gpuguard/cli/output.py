@@ -1,0 +1,46 @@
+"""Rendering of data for the terminal: ``-o table`` (rich), ``json`` or ``yaml``.
+
+Commands build plain dicts/lists; this module prints them. One way to print data.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+console = Console(soft_wrap=False)
+errors = Console(stderr=True)
+
+
+def emit(data: Any, fmt: Format) -> bool:
+    """Print ``data`` as JSON/YAML; returns False for table (the caller draws its table)."""
+    if fmt is Format.JSON:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        return True
+    if fmt is Format.YAML:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        return True
+    return False
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    grid = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*row)
+    console.print(grid)

@@ -1,0 +1,75 @@
+"""Builds a Guard from settings with the real adapters: lightkube for the cluster, httpx for
+Prometheus, the packaged Xid catalog with the cluster's overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lightkube import Client, KubeConfig
+
+from gpuguard.actuators import nodes
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import tick
+from gpuguard.model import settings as settings_model
+from gpuguard.sources import kubernetes, prometheus
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the cluster and Prometheus are: flags override settings."""
+
+    kubeconfig: Path | None = None
+    kube_server: str | None = None
+    prometheus_url: str | None = None
+
+
+def kube_client(connection: Connection) -> Client:
+    if connection.kube_server:
+        config: KubeConfig | None = KubeConfig.from_server(connection.kube_server)
+    elif connection.kubeconfig:
+        config = KubeConfig.from_file(connection.kubeconfig)
+    else:
+        config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
+    return Client(config=config, field_manager="gpuguard")
+
+
+@contextmanager
+def build_guard(
+    guard_settings: settings_model.GuardSettings, connection: Connection, *, dry_run: bool
+) -> Iterator[tuple[tick.Guard, Client]]:
+    client = kube_client(connection)
+    plan = prometheus.QueryPlan(
+        hold_window=guard_settings.isolation.hold_window,
+        xid_lookback=guard_settings.isolation.xid_lookback,
+    )
+    source = prometheus.PrometheusSource(
+        connection.prometheus_url or guard_settings.prometheus.url,
+        plan,
+        staleness=guard_settings.prometheus.staleness,
+        timeout_s=guard_settings.prometheus.timeout.total_seconds(),
+    )
+    try:
+        yield (
+            tick.Guard(
+                metrics=source,
+                cluster=kubernetes.KubernetesReader(client),
+                writer=nodes.NodeWriter(client),
+                classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
+                settings=guard_settings,
+                clock=SystemClock(),
+                dry_run=dry_run,
+            ),
+            client,
+        )
+    finally:
+        source.close()
+        client.close()

@@ -1,0 +1,38 @@
+"""A node's lifecycle state, derived — never stored twice (DESIGN §2).
+
+From ``spec.unschedulable``, gpuguard's annotations and readiness: gpuguard's own cordon
+(isolated), a human's cordon (never touched), onboarding (registration taint, later), or
+serving.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from gpuguard.model import annotation_keys, fleet
+
+
+class LifecycleState(StrEnum):
+    SERVING = "serving"
+    ISOLATED = "isolated"
+    CORDONED_BY_HUMAN = "cordoned-by-human"
+    NOT_READY = "not-ready"
+
+
+def state_of(node: fleet.Node) -> LifecycleState:
+    if node.unschedulable:
+        if annotation_keys.ISOLATED_AT in node.annotations:
+            return LifecycleState.ISOLATED
+        return LifecycleState.CORDONED_BY_HUMAN
+    if not node.ready:
+        return LifecycleState.NOT_READY
+    return LifecycleState.SERVING
+
+
+def gpuguard_marks(node: fleet.Node) -> dict[str, str]:
+    """gpuguard's annotations on the node, prefix stripped, for display."""
+    return {
+        key.removeprefix(annotation_keys.PREFIX): value
+        for key, value in sorted(node.annotations.items())
+        if annotation_keys.is_gpuguard_key(key)
+    }
