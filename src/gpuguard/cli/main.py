@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import check, demo, guard, sim, xid
+from gpuguard.cli import backtest, check, demo, guard, sim, xid
 
 app = typer.Typer(
     name="gpuguard",
@@ -23,6 +23,7 @@ app.command("check")(check.check)
 app.command("demo")(demo.demo)
 app.command("once")(guard.once)
 app.command("explain")(guard.explain)
+app.command("backtest")(backtest.backtest)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

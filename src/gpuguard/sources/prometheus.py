@@ -10,7 +10,8 @@ decides exactly as the one before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from gpuguard.model import metric_names as names
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
 FRESHNESS_KSM = "freshness kube-state-metrics"
 FRESHNESS_DCGM = "freshness dcgm-exporter"
+_MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in a range query
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,16 @@ class QueryPlan:
         }
 
 
+    def node_state_queries(self) -> dict[str, str]:
+        """Node facts from kube-state-metrics, for replaying history (backtest), where the
+        Kubernetes API cannot say what a node looked like last month."""
+        return {
+            names.KSM_NODE_CAPACITY: f"{names.KSM_NODE_CAPACITY}{{{_GPU}}}",
+            names.KSM_NODE_ALLOCATABLE: f"{names.KSM_NODE_ALLOCATABLE}{{{_GPU}}}",
+            names.KSM_NODE_UNSCHEDULABLE: names.KSM_NODE_UNSCHEDULABLE,
+        }
+
+
 def _recent_counter(metric: str, look: str) -> str:
     """Occurrences in the lookback, including a series born inside it (increase() alone
     reads a new counter's first value as no increase)."""
@@ -77,6 +89,7 @@ class PrometheusSource:
         timeout_s: float = 10.0,
     ) -> None:
         self._url = base_url.rstrip("/") + "/api/v1/query"
+        self._range_url = self._url + "_range"
         self._plan = plan
         self._staleness = staleness
         self._client = client or httpx.Client(timeout=timeout_s)
@@ -100,11 +113,18 @@ class PrometheusSource:
         self, name: str, promql: str, at: datetime
     ) -> list[tuple[dict[str, str], float, datetime]]:
         self.queries_issued += 1
+        params: dict[str, str | float] = {"query": promql, "time": at.timestamp()}
+        series = self._get(self._url, name, params, "vector")
+        return [(labels, value, when) for labels, points in series for when, value in points]
+
+    def _get(
+        self, url: str, name: str, params: Mapping[str, str | float], kind: str
+    ) -> list[tuple[dict[str, str], list[tuple[datetime, float]]]]:
         try:
-            response = self._client.get(self._url, params={"query": promql, "time": at.timestamp()})
+            response = self._client.get(url, params=params)
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
-        return parse_vector(name, response.status_code, response.content)
+        return parse_answer(name, response.status_code, response.content, kind)
 
     def _check_fresh(self, samples: list[fleet.MetricSample], at: datetime) -> None:
         for family in (FRESHNESS_KSM, FRESHNESS_DCGM):
@@ -117,11 +137,51 @@ class PrometheusSource:
                     f"{family}: newest sample is {age} old (bound {self._staleness})"
                 )
 
+    def history(
+        self, start: datetime, end: datetime, step: timedelta
+    ) -> Iterator[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]]:
+        """The plan's series (and node states) at every step of [start, end], from range
+        queries in chunks: a constant number of queries per chunk, not per instant."""
+        chunk = step * _MAX_POINTS
+        cursor = start
+        while cursor <= end:
+            chunk_end = min(end, cursor + chunk - step)
+            yield from self._history_chunk(cursor, chunk_end, step)
+            cursor = chunk_end + step
 
-def parse_vector(
-    name: str, status: int, body: bytes
-) -> list[tuple[dict[str, str], float, datetime]]:
-    """Validate an instant-query answer; every deviation is a SourceError naming the query."""
+    def _history_chunk(
+        self, start: datetime, end: datetime, step: timedelta
+    ) -> Iterator[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]]:
+        by_instant: dict[datetime, list[fleet.MetricSample]] = defaultdict(list)
+        queries = self._plan.queries() | self._plan.node_state_queries()
+        for name, promql in queries.items():
+            self.queries_issued += 1
+            params: dict[str, str | float] = {
+                "query": promql,
+                "start": start.timestamp(),
+                "end": end.timestamp(),
+                "step": step.total_seconds(),
+            }
+            for labels, points in self._get(self._range_url, name, params, "matrix"):
+                for when, value in points:
+                    by_instant[when].append(fleet.MetricSample(name, labels, value, when))
+        instant = start
+        while instant <= end:
+            samples = by_instant.get(instant, [])
+            try:
+                self._check_fresh(samples, instant)
+            except SourceError as e:
+                yield instant, e
+            else:
+                yield instant, tuple(s for s in samples if not s.name.startswith("freshness "))
+            instant += step
+
+
+def parse_answer(
+    name: str, status: int, body: bytes, kind: str
+) -> list[tuple[dict[str, str], list[tuple[datetime, float]]]]:
+    """Validate a query answer (``vector`` or ``matrix``); every deviation is a SourceError
+    naming the query."""
     try:
         payload: Any = httpx.Response(status, content=body).json()
     except ValueError as e:
@@ -130,15 +190,17 @@ def parse_vector(
         error = payload.get("error") if isinstance(payload, dict) else None
         raise SourceError(f"Prometheus query {name!r}: HTTP {status}, error {error!r}")
     data = payload.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "vector":
-        raise SourceError(f"Prometheus query {name!r}: expected a vector result, got {data!r:.80}")
+    if not isinstance(data, Mapping) or data.get("resultType") != kind:
+        raise SourceError(f"Prometheus query {name!r}: expected a {kind} result, got {data!r:.80}")
     try:
-        return [_sample(item) for item in data["result"]]
+        return [_series(item, kind) for item in data["result"]]
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise SourceError(f"Prometheus query {name!r}: malformed sample ({e})") from e
 
 
-def _sample(item: Mapping[str, Any]) -> tuple[dict[str, str], float, datetime]:
+def _series(
+    item: Mapping[str, Any], kind: str
+) -> tuple[dict[str, str], list[tuple[datetime, float]]]:
     labels = {str(k): str(v) for k, v in item["metric"].items()}
-    stamp, value = item["value"]
-    return labels, float(value), datetime.fromtimestamp(float(stamp), UTC)
+    raw = [item["value"]] if kind == "vector" else item["values"]
+    return labels, [(datetime.fromtimestamp(float(t), UTC), float(v)) for t, v in raw]
