@@ -5,33 +5,91 @@ strictly increasing ``resourceVersion``; a replace or merge-patch carrying a sta
 ``metadata.resourceVersion`` raises StoreConflict (HTTP 409). The world and the HTTP API
 both write through this one store, so a human's cordon in a scenario and gpuguard's patch
 race exactly as they would on a real cluster.
+
+Every write is also kept as a ``Change`` in a bounded history, so watchers can follow the
+store from any recent resourceVersion; asking for one older than the history is
+StoreGone (HTTP 410), as on a real API server after etcd compaction.
 """
 
 from __future__ import annotations
 
+import builtins
+import collections
 import copy
 import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
+
+from gpuguard import errors
 
 Obj = dict[str, Any]
 
+DEFAULT_HISTORY = 10_000
+_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the real API's generateName letters
 
-class StoreError(Exception):
-    """Base for store errors; carries the HTTP status the API server answers with."""
+
+class StoreError(errors.GpuguardError):
+    """Base for store errors; carries the HTTP status and Status reason the API answers with."""
 
     status = 500
+    reason = "InternalError"
 
 
-class StoreConflict(StoreError):
+class StoreInvalid(StoreError, errors.InputError):
+    status = 400
+    reason = "BadRequest"
+
+
+class StoreConflict(StoreError, errors.ConflictError):
     status = 409
+    reason = "Conflict"
 
 
-class StoreNotFound(StoreError):
+class StoreNotFound(StoreError, errors.NotFoundError):
     status = 404
+    reason = "NotFound"
 
 
 class StoreAlreadyExists(StoreError):
     status = 409
+    reason = "AlreadyExists"
+
+
+class StoreGone(StoreError):
+    """The requested resourceVersion is older than the kept history (watch must re-list)."""
+
+    status = 410
+    reason = "Expired"
+
+
+class ChangeType(StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+class Scope(StrEnum):
+    """Which part of an object a write may change (the real API's status subresource rule)."""
+
+    WHOLE = "whole"  # the world writes everything
+    MAIN = "main"  # PUT/PATCH on the resource itself: status is kept as stored
+    STATUS = "status"  # PUT/PATCH on .../status: spec is kept as stored
+
+
+@dataclass(frozen=True)
+class Change:
+    """One write, as a watcher sees it. ``previous`` is the object before a MODIFIED."""
+
+    type: ChangeType
+    kind: str
+    namespace: str
+    resource_version: int
+    object: Obj
+    previous: Obj | None = None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -47,18 +105,32 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-class ObjectStore:
-    """Thread-safe in-memory objects keyed by (kind, namespace, name); namespace "" = cluster."""
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
-    def __init__(self) -> None:
+
+def format_timestamp(when: datetime) -> str:
+    """Kubernetes' ``metav1.Time`` form: RFC 3339, UTC, whole seconds."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ObjectStore:
+    """Thread-safe in-memory objects keyed by (kind, namespace, name); namespace "" = cluster.
+
+    ``now`` stamps ``metadata.creationTimestamp`` (pass the world's SimClock.now);
+    ``history`` bounds how many changes a watcher can replay.
+    """
+
+    def __init__(
+        self, now: Callable[[], datetime] = _utc_now, history: int = DEFAULT_HISTORY
+    ) -> None:
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._objects: dict[tuple[str, str, str], Obj] = {}
         self._rv = 0
-
-    def _bump(self, obj: Obj) -> Obj:
-        self._rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
-        return obj
+        self._now = now
+        self._history: collections.deque[Change] = collections.deque(maxlen=history)
+        self._compacted_through = 0  # the newest resourceVersion no longer in the history
 
     @property
     def resource_version(self) -> int:
@@ -66,64 +138,164 @@ class ObjectStore:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         with self._lock:
-            try:
-                return copy.deepcopy(self._objects[(kind, namespace, name)])
-            except KeyError:
-                raise StoreNotFound(f"{kind} {namespace}/{name} not found") from None
+            return copy.deepcopy(self._current(kind, namespace, name))
 
     def list(self, kind: str, namespace: str | None = None) -> list[Obj]:
+        """Objects of ``kind`` sorted by (namespace, name); ``namespace=None`` = all."""
+        return self.list_with_version(kind, namespace)[0]
+
+    def list_with_version(
+        self, kind: str, namespace: str | None = None
+    ) -> tuple[builtins.list[Obj], int]:
+        """Like ``list``, plus the resourceVersion the list was taken at (to watch from)."""
         with self._lock:
-            return [
+            items = [
                 copy.deepcopy(o)
                 for (k, ns, _), o in sorted(self._objects.items())
                 if k == kind and (namespace is None or ns == namespace)
             ]
+            return items, self._rv
 
     def create(self, kind: str, namespace: str, obj: Obj) -> Obj:
-        name = obj.get("metadata", {}).get("name")
-        if not name:
-            raise StoreError(f"{kind} without metadata.name")
+        """Store a new object; fills name (from generateName), namespace and generation, and
+        uid and creationTimestamp unless given (the world backdates objects it seeds)."""
         with self._lock:
+            stored = copy.deepcopy(obj)
+            metadata = stored.setdefault("metadata", {})
+            name = metadata.get("name") or self._generated_name(kind, metadata)
             key = (kind, namespace, name)
             if key in self._objects:
-                raise StoreAlreadyExists(f"{kind} {namespace}/{name} already exists")
-            stored = copy.deepcopy(obj)
-            if namespace:
-                stored["metadata"]["namespace"] = namespace
-            self._objects[key] = self._bump(stored)
+                raise StoreAlreadyExists(f'{kind} "{name}" already exists in "{namespace}"')
+            self._fill_server_fields(metadata, kind, namespace, name)
+            self._write(key, stored, ChangeType.ADDED)
             return copy.deepcopy(stored)
 
-    def merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+    def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: Obj, *, scope: Scope = Scope.WHOLE
+    ) -> Obj:
+        """RFC 7386 merge ``patch`` into the object; a ``metadata.resourceVersion`` in the
+        patch is a precondition (StoreConflict when stale). ``scope`` limits what changes."""
         with self._lock:
-            current = self._objects.get((kind, namespace, name))
-            if current is None:
-                raise StoreNotFound(f"{kind} {namespace}/{name} not found")
+            current = self._current(kind, namespace, name)
             self._check_precondition(current, patch)
-            updated = merge_patch(current, patch)
-            self._objects[(kind, namespace, name)] = self._bump(updated)
-            return copy.deepcopy(updated)
+            updated = _within_scope(current, merge_patch(current, patch), scope)
+            return self._update((kind, namespace, name), current, updated)
 
-    def replace(self, kind: str, namespace: str, name: str, obj: Obj) -> Obj:
+    def replace(
+        self, kind: str, namespace: str, name: str, obj: Obj, *, scope: Scope = Scope.WHOLE
+    ) -> Obj:
+        """Replace the object (uid, creationTimestamp kept); a ``metadata.resourceVersion``
+        in ``obj`` is a precondition (StoreConflict when stale)."""
         with self._lock:
-            current = self._objects.get((kind, namespace, name))
-            if current is None:
-                raise StoreNotFound(f"{kind} {namespace}/{name} not found")
+            current = self._current(kind, namespace, name)
             self._check_precondition(current, obj)
-            stored = copy.deepcopy(obj)
-            self._objects[(kind, namespace, name)] = self._bump(stored)
-            return copy.deepcopy(stored)
+            updated = _within_scope(current, obj, scope)
+            return self._update((kind, namespace, name), current, updated)
 
     def delete(self, kind: str, namespace: str, name: str) -> Obj:
+        """Remove the object; returns its last state, at the deletion's resourceVersion."""
         with self._lock:
-            try:
-                removed = self._objects.pop((kind, namespace, name))
-            except KeyError:
-                raise StoreNotFound(f"{kind} {namespace}/{name} not found") from None
-            return self._bump(removed)
+            removed = copy.deepcopy(self._current(kind, namespace, name))
+            self._write((kind, namespace, name), removed, ChangeType.DELETED)
+            return copy.deepcopy(removed)
+
+    def changes_since(self, resource_version: int, timeout: float = 0.0) -> builtins.list[Change]:
+        """Changes newer than ``resource_version``, oldest first (copies).
+
+        Waits up to ``timeout`` seconds for one when there is none yet; may return an empty
+        list early when ``wake_watchers`` is called. Raises StoreGone when the history no
+        longer reaches back to ``resource_version``.
+        """
+        with self._changed:
+            if resource_version < self._compacted_through:
+                raise StoreGone(
+                    f"too old resource version: {resource_version} ({self._compacted_through})"
+                )
+            if self._rv <= resource_version and timeout > 0:
+                self._changed.wait(timeout)
+            newer = []
+            for change in reversed(self._history):
+                if change.resource_version <= resource_version:
+                    break
+                newer.append(copy.deepcopy(change))
+            return newer[::-1]
+
+    def wake_watchers(self) -> None:
+        """Wake every ``changes_since`` waiter now (used when the API server stops)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def _current(self, kind: str, namespace: str, name: str) -> Obj:
+        try:
+            return self._objects[(kind, namespace, name)]
+        except KeyError:
+            where = f' in "{namespace}"' if namespace else ""
+            raise StoreNotFound(f'{kind} "{name}" not found{where}') from None
+
+    def _update(self, key: tuple[str, str, str], current: Obj, updated: Obj) -> Obj:
+        stored = copy.deepcopy(updated)
+        metadata = stored.setdefault("metadata", {})
+        for field in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+            if field in current["metadata"]:
+                metadata[field] = current["metadata"][field]
+        if stored.get("spec") != current.get("spec"):
+            metadata["generation"] = int(metadata.get("generation", 0)) + 1
+        self._write(key, stored, ChangeType.MODIFIED, previous=current)
+        return copy.deepcopy(stored)
+
+    def _write(
+        self, key: tuple[str, str, str], obj: Obj, change: ChangeType, previous: Obj | None = None
+    ) -> None:
+        """Bump the resourceVersion, apply, record the change and wake watchers."""
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if change is ChangeType.DELETED:
+            self._objects.pop(key, None)
+        else:
+            self._objects[key] = obj
+        if len(self._history) == self._history.maxlen:
+            self._compacted_through = self._history[0].resource_version
+        kind, namespace, _ = key
+        self._history.append(Change(change, kind, namespace, self._rv, obj, previous))
+        self._changed.notify_all()
+
+    def _fill_server_fields(self, metadata: Obj, kind: str, namespace: str, name: str) -> None:
+        metadata.pop("namespace", None)
+        if namespace:
+            metadata["namespace"] = namespace
+        metadata["name"] = name
+        metadata["generation"] = 1
+        uid_seed = f"{kind}/{namespace}/{name}/{self._rv + 1}"  # reproducible across runs
+        metadata.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, uid_seed)))
+        metadata.setdefault("creationTimestamp", format_timestamp(self._now()))
+
+    def _generated_name(self, kind: str, metadata: Obj) -> str:
+        prefix = metadata.get("generateName")
+        if not prefix:
+            raise StoreInvalid(f"{kind} needs metadata.name or metadata.generateName")
+        n, suffix = self._rv + 1, ""
+        for _ in range(5):
+            n, digit = divmod(n, len(_NAME_SUFFIX_ALPHABET))
+            suffix += _NAME_SUFFIX_ALPHABET[digit]
+        return f"{prefix}{suffix}"
 
     @staticmethod
     def _check_precondition(current: Obj, incoming: Obj) -> None:
         wanted = (incoming.get("metadata") or {}).get("resourceVersion")
         have = current["metadata"]["resourceVersion"]
         if wanted is not None and str(wanted) != have:
-            raise StoreConflict(f"resourceVersion {wanted} is stale (current {have})")
+            raise StoreConflict(
+                "the object has been modified; please apply your changes to the latest version"
+                f" and try again (resourceVersion {wanted} is stale, current {have})"
+            )
+
+
+def _within_scope(current: Obj, updated: Obj, scope: Scope) -> Obj:
+    """Keep the part of ``current`` that a write in ``scope`` may not change."""
+    kept = {Scope.MAIN: "status", Scope.STATUS: "spec"}.get(scope)
+    if kept is None:
+        return updated
+    result = {k: v for k, v in updated.items() if k != kept}
+    if kept in current:
+        result[kept] = current[kept]
+    return result
