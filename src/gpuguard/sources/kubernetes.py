@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import httpx2
+import msgspec
 from lightkube import ApiError, Client
 from lightkube.models.core_v1 import Container
 from lightkube.resources.core_v1 import Node, Pod
@@ -30,7 +31,7 @@ class KubernetesReader:
     def nodes(self) -> tuple[fleet.Node, ...]:
         try:
             return tuple(node_from_api(n) for n in self._client.list(Node))
-        except (ApiError, httpx2.HTTPError) as e:
+        except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
             raise SourceError(f"listing Nodes failed: {e}") from e
 
     def pods(self) -> tuple[fleet.Pod, ...]:
@@ -38,7 +39,7 @@ class KubernetesReader:
         try:
             pods = (pod_from_api(p) for p in self._client.list(Pod, namespace="*"))
             return tuple(p for p in pods if p.phase in _UNFINISHED)
-        except (ApiError, httpx2.HTTPError) as e:
+        except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
             raise SourceError(f"listing Pods failed: {e}") from e
 
 
