@@ -1,0 +1,190 @@
+"""Two electors against one Lease on the simulator's API server, over real HTTP, with real
+monotonic time and short durations (1 s lease, 0.5 s renew deadline)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import lightkube
+import pytest
+
+from gpuguard.controller import leader
+from tests.conftest import SimApi
+
+NAMESPACE, NAME = "gpuguard", "gpuguard-leader"
+LEASE = timedelta(seconds=1)
+DEADLINE = timedelta(seconds=0.5)
+RETRY = timedelta(seconds=0.05)
+
+
+@pytest.fixture
+def clients(sim_api: SimApi) -> Iterator[tuple[lightkube.Client, lightkube.Client]]:
+    """One client per replica, as two pods would have."""
+    with (
+        lightkube.Client(config=sim_api.config(NAMESPACE)) as one,
+        lightkube.Client(config=sim_api.config(NAMESPACE)) as two,
+    ):
+        yield one, two
+
+
+def elector(leases: leader.LeaseStore, identity: str) -> leader.LeaseElector:
+    return leader.LeaseElector(
+        leases, identity, lease_duration=LEASE, renew_deadline=DEADLINE, retry_period=RETRY
+    )
+
+
+def pair(
+    clients: tuple[lightkube.Client, lightkube.Client],
+) -> tuple[leader.LeaseElector, leader.LeaseElector]:
+    one, two = clients
+    return (
+        elector(leader.KubeLeases(one, NAME, NAMESPACE), "guard-a"),
+        elector(leader.KubeLeases(two, NAME, NAMESPACE), "guard-b"),
+    )
+
+
+def stored_holder(sim_api: SimApi) -> str:
+    return str(sim_api.store.get("Lease", NAMESPACE, NAME)["spec"]["holderIdentity"])
+
+
+def leaders(*electors: leader.LeaseElector) -> list[str]:
+    return [e.identity for e in electors if e.is_leader()]
+
+
+def test_exactly_one_leader_across_alternating_attempts(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    a, b = pair(clients)
+    for _ in range(25):
+        a.try_acquire_or_renew()
+        assert leaders(a, b) == ["guard-a"]
+        b.try_acquire_or_renew()
+        assert leaders(a, b) == ["guard-a"]
+    assert stored_holder(sim_api) == "guard-a"
+    assert b.holder() == "guard-a"
+
+
+def test_standby_takes_over_a_paused_leader_only_after_the_lease_duration(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    a, b = pair(clients)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    paused_at = time.monotonic()  # a stops renewing from here on
+    while not b.try_acquire_or_renew():
+        assert len(leaders(a, b)) <= 1
+        time.sleep(RETRY.total_seconds())
+    waited = time.monotonic() - paused_at
+    assert waited >= LEASE.total_seconds()
+    assert waited < LEASE.total_seconds() + 1.0
+    assert leaders(a, b) == ["guard-b"]  # a stopped believing at its renew deadline
+    assert stored_holder(sim_api) == "guard-b"
+    assert not a.try_acquire_or_renew()  # a wakes up: it sees b and stands by
+    assert sim_api.store.get("Lease", NAMESPACE, NAME)["spec"]["leaseTransitions"] == 1
+
+
+def test_after_release_the_standby_acquires_on_its_next_attempt(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    a, b = pair(clients)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    assert a.release()
+    assert stored_holder(sim_api) == ""
+    assert b.try_acquire_or_renew()
+    assert leaders(a, b) == ["guard-b"]
+    assert stored_holder(sim_api) == "guard-b"
+
+
+class _Interleaved:
+    """A LeaseStore that runs ``after_read`` between every read and the write that follows,
+    to put another replica's move exactly there."""
+
+    def __init__(self, leases: leader.LeaseStore, after_read: Callable[[], object]) -> None:
+        self._leases = leases
+        self._after_read = after_read
+
+    def read(self) -> leader.StoredLease | None:
+        lease = self._leases.read()
+        self._after_read()
+        return lease
+
+    def create(self, record: leader.LeaseRecord) -> leader.StoredLease:
+        return self._leases.create(record)
+
+    def replace(self, record: leader.LeaseRecord, resource_version: str) -> leader.StoredLease:
+        return self._leases.replace(record, resource_version)
+
+
+def intrude(sim_api: SimApi) -> None:
+    """Another writer takes the Lease behind everyone's back."""
+    lease = sim_api.store.get("Lease", NAMESPACE, NAME)
+    lease["spec"]["holderIdentity"] = "intruder"
+    sim_api.store.replace("Lease", NAMESPACE, NAME, lease)
+
+
+def test_a_leader_that_loses_the_version_race_stops_leading(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    reads = 0
+
+    def intrude_after_second_read() -> None:
+        nonlocal reads
+        reads += 1
+        if reads == 2:
+            intrude(sim_api)
+
+    leases = leader.KubeLeases(clients[0], NAME, NAMESPACE)
+    a = elector(_Interleaved(leases, intrude_after_second_read), "guard-a")
+    assert a.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()  # its replace carried a stale resourceVersion: 409
+    assert not a.is_leader()
+    assert stored_holder(sim_api) == "intruder"
+
+
+def test_release_after_losing_the_lease_leaves_it_alone(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    a, _ = pair(clients)
+    a.try_acquire_or_renew()
+    intrude(sim_api)
+    assert not a.release()
+    assert stored_holder(sim_api) == "intruder"
+
+
+def test_racing_creates_exactly_one_wins(
+    sim_api: SimApi,
+    clients: tuple[lightkube.Client, lightkube.Client],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=leader.__name__)
+    both_read = threading.Barrier(2)
+    one, two = clients
+
+    def wait_for_both() -> None:
+        both_read.wait(timeout=5)
+
+    a = elector(_Interleaved(leader.KubeLeases(one, NAME, NAMESPACE), wait_for_both), "guard-a")
+    b = elector(_Interleaved(leader.KubeLeases(two, NAME, NAMESPACE), wait_for_both), "guard-b")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        won = list(pool.map(lambda e: e.try_acquire_or_renew(), (a, b)))
+    assert sorted(won) == [False, True]
+    winner = a if won[0] else b
+    assert leaders(a, b) == [winner.identity]
+    assert stored_holder(sim_api) == winner.identity
+    assert "AlreadyExists" in caplog.text  # the loser's create got 409, not a stale read
+
+
+def test_a_record_survives_the_round_trip_to_microseconds(
+    clients: tuple[lightkube.Client, lightkube.Client],
+) -> None:
+    leases = leader.KubeLeases(clients[0], NAME, NAMESPACE)
+    at = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    written = leases.create(leader.LeaseRecord("guard-a", 15, at, at, 3))
+    assert leases.read() == written
+    assert written.record == leader.LeaseRecord("guard-a", 15, at, at, 3)
