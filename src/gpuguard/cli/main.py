@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import backtest, check, demo, guard, sim, xid
+from gpuguard.cli import backtest, check, demo, guard, run, sim, xid
 
 app = typer.Typer(
     name="gpuguard",
@@ -21,6 +21,7 @@ app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.command("check")(check.check)
 app.command("demo")(demo.demo)
+app.command("run")(run.run)
 app.command("once")(guard.once)
 app.command("explain")(guard.explain)
 app.command("backtest")(backtest.backtest)

@@ -27,7 +27,7 @@ class Leadership(Protocol):
 
     def is_leader(self) -> bool: ...
 
-    def release(self) -> None: ...
+    def release(self) -> object: ...
 
 
 def backoff(interval: timedelta, failures: int, cap: timedelta = timedelta(minutes=5)) -> float:
@@ -85,4 +85,7 @@ class Runner:
                 self.step()
                 stop.wait(self.retry.total_seconds())
         finally:
-            self.leadership.release()
+            try:
+                self.leadership.release()
+            except GpuguardError as e:
+                log.warning("could not release the lease (it will expire): %s", e)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lightkube import Client, KubeConfig
+from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import nodes
 from gpuguard.catalog import xid as xid_catalog
@@ -34,7 +35,9 @@ class Connection:
 
 def kube_client(connection: Connection) -> Client:
     if connection.kube_server:
-        config: KubeConfig | None = KubeConfig.from_server(connection.kube_server)
+        config: KubeConfig | None = KubeConfig.from_one(
+            cluster=Cluster(server=connection.kube_server), user=User()
+        )
     elif connection.kubeconfig:
         config = KubeConfig.from_file(connection.kubeconfig)
     else:

@@ -79,6 +79,15 @@ class ControllerSettings(_Section):
     interval: Duration = Field(default=timedelta(seconds=30), description="Time between ticks.")
     namespace: str = Field(default="gpuguard", description="Where the Lease and ledger live.")
     lease_name: str = Field(default="gpuguard-leader")
+    lease_duration: Duration = Field(
+        default=timedelta(seconds=15),
+        description="A standby takes over after the Lease went unrenewed this long.",
+    )
+    renew_deadline: Duration = Field(
+        default=timedelta(seconds=10),
+        description="A leader stops acting if it could not renew for this long.",
+    )
+    renew_every: Duration = Field(default=timedelta(seconds=2), description="Lease retry period.")
     metrics_port: int = Field(default=9808, ge=0, le=65535)
     xid_overrides: Path | None = Field(
         default=None, description="YAML file of Xid class overrides (see `xid explain --help`)."
