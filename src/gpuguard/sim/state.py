@@ -53,6 +53,9 @@ class SimGpu:
     link_width_max: int = 16
     link_speed_gts: float = 32.0
     link_speed_max_gts: float = 32.0
+    # Added for the exporters (sim.exporters):
+    ecc_dbe_volatile: int = 0  # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (reset by a driver reload)
+    metric_overrides: dict[str, float] = field(default_factory=dict)  # dcgm name -> value
 
 
 @dataclass
@@ -74,6 +77,29 @@ class SimNode:
     gfd_restarts: int = 0
     kernel_log: list[str] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
+    # Added for the world (sim.world) and host trees (sim.hosts):
+    kubelet_version: str = "v1.34.3+rke2r1"
+    resolv_stub: bool = True  # /etc/resolv.conf -> 127.0.0.53, upstreams in /run/systemd/resolve
+    auto_upgrades: bool = False  # APT::Periodic::Unattended-Upgrade "1"
+    nvidia_blacklisted: bool = False  # nvidia-/libnvidia- in Unattended-Upgrade::Package-Blacklist
+    packages_held: bool = False  # kernel and NVIDIA packages on apt-mark hold
+    rke2_units: tuple[str, ...] = ("rke2-agent",)  # enabled in multi-user.target.wants
+    swap_enabled: bool = False
+    ipvs_module_available: bool = True  # ip_vs.ko listed in modules.dep of the running kernel
+    pending_kernel_release: str | None = None  # installed, boots at the next reboot
+    down_until: datetime | None = None  # rebooting: NotReady until then
+    reboot_hung: bool = False  # warm reboot stuck on a GPU off the bus: down until power cycle
+    allocatable_dip_gpus: int = 0  # GPUs withheld during allocatable_dip_until (0: all)
+    booted_at: datetime | None = None  # kernel uptime stamps count from here
+
+    # Added for the exporters (sim.exporters): what this node's dcgm-exporter collects.
+    profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported
+    dcgm_custom_fields: bool = True  # custom CSV: SM_ACTIVE/OCCUPANCY, PSTATE, remap pending, PCIe
+    xid_count_metric: bool = False  # DCGM_EXP_XID_ERRORS_COUNT (commented out by default)
+    dcgm_empty_pod_labels: bool = False  # old exporters: container="",namespace="",pod=""
+    # A GPU off the bus keeps its last Xid series (seed 004: the 79 series appears and stays);
+    # False: nothing at all for it (DCGM#162: NVML cannot report Xid 79/119/120).
+    dcgm_keeps_lost_gpu_xid: bool = True
 
     @property
     def gpu_capacity(self) -> int:
@@ -82,6 +108,17 @@ class SimNode:
     @property
     def gpu_allocatable(self) -> int:
         return sum(1 for g in self.gpus if g.registered and g.offered)
+
+    def gpu_allocatable_at(self, now: datetime) -> int:
+        """Allocatable as the kubelet reports it at ``now``: fewer GPUs during a dip."""
+        if self.allocatable_dip_until is not None and now < self.allocatable_dip_until:
+            withheld = self.allocatable_dip_gpus or self.gpu_allocatable
+            return max(0, self.gpu_allocatable - withheld)
+        return self.gpu_allocatable
+
+    def workload_on(self, index: int) -> Workload | None:
+        """The running workload holding GPU ``index``, if any."""
+        return next((w for w in self.workloads if index in w.gpus), None)
 
     def gpu(self, index: int) -> SimGpu:
         for g in self.gpus:

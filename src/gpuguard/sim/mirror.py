@@ -1,0 +1,69 @@
+"""The store's view of the world: pushes each SimNode into its Node and system Pod objects.
+
+The world changes ``state.SimNode``; the mirror renders it (``sim.kube_objects``) and merge-
+patches only what the kubelet and the pods' own containers would report — Node ``status`` and
+the system pods' ``status`` — so ``spec.unschedulable``, labels and annotations stay with the
+humans and gpuguard that write them. A patch that would change nothing is not sent, so the
+store's resourceVersion moves only when something did.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpuguard.sim import kube_objects, state, store
+
+
+class StoreMirror:
+    """Keeps one fleet's Kubernetes objects in step with its SimNodes."""
+
+    def __init__(self, objects: store.ObjectStore, created: datetime) -> None:
+        self._store = objects
+        self._created = created
+        self._synced: dict[tuple[str, str, str], kube_objects.Obj] = {}
+        self._ready_since: dict[str, datetime] = {}
+        self._restarts: dict[tuple[str, str], int] = {}
+
+    def create(self, node: state.SimNode, index: int) -> None:
+        """Create the Node and its system pods (once, when the fleet appears)."""
+        self._store.create("Node", "", kube_objects.node_object(node, self._created, index))
+        for pod in kube_objects.SYSTEM_PODS:
+            self._store.create("Pod", pod.namespace,
+                               kube_objects.system_pod_object(pod, node.name, self._created))
+        self._ready_since[node.name] = self._created
+
+    def readiness_changed(self, node: str, at: datetime) -> None:
+        self._ready_since[node] = at
+
+    def restarted(self, node: str, component: str) -> None:
+        """A system pod's container restarted (its restartCount goes up by one)."""
+        key = (node, component)
+        self._restarts[key] = self._restarts.get(key, 0) + 1
+
+    def sync(self, node: state.SimNode, now: datetime) -> None:
+        """Push the node's status and its system pods' readiness (no-op if unchanged)."""
+        since = self._ready_since.get(node.name, self._created)
+        self._patch_status("Node", "", node.name, kube_objects.node_status(node, now, since))
+        for pod in kube_objects.SYSTEM_PODS:
+            status = kube_objects.system_pod_status(pod, self._pod_ready(node, pod),
+                                                    self._pod_restarts(node, pod),
+                                                    node.exporter_started or self._created)
+            self._patch_status("Pod", pod.namespace, kube_objects.pod_name(pod, node.name),
+                               status)
+
+    @staticmethod
+    def _pod_ready(node: state.SimNode, pod: kube_objects.SystemPod) -> bool:
+        return node.ready and (pod.component != "kube-proxy" or node.kube_proxy_ready)
+
+    def _pod_restarts(self, node: state.SimNode, pod: kube_objects.SystemPod) -> int:
+        restarts = self._restarts.get((node.name, pod.component), 0)
+        if pod.component == "gpu-feature-discovery":
+            restarts += node.gfd_restarts
+        return restarts
+
+    def _patch_status(self, kind: str, namespace: str, name: str,
+                      status: kube_objects.Obj) -> None:
+        key = (kind, namespace, name)
+        if self._synced.get(key) != status:
+            self._store.merge_patch(kind, namespace, name, {"status": status})
+            self._synced[key] = status

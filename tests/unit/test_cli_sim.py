@@ -1,0 +1,80 @@
+"""``gpuguard sim`` and ``gpuguard demo`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuguard.cli import main
+
+runner = CliRunner()
+
+
+def test_sim_run_shipped_scenario_as_json() -> None:
+    result = runner.invoke(main.app, ["sim", "run", "xid79-twice", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["name"] == "xid79-twice"
+    assert data["nodes"] == ["gpu-node-a", "gpu-node-b"]
+    first_xid = next(e for e in data["timeline"] if e["kind"] == "xid")
+    assert first_xid == {"t": 239.0, "kind": "xid", "node": "gpu-node-b",
+                         "detail": first_xid["detail"]}
+    assert "Xid 79" in first_xid["detail"]
+    end_b = next(n for n in data["final"] if n["node"] == "gpu-node-b")
+    assert (end_b["gpu_capacity"], end_b["gpu_allocatable"], end_b["ready"]) == (8, 8, True)
+
+
+def test_sim_run_prints_a_timeline_table_with_human_offsets() -> None:
+    result = runner.invoke(main.app, ["sim", "run", "xid79-twice"])
+    assert result.exit_code == 0, result.output
+    assert "3m59s" in result.stdout
+    assert "4d20h10m" in result.stdout
+    assert "power_cycle" in result.stdout
+
+
+def test_sim_run_writes_host_trees(tmp_path: Path) -> None:
+    result = runner.invoke(main.app, ["sim", "run", "xid79-twice", "--json", "--hosts",
+                                      str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "gpu-node-b/sys/module/nvidia/version").read_text() == "580.126.09\n"
+
+
+def test_sim_list_shows_shipped_scenarios() -> None:
+    result = runner.invoke(main.app, ["sim", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    names = {row["name"] for row in json.loads(result.stdout)}
+    assert {"xid79-twice", "phantom-14-of-32"} <= names
+    assert "xid79-twice" in runner.invoke(main.app, ["sim", "list"]).stdout
+
+
+def test_a_bad_scenario_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: t\nfleet: {nodes: [a]}\nevents:\n  - {at: 1m, explode: {node: 0}}\n")
+    result = runner.invoke(main.app, ["sim", "run", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}: events[0].explode: unknown event kind" in result.stderr
+
+
+def test_an_unknown_scenario_name_exits_2() -> None:
+    result = runner.invoke(main.app, ["sim", "run", "no-such-scenario"])
+    assert result.exit_code == 2
+    assert "no such file or shipped scenario" in result.stderr
+
+
+def test_demo_json_runs_the_seed_xid79_scenario_by_default() -> None:
+    result = runner.invoke(main.app, ["demo", "--json"])
+    assert result.exit_code == 0, result.output
+    scenarios = json.loads(result.stdout)["scenarios"]
+    assert [s["name"] for s in scenarios] == ["xid79-twice"]
+    assert any(e["kind"] == "power_cycle" for e in scenarios[0]["timeline"])
+
+
+def test_demo_runs_given_scenarios_and_explains_itself() -> None:
+    result = runner.invoke(main.app, ["demo", "--scenario", "mig-reconfig",
+                                      "--scenario", "user-xid-storm"])
+    assert result.exit_code == 0, result.output
+    assert "not wired in yet" in result.stdout
+    assert "mig-reconfig" in result.stdout
+    assert "user-xid-storm" in result.stdout
