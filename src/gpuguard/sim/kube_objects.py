@@ -11,6 +11,7 @@ Only functions of their inputs live here; no store, no clock.
 from __future__ import annotations
 
 import hashlib
+import uuid as uuidlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -105,6 +106,8 @@ def node_status(node: state.SimNode, now: datetime, ready_since: datetime) -> Ob
             "containerRuntimeVersion": "containerd://2.0.5-k3s1",
             "operatingSystem": "linux",
             "architecture": "amd64",
+            "machineID": hashlib.md5(node.name.encode()).hexdigest(),
+            "systemUUID": str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, node.name)),
         },
     }
 
@@ -150,6 +153,7 @@ def system_pod_status(pod: SystemPod, ready: bool, restarts: int, started: datet
                                                            "status": flag}],
         "containerStatuses": [{
             "name": pod.component, "ready": ready, "restartCount": restarts, "started": ready,
+            "image": pod.component, "imageID": "",
             "state": {"running": {"startedAt": timestamp(started)}} if ready else
             {"waiting": {"reason": "CrashLoopBackOff"}},
         }],
@@ -179,6 +183,7 @@ def bound(pod: Obj, node: str, started: datetime) -> Obj:
         "conditions": [{"type": "PodScheduled", "status": "True"},
                        {"type": "Ready", "status": "True"}],
         "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0, "started": True,
+                               "image": "workload", "imageID": "",
                                "state": {"running": {"startedAt": timestamp(started)}}}],
     }
     return pod
@@ -210,6 +215,7 @@ def finished_status(outcome: str, started: datetime, ended: datetime) -> Obj:
         "conditions": [{"type": "PodScheduled", "status": "True"},
                        {"type": "Ready", "status": "False", "reason": "PodCompleted"}],
         "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0, "started": False,
+                               "image": "workload", "imageID": "",
                                "state": {"terminated": {
                                    "exitCode": exit_code, "reason": reason,
                                    "startedAt": timestamp(started),

@@ -1,0 +1,6 @@
+"""Host conformance checks (DESIGN §8): one small module per check family.
+
+Every check reads a host tree under ``root: Path`` (``/`` on the host, ``/host`` in the agent
+DaemonSet, a fixture tree in tests) and returns a :class:`result.CheckResult`. The entry point
+for callers (CLI, agent, onboarding gate) is :func:`running.run_checks`.
+"""
