@@ -29,6 +29,7 @@ DCGM_ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
 DCGM_ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 DCGM_PCIE_LINK_GEN = "DCGM_FI_DEV_PCIE_LINK_GEN"
 DCGM_PCIE_LINK_WIDTH = "DCGM_FI_DEV_PCIE_LINK_WIDTH"
+DCGM_FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 
 # kube-state-metrics (see shared/data/kube_state_metrics_sample.txt)
 KSM_NODE_CAPACITY = "kube_node_status_capacity"
@@ -42,6 +43,8 @@ KSM_POD_REQUESTS = "kube_pod_container_resource_requests"
 KSM_POD_PHASE = "kube_pod_status_phase"
 KSM_POD_READY = "kube_pod_status_ready"
 KSM_CONTAINER_RESTARTS = "kube_pod_container_status_restarts_total"
+KSM_CONTAINER_WAITING_REASON = "kube_pod_container_status_waiting_reason"
+KSM_NODE_TAINT = "kube_node_spec_taint"
 GPU_RESOURCE_LABEL = "nvidia_com_gpu"  # ksm's sanitised form of nvidia.com/gpu
 
 # gpuguard's own

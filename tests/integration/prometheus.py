@@ -1,0 +1,215 @@
+"""A real Prometheus (Debian's ``prometheus`` package) on loopback, for integration tests.
+
+gpuguard's detection is PromQL over real exporters' series, so tests ask the real server
+rather than a fake: ``running(config, data_dir)`` starts one on a free loopback port with a
+generated config and waits until it is ready; ``from_openmetrics(file, workdir)`` backfills an
+OpenMetrics history with ``promtool tsdb create-blocks-from openmetrics`` and serves those
+blocks with a long retention, so queries can look days into (simulated) past. Teardown always
+stops the process and closes its log and HTTP client (warnings are errors in this suite).
+
+Missing binaries skip the test locally but fail it in CI (``CI`` set), where scripts/test
+installs them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def require(binary: str) -> str:
+    """The path of ``binary``; skip the test when it is missing, fail when running in CI."""
+    path = shutil.which(binary)
+    if path is None:
+        message = f"{binary} is not installed (Debian package 'prometheus')"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI must have it (scripts/test installs it)")
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrometheusError(AssertionError):
+    """Prometheus did not start, or answered a query with an error."""
+
+
+@dataclass
+class Prometheus:
+    """A running server: its URL, an HTTP client for its API and its log file."""
+
+    url: str
+    client: httpx.Client
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def api(self, path: str, **params: Any) -> Any:
+        """``data`` of a successful ``/api/v1/<path>`` answer; PrometheusError otherwise."""
+        response = self.client.get(f"{self.url}/api/v1/{path}", params=params)
+        body = response.json()
+        if response.status_code != 200 or body.get("status") != "success":
+            raise PrometheusError(f"{path} {params}: HTTP {response.status_code}: {body}")
+        return body["data"]
+
+    def query(self, promql: str, at: datetime | float | None = None) -> list[dict[str, Any]]:
+        """An instant query's vector (``[{"metric": {...}, "value": [t, "v"]}, ...]``)."""
+        params: dict[str, Any] = {"query": promql}
+        if at is not None:
+            params["time"] = at.timestamp() if isinstance(at, datetime) else at
+        data = self.api("query", **params)
+        if data["resultType"] != "vector":
+            raise PrometheusError(f"{promql!r} answered a {data['resultType']}, not a vector")
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def wait_until(self, promql: str, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+        """Poll ``promql`` until it returns something; PrometheusError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = self.query(promql)
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"{promql!r} still empty after {timeout_s}s\n{self.log()}")
+            time.sleep(0.25)
+
+    def targets(self) -> list[dict[str, Any]]:
+        active: list[dict[str, Any]] = self.api("targets", state="active")["activeTargets"]
+        return active
+
+    def wait_for_targets(self, count: int, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` targets have been scraped successfully."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            up = [t for t in self.targets() if t["health"] == "up"]
+            if len(up) >= count:
+                return up
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"{len(up)}/{count} targets up: {self.targets()}")
+            time.sleep(0.25)
+
+
+@contextmanager
+def running(
+    config: Mapping[str, Any],
+    data_dir: Path,
+    *,
+    retention: str = "15d",
+    attempts: int = 3,
+) -> Iterator[Prometheus]:
+    """Start Prometheus with ``config`` on a free loopback port, storing into ``data_dir``.
+
+    A port taken between choosing and binding makes Prometheus exit; that is retried.
+    """
+    binary = require("prometheus")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config_path = data_dir.parent / f"{data_dir.name}-prometheus.yml"
+    config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    for attempt in range(1, attempts + 1):
+        with ExitStack() as stack:
+            prom = stack.enter_context(
+                _process(binary, config_path, data_dir, retention, free_port())
+            )
+            if prom is not None:
+                yield prom
+                return
+        if attempt == attempts:
+            raise PrometheusError(f"Prometheus did not start in {attempts} attempts")
+
+
+@contextmanager
+def _process(
+    binary: str, config_path: Path, data_dir: Path, retention: str, port: int
+) -> Iterator[Prometheus | None]:
+    """One Prometheus process; yields None when it exited before being ready."""
+    log_path = data_dir.parent / f"{data_dir.name}-prometheus-{port}.log"
+    argv = [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={data_dir}",
+        f"--storage.tsdb.retention.time={retention}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with (
+        log_path.open("wb") as log,
+        httpx.Client(timeout=10.0) as client,
+        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT) as proc,
+    ):
+        try:
+            prom = Prometheus(f"http://127.0.0.1:{port}", client, log_path)
+            yield prom if _wait_ready(proc, prom) else None
+        finally:
+            _stop(proc)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], prom: Prometheus) -> bool:
+    """True once ready; False if it lost the race for its port; PrometheusError otherwise."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            if "address already in use" in prom.log():
+                return False
+            raise PrometheusError(f"Prometheus exited with {proc.returncode}:\n{prom.log()}")
+        try:
+            if prom.client.get(f"{prom.url}/-/ready").status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise PrometheusError(f"Prometheus not ready after {START_TIMEOUT_S}s\n{prom.log()}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def backfill(openmetrics: Path, data_dir: Path) -> str:
+    """``promtool tsdb create-blocks-from openmetrics FILE DIR``; returns promtool's report."""
+    promtool = require("promtool")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise PrometheusError(f"promtool failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+@contextmanager
+def from_openmetrics(
+    openmetrics: Path, workdir: Path, *, retention: str = "3650d"
+) -> Iterator[Prometheus]:
+    """Backfill ``openmetrics`` into a fresh TSDB under ``workdir`` and serve it (no scrapes)."""
+    data_dir = workdir / "tsdb"
+    backfill(openmetrics, data_dir)
+    with running({"global": {"scrape_interval": "1m"}}, data_dir, retention=retention) as prom:
+        yield prom
