@@ -1,0 +1,158 @@
+"""The grammar of the NVIDIA driver's ``NVRM:`` messages that gpuguard acts on.
+
+Pure functions over the text after ``NVRM:``: the Xid line (``Xid (PCI:0000:01:00): 31, pid=...,
+name=..., <message>``), the ``GPU at PCI:...: GPU-<uuid>`` line that maps a slot to a card, the
+pieces of the "has fallen off the bus" message, Xid 154's recovery action and Xid 94/95's
+``RST:``/``D-RST:`` flags. Kept apart from the stateful parser so each shape is testable alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuguard.model import pci, xid
+
+XID_MARKER = "Xid"
+FALLEN_OFF_BUS = "fallen off the bus"
+
+_XID = re.compile(r"^Xid \((?P<address>[^()]*)\): *(?P<code>\d{1,5})(?:, *(?P<rest>.*?))?\s*$")
+_PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d{1,10})(?:, *name=(?P<name>[^,]*))?(?:, *|$)")
+_GPU_AT = re.compile(r"^GPU at (?P<address>PCI:\S+?): (?P<uuid>\S+)")
+_UUID = re.compile(r"^GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)
+_FALLEN_OFF_START = re.compile(r"^The NVIDIA GPU (?P<address>[0-9a-fA-F:.]+)\s*$")
+_SYSFS_ADDRESS = re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
+_RECOVERY = re.compile(
+    r"recovery action changed from .*? to (?P<value>0x[0-9a-fA-F]{1,8}|\d{1,8})? *"
+    r"(?:\((?P<name>[^)]*)\))?",
+    re.IGNORECASE,
+)
+_RESET_FLAG = re.compile(r"(?<![\w-])(?P<flag>RST|D-RST): *(?P<answer>Yes|No)\b", re.IGNORECASE)
+
+_UNKNOWN_PROCESS = "<unknown>"
+_ACTIONS_BY_NAME = {
+    "none": xid.RecoveryAction.NONE,
+    "gpu reset": xid.RecoveryAction.GPU_RESET_REQUIRED,
+    "gpu reset required": xid.RecoveryAction.GPU_RESET_REQUIRED,
+    "node reboot": xid.RecoveryAction.NODE_REBOOT_REQUIRED,
+    "node reboot required": xid.RecoveryAction.NODE_REBOOT_REQUIRED,
+    "drain p2p": xid.RecoveryAction.DRAIN_P2P,
+    "drain and reset": xid.RecoveryAction.DRAIN_AND_RESET,
+    "gpu health check": xid.RecoveryAction.GPU_HEALTH_CHECK,
+}
+# NVML's nvmlDeviceGpuRecoveryAction_t, for a line whose name in parentheses is missing.
+_ACTIONS_BY_VALUE = {
+    0: xid.RecoveryAction.NONE,
+    1: xid.RecoveryAction.GPU_RESET_REQUIRED,
+    2: xid.RecoveryAction.NODE_REBOOT_REQUIRED,
+    3: xid.RecoveryAction.DRAIN_P2P,
+    4: xid.RecoveryAction.DRAIN_AND_RESET,
+}
+RECOVERY_ACTION_XID = 154
+
+
+@dataclass(frozen=True, slots=True)
+class XidFields:
+    """What one ``Xid (...): NNN, ...`` text says, before the stream's context is added."""
+
+    code: int
+    pci: str | None
+    message: str
+    pid: int | None
+    process: str | None
+    recovery_action: xid.RecoveryAction | None
+    reset_flags: tuple[str, ...]
+
+
+def read_xid(text: str) -> XidFields | None:
+    """Read the text after ``NVRM: `` of an Xid line; None when it is not a well-formed one.
+
+    ``message`` is the driver's text after ``NNN, `` and after the optional ``pid=``/``name=``
+    fields; ``pci`` is None when the address was redacted (``PCI:...``) or is not one.
+    """
+    match = _XID.match(text)
+    if match is None:
+        return None
+    code = int(match["code"])
+    pid, process, message = _split_process(match["rest"] or "")
+    return XidFields(
+        code=code,
+        pci=_xid_address(match["address"]),
+        message=message,
+        pid=pid,
+        process=process,
+        recovery_action=recovery_action(message) if code == RECOVERY_ACTION_XID else None,
+        reset_flags=reset_flags(message),
+    )
+
+
+def read_gpu_at(text: str) -> tuple[str, str | None] | None:
+    """Read ``GPU at PCI:0000:9b:00: GPU-<uuid>`` as (normalised PCI, UUID or None if redacted)."""
+    match = _GPU_AT.match(text)
+    if match is None:
+        return None
+    address = pci.try_normalize_pci(match["address"])
+    if address is None:
+        return None
+    uuid = match["uuid"]
+    return address, uuid if _UUID.match(uuid) else None
+
+
+def read_fallen_off_start(text: str) -> str | None:
+    """The PCI of ``The NVIDIA GPU 0000:b3:00.0``, the first line of the multi-line message."""
+    match = _FALLEN_OFF_START.match(text)
+    return pci.try_normalize_pci(match["address"]) if match else None
+
+
+def says_fallen_off_bus(text: str) -> bool:
+    return FALLEN_OFF_BUS in text
+
+
+def address_in(text: str) -> str | None:
+    """The first sysfs-form PCI address (``0000:3b:00.0``) written anywhere in ``text``."""
+    match = _SYSFS_ADDRESS.search(text)
+    return pci.try_normalize_pci(match.group()) if match else None
+
+
+def recovery_action(message: str) -> xid.RecoveryAction:
+    """Xid 154's new recovery action: ``... changed from 0x0 (None) to 0x1 (GPU Reset Required)``.
+
+    The name in parentheses wins; NVML's numeric value is the fallback; anything else is OTHER.
+    """
+    match = _RECOVERY.search(message)
+    if match is None:
+        return xid.RecoveryAction.OTHER
+    if match["name"] is not None:
+        by_name = _ACTIONS_BY_NAME.get(" ".join(match["name"].lower().split()))
+        if by_name is not None:
+            return by_name
+    if match["value"] is not None:
+        value = match["value"]
+        number = int(value, 16) if value.lower().startswith("0x") else int(value)
+        return _ACTIONS_BY_VALUE.get(number, xid.RecoveryAction.OTHER)
+    return xid.RecoveryAction.OTHER
+
+
+def reset_flags(message: str) -> tuple[str, ...]:
+    """The Xid 94/95 flags answered ``Yes``: ``RST`` (GPU reset) and/or ``D-RST`` (drain, reset)."""
+    return tuple(
+        match["flag"].upper()
+        for match in _RESET_FLAG.finditer(message)
+        if match["answer"].lower() == "yes"
+    )
+
+
+def _split_process(rest: str) -> tuple[int | None, str | None, str]:
+    match = _PID_NAME.match(rest)
+    if match is None:
+        return None, None, rest
+    pid = int(match["pid"]) if match["pid"].isdigit() else None
+    name = (match["name"] or "").strip()
+    process = name if name and name != _UNKNOWN_PROCESS else None
+    return pid, process, rest[match.end() :]
+
+
+def _xid_address(inside_parentheses: str) -> str | None:
+    """``PCI:0000:01:00``, ``PCI:0000:01:00 GPU-I:05`` (MIG) or the old ``0000:03:00``."""
+    words = inside_parentheses.split()
+    return pci.try_normalize_pci(words[0]) if words else None
