@@ -1,0 +1,54 @@
+"""The figures a demo run is judged by: who was isolated and how fast, false isolations,
+misses, GPU-hours out of service, and one merged timeline (world events and guard actions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuguard.demo import harness
+
+
+def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
+    spec = run.spec
+    isolated = [name for name in spec.node_names if name in run.isolated_at]
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "nodes": list(spec.node_names),
+        "isolated": isolated,
+        "time_to_isolate_s": _time_to_isolate(run),
+        "false_isolations": [n for n in isolated if n in spec.expect.never_isolate],
+        "missed": [n for n in spec.expect.isolate if n not in run.isolated_at],
+        "gpu_hours_out": round(run.gpu_seconds_out / 3600, 2),
+        "guard_ticks": run.ticks,
+        "timeline": timeline(run),
+    }
+
+
+def _time_to_isolate(run: harness.ScenarioRun) -> dict[str, float]:
+    out = {}
+    for name, when in run.isolated_at.items():
+        first = run.played.first_fault_at(name)
+        if first is not None:
+            out[name] = ((when - run.played.origin) - first).total_seconds()
+    return out
+
+
+def timeline(run: harness.ScenarioRun) -> list[dict[str, Any]]:
+    world_entries = [
+        {"t": e.t, "kind": e.kind, "node": e.node, "reason": None, "detail": e.detail}
+        for e in run.played.timeline
+    ]
+    merged = world_entries + run.guard_timeline
+    return sorted(merged, key=lambda e: (e["t"], e["kind"] not in _WORLD_FIRST))
+
+
+_WORLD_FIRST = {"xid", "gpu_lost", "dbe"}
+
+
+def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "scenarios": len(reports),
+        "false_isolations": sum(len(r["false_isolations"]) for r in reports),
+        "missed": sum(len(r["missed"]) for r in reports),
+    }

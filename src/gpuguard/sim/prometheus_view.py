@@ -1,0 +1,225 @@
+"""What the world's Prometheus would answer to the guard's queries, without running one.
+
+``gpuguard demo`` must run on a laptop with nothing installed, over days of simulated time,
+so it cannot scrape a real Prometheus. This view records the series the guard reads —
+dcgm-exporter's XID gauge (and the optional count), kube-state-metrics' GPU capacity and
+allocatable — as change points at 15 s scrape boundaries, and answers the guard's named
+series (``model.metric_names``) at an instant with Prometheus' semantics for those shapes:
+instant value with staleness, ``offset``, ``min_over_time`` over a subquery, ``max_over_time``.
+It implements ``model.ports.MetricsSource``. The same scenarios run against a real Prometheus
+in the integration tests; this view is the world's, never the guard's, logic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet
+from gpuguard.model import metric_names as names
+from gpuguard.sim import exporters, state, world
+
+SCRAPE = timedelta(seconds=15)
+FRESHNESS_KSM = "freshness kube-state-metrics"
+FRESHNESS_DCGM = "freshness dcgm-exporter"
+_GPU = "nvidia.com/gpu"
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass
+class _Series:
+    """Change points of one series: (time, value or None when absent)."""
+
+    times: list[datetime] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+
+    def record(self, at: datetime, value: float | None) -> None:
+        if self.values and self.values[-1] == value:
+            return
+        self.times.append(at)
+        self.values.append(value)
+
+    def at(self, when: datetime) -> float | None:
+        i = bisect.bisect_right(self.times, when) - 1
+        return self.values[i] if i >= 0 else None
+
+
+@dataclass
+class WorldPrometheus:
+    """Scrapes a World on request and answers the guard's plan at an instant."""
+
+    world: world.World
+    hold_window: timedelta
+    xid_lookback: timedelta
+    step: timedelta = timedelta(seconds=30)
+    _series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    _first_scrape: datetime | None = None
+    _down: list[tuple[datetime, datetime | None]] = field(default_factory=list)
+
+    def scrape(self) -> None:
+        """Record the world as the next scrape will see it (one scrape interval from now).
+
+        Call it whenever the world changed; between calls every series keeps its value, as
+        the scrapes in between would have found it.
+        """
+        self._track_outage(self.world.now)
+        if not self.world.prometheus_up:
+            return
+        now = self.world.now + SCRAPE
+        if self._first_scrape is None:
+            self._first_scrape = now
+        seen: set[SeriesKey] = set()
+        for node in self.world.nodes:
+            seen |= self._scrape_node(node, now)
+        for key, series in self._series.items():
+            if key not in seen:
+                series.record(now, None)
+
+    def _track_outage(self, now: datetime) -> None:
+        down = not self.world.prometheus_up
+        if down and (not self._down or self._down[-1][1] is not None):
+            self._down.append((now, None))
+        elif not down and self._down and self._down[-1][1] is None:
+            self._down[-1] = (self._down[-1][0], now)
+
+    def _put(self, name: str, labels: Mapping[str, str], value: float, now: datetime) -> SeriesKey:
+        key = (name, tuple(sorted(labels.items())))
+        self._series.setdefault(key, _Series()).record(now, value)
+        return key
+
+    def _scrape_node(self, node: state.SimNode, now: datetime) -> set[SeriesKey]:
+        seen = {
+            self._put(names.KSM_NODE_CAPACITY, {"node": node.name}, node.gpu_capacity, now),
+            self._put(
+                names.KSM_NODE_ALLOCATABLE,
+                {"node": node.name},
+                node.gpu_allocatable_at(now),
+                now,
+            ),
+        }
+        if node.down_until is not None:
+            return seen  # the exporter pod is down with its node
+        for gpu in node.gpus:
+            seen |= self._scrape_gpu(node, gpu, now)
+        return seen
+
+    def _scrape_gpu(self, node: state.SimNode, gpu: state.SimGpu, now: datetime) -> set[SeriesKey]:
+        labels = {
+            node.hostname_label: node.name,
+            "gpu": str(gpu.index),
+            "UUID": gpu.uuid,
+            "pci_bus_id": exporters.dcgm_pci(gpu.pci),
+        }
+        seen = set()
+        if gpu.on_bus:
+            seen.add(self._put(names.DCGM_GPU_UTIL, labels, 0.0, now))
+        keeps = gpu.on_bus or node.dcgm_keeps_lost_gpu_xid
+        if gpu.xid_last is not None and keeps:
+            seen.add(self._put(names.DCGM_XID_LAST, labels, float(gpu.xid_last), now))
+        if node.xid_count_metric and keeps:
+            window = [code for when, code in gpu.xid_history if now - when < timedelta(minutes=5)]
+            for code in set(window):
+                counted = labels | {"xid": str(code)}
+                seen.add(self._put(names.DCGM_XID_COUNT, counted, window.count(code), now))
+        return seen
+
+    # ---- answering ---------------------------------------------------------------------------
+
+    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        if self._down_at(at):
+            raise SourceError(f"Prometheus is down at {at.isoformat()} (simulated outage)")
+        out = self._instant(names.DCGM_XID_LAST, names.DCGM_XID_LAST, at, at)
+        day_ago = at - self.xid_lookback
+        out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at)
+        out += self._count_recent(at)
+        out += self._loss_held(at)
+        self._check_fresh(at)
+        return tuple(out)
+
+    def _down_at(self, at: datetime) -> bool:
+        return any(start <= at and (end is None or at < end) for start, end in self._down)
+
+    def _last_scrape(self, at: datetime) -> datetime | None:
+        """The last scrape boundary at or before ``at`` with Prometheus up, if any."""
+        origin = self.world.origin
+        boundary = origin + SCRAPE * math.floor((at - origin) / SCRAPE)
+        if self._first_scrape is None or boundary < self._first_scrape:
+            return None
+        return None if self._down_at(boundary) else boundary
+
+    def _instant(
+        self, metric: str, name: str, when: datetime, stamp: datetime
+    ) -> list[fleet.MetricSample]:
+        scraped = self._last_scrape(when)
+        if scraped is None or when - scraped > timedelta(minutes=5):
+            return []
+        return [
+            fleet.MetricSample(name, dict(labels), value, stamp)
+            for (metric_name, labels), series in self._series.items()
+            if metric_name == metric and (value := series.at(scraped)) is not None
+        ]
+
+    def _count_recent(self, at: datetime) -> list[fleet.MetricSample]:
+        out = []
+        for (metric_name, labels), series in self._series.items():
+            if metric_name != names.DCGM_XID_COUNT:
+                continue
+            peak = max(
+                (v for t, v in zip(series.times, series.values, strict=True)
+                 if v is not None and at - self.xid_lookback < t <= at),
+                default=None,
+            )
+            if peak:
+                out.append(fleet.MetricSample(names.XID_COUNT_RECENT, dict(labels), peak, at))
+        return out
+
+    def _loss_held(self, at: datetime) -> list[fleet.MetricSample]:
+        steps = _subquery_steps(at, self.hold_window, self.step)
+        out = []
+        for node in self.world.nodes:
+            losses = [self._loss(node.name, t) for t in steps]
+            known = [v for v in losses if v is not None]
+            if known:
+                labels = {"node": node.name}
+                out.append(fleet.MetricSample(names.GPU_LOSS_HELD, labels, min(known), at))
+        return out
+
+    def _loss(self, node: str, when: datetime) -> float | None:
+        scraped = self._last_scrape(when)
+        if scraped is None or when - scraped > timedelta(minutes=5):
+            return None
+        labels = (("node", node),)
+        capacity = self._series.get((names.KSM_NODE_CAPACITY, labels))
+        allocatable = self._series.get((names.KSM_NODE_ALLOCATABLE, labels))
+        if capacity is None or allocatable is None:
+            return None
+        cap, alloc = capacity.at(scraped), allocatable.at(scraped)
+        return None if cap is None or alloc is None else cap - alloc
+
+    def _check_fresh(self, at: datetime) -> None:
+        scraped = self._last_scrape(at)
+        if scraped is None or at - scraped > timedelta(minutes=2):
+            raise SourceError(f"{FRESHNESS_KSM}: no recent scrape before {at.isoformat()}")
+        util = [
+            s for (metric_name, _), s in self._series.items()
+            if metric_name == names.DCGM_GPU_UTIL and s.at(scraped) is not None
+        ]
+        if not util:
+            raise SourceError(f"Prometheus has no series for {FRESHNESS_DCGM!r}")
+
+
+def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[datetime]:
+    """Prometheus evaluates ``[window:step]`` at step-aligned instants in (at - window, at]."""
+    seconds = step.total_seconds()
+    last = datetime.fromtimestamp(math.floor(at.timestamp() / seconds) * seconds, at.tzinfo)
+    steps = []
+    t = last
+    while t > at - window:
+        steps.append(t)
+        t -= step
+    return steps

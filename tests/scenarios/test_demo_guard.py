@@ -1,0 +1,67 @@
+"""The guard against the shipped scenarios, scored as `gpuguard demo --json` reports it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuguard.cli.main import app
+from gpuguard.demo import harness, score
+from gpuguard.model import settings
+from gpuguard.sim import scenario
+
+FALSE_POSITIVE_CASES = [
+    "user-xid-storm",
+    "driver-upgrade-dip",
+    "mig-reconfig",
+    "small-compute-workload",
+    "phantom-14-of-32",
+    "os-auto-update",
+    "dns-public-upstream",
+]
+
+
+def report(name: str) -> dict[str, Any]:
+    run = harness.play(scenario.load_shipped(name), settings.GuardSettings())
+    return score.scenario_report(run)
+
+
+@pytest.mark.parametrize("name", ["xid79-twice", "user-xid13-then-xid79"])
+def test_xid79_isolated_within_a_minute_with_default_settings(name: str) -> None:
+    r = report(name)
+    assert r["missed"] == []
+    assert r["false_isolations"] == []
+    (seconds,) = r["time_to_isolate_s"].values()
+    assert 0 < seconds <= 60  # the seed's guard: 12 min 26 s
+
+
+def test_the_same_card_falling_again_is_isolated_again() -> None:
+    isolations = [e for e in report("xid79-twice")["timeline"] if e["kind"] == "isolate"]
+    assert [(e["node"], e["reason"]) for e in isolations] == [("gpu-node-b", "fast-path")] * 2
+
+
+def test_ecc_dbe_waits_for_the_hold_window() -> None:
+    r = report("ecc-dbe-five")
+    assert r["isolated"] == ["gpu-node-a"]
+    assert 600 <= r["time_to_isolate_s"]["gpu-node-a"] <= 660
+
+
+@pytest.mark.parametrize("name", FALSE_POSITIVE_CASES)
+def test_false_positive_scenarios_isolate_nothing(name: str) -> None:
+    r = report(name)
+    assert r["isolated"] == []
+    assert r["gpu_hours_out"] == 0
+
+
+def test_demo_json_has_the_documented_shape() -> None:
+    result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice", "--json"])
+    assert result.exit_code == 0, result.output
+    (s,) = json.loads(result.output)["scenarios"]
+    assert {"name", "nodes", "isolated", "time_to_isolate_s", "false_isolations", "missed",
+            "gpu_hours_out", "timeline"} <= set(s)
+    assert s["nodes"] == ["gpu-node-a", "gpu-node-b"]
+    assert s["gpu_hours_out"] > 0
+    assert all({"t", "kind", "node", "reason"} <= set(e) for e in s["timeline"])
