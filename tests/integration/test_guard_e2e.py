@@ -1,0 +1,187 @@
+"""The guard end to end: the simulated world served over real HTTP (Kubernetes API,
+dcgm-exporter, kube-state-metrics), scraped by a real Prometheus, read by the real adapters.
+
+A GPU falls off the bus (Xid 79) a few seconds in; the guard must cordon the node with its
+annotations and an Event. Two `gpuguard run` replicas against one simulator: one acts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import lightkube
+import pytest
+
+from gpuguard.actuators import nodes as node_writer
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import tick, wiring
+from gpuguard.model import annotation_keys, settings
+from gpuguard.sim import clock, kubeapi, metrics_server, scenario, store, world
+from gpuguard.sources import kubernetes, prometheus
+from tests.integration import prometheus as prom_helper
+
+pytestmark = pytest.mark.integration
+FAULT_AFTER = timedelta(seconds=3)
+
+
+@dataclass
+class LiveSim:
+    world: world.World
+    api: kubeapi.KubeApiServer
+    prom: prom_helper.Prometheus
+
+    def catch_up(self) -> None:
+        """Step the simulated world to the wall clock (the live world runs in real time)."""
+        self.world.step_to(max(self.world.elapsed, datetime.now(UTC) - self.world.origin))
+
+    def node(self, name: str) -> dict[str, object]:
+        return self.world.store.get("Node", "", name)
+
+
+def xid79_now() -> scenario.Scenario:
+    start = datetime.now(UTC).replace(microsecond=0)
+    return scenario.from_mapping(
+        {
+            "name": "e2e-xid79",
+            "start": start.isoformat(),
+            "duration": "1h",
+            "fleet": {"nodes": ["gpu-node-a", "gpu-node-b"], "gpus_per_node": 8,
+                      "model": "NVIDIA GeForce RTX 5090", "driver": "580.126.09"},
+            "events": [
+                {"at": "3s", "xid": {"node": "gpu-node-b", "gpu": 4, "xid": 79}},
+            ],
+        },
+        source="e2e",
+    )
+
+
+@contextmanager
+def live_sim(tmp_path: Path) -> Iterator[LiveSim]:
+    spec = xid79_now()
+    objects = store.ObjectStore()
+    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
+    with ExitStack() as stack:
+        api = stack.enter_context(kubeapi.serve(objects))
+        metrics = stack.enter_context(metrics_server.serve(played))
+        config |= metrics_server.scrape_config(metrics.url, played.nodes)
+        prom = stack.enter_context(prom_helper.running(config, tmp_path / "prom"))
+        prom.wait_for_targets(3)
+        yield LiveSim(played, api, prom)
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    sim: LiveSim,
+    timeout_s: float,
+    step: Callable[[], object] | None = None,
+) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sim.catch_up()
+        if step is not None:
+            step()
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_xid79_is_isolated_with_annotations_and_an_event(tmp_path: Path) -> None:
+    guard_settings = settings.GuardSettings()
+    plan = prometheus.QueryPlan(
+        hold_window=guard_settings.isolation.hold_window,
+        xid_lookback=guard_settings.isolation.xid_lookback,
+    )
+    with live_sim(tmp_path) as sim, lightkube.Client(
+        config=kubeapi.lightkube_config(sim.api.url)
+    ) as client:
+        source = prometheus.PrometheusSource(sim.prom.url, plan)
+        guard = tick.Guard(
+            metrics=source,
+            cluster=kubernetes.KubernetesReader(client),
+            writer=node_writer.NodeWriter(client),
+            classifier=xid_catalog.load_catalog(),
+            settings=guard_settings,
+            clock=wiring.SystemClock(),
+        )
+        fault_at = sim.world.origin + FAULT_AFTER
+        isolated = wait_for(
+            lambda: bool(sim.node("gpu-node-b")["spec"].get("unschedulable")),
+            sim,
+            timeout_s=40,
+            step=guard.tick,
+        )
+        source.close()
+        node_b, node_a = sim.node("gpu-node-b"), sim.node("gpu-node-a")
+        events = sim.world.store.list("Event", "default")
+    assert isolated, "the guard never isolated gpu-node-b"
+    marks = node_b["metadata"]["annotations"]
+    assert marks[annotation_keys.REASON] == "xid-79"
+    assert marks[annotation_keys.GPU_CAPACITY] == "8"
+    assert marks[annotation_keys.BOOT_ID] == sim.world.node("gpu-node-b").boot_id
+    isolated_at = datetime.fromisoformat(marks[annotation_keys.ISOLATED_AT].replace("Z", "+00:00"))
+    assert isolated_at - fault_at < timedelta(seconds=30)
+    assert not node_a["spec"].get("unschedulable")
+    assert [e["involvedObject"]["name"] for e in events] == ["gpu-node-b"]
+
+
+def replica(sim: LiveSim, identity: str, port: int) -> subprocess.Popen[bytes]:
+    env = os.environ | {
+        "GPUGUARD_CONTROLLER__INTERVAL": "1s",
+        "GPUGUARD_CONTROLLER__LEASE_DURATION": "4s",
+        "GPUGUARD_CONTROLLER__RENEW_DEADLINE": "3s",
+        "GPUGUARD_CONTROLLER__RENEW_EVERY": "0.5s",
+    }
+    argv = [sys.executable, "-m", "gpuguard.cli.main", "run", "--kube-server", sim.api.url,
+            "--prometheus-url", sim.prom.url, "--identity", identity,
+            "--metrics-port", str(port), "--log-level", "WARNING"]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def guard_metrics(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    wanted = ("gpuguard_leader ", "gpuguard_ticks_total ")
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(wanted)
+    }
+
+
+def test_two_replicas_one_acts(tmp_path: Path) -> None:
+    with live_sim(tmp_path) as sim:
+        ports = [prom_helper.free_port(), prom_helper.free_port()]
+        procs = [replica(sim, f"replica-{i}", port) for i, port in enumerate(ports)]
+        try:
+            isolated = wait_for(
+                lambda: bool(sim.node("gpu-node-b")["spec"].get("unschedulable")), sim, 45
+            )
+            time.sleep(2)  # let both replicas tick a few more times
+            seen = [guard_metrics(port) for port in ports]
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            logs = [proc.communicate(timeout=15)[1].decode(errors="replace") for proc in procs]
+        patches = [
+            r for r in sim.api.requests
+            if r.method == "PATCH" and r.path == "/api/v1/nodes/gpu-node-b"
+        ]
+    assert isolated, f"no isolation; replica logs: {logs}"
+    assert sorted(m.get("gpuguard_leader") for m in seen) == [0, 1], seen
+    (leader,) = [m for m in seen if m["gpuguard_leader"] == 1]
+    (standby,) = [m for m in seen if m["gpuguard_leader"] == 0]
+    assert leader["gpuguard_ticks_total"] > 0
+    assert standby["gpuguard_ticks_total"] == 0
+    assert len(patches) == 1
+    assert all(proc.returncode == 0 for proc in procs), logs
