@@ -7,6 +7,7 @@ annotations and an Event. Two `gpuguard run` replicas against one simulator: one
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,13 +22,16 @@ from pathlib import Path
 import httpx
 import lightkube
 import pytest
+from typer.testing import CliRunner
 
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.cli.main import app
 from gpuguard.controller import tick, wiring
 from gpuguard.model import annotation_keys, settings
 from gpuguard.sim import clock, kubeapi, metrics_server, scenario, store, world
 from gpuguard.sources import kubernetes, prometheus
+from tests.conftest import SimApi
 from tests.integration import prometheus as prom_helper
 
 pytestmark = pytest.mark.integration
@@ -185,3 +189,39 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
     assert standby["gpuguard_ticks_total"] == 0
     assert len(patches) == 1
     assert all(proc.returncode == 0 for proc in procs), logs
+
+
+def test_once_dry_run_explain_and_status_tell_why_and_change_nothing(tmp_path: Path) -> None:
+    runner = CliRunner()
+    with live_sim(tmp_path) as sim:
+        seen = wait_for(lambda: bool(sim.prom.query("DCGM_FI_DEV_XID_ERRORS == 79")), sim, 30)
+        flags = ["--kube-server", sim.api.url, "--prometheus-url", sim.prom.url, "-o", "json"]
+        once = runner.invoke(app, ["once", "--dry-run", *flags])
+        explained = runner.invoke(app, ["explain", "gpu-node-b", *flags])
+        status = runner.invoke(app, ["status", *flags])
+        missing = runner.invoke(app, ["explain", "no-such-node", *flags])
+        still_schedulable = not sim.node("gpu-node-b")["spec"].get("unschedulable")
+    assert seen
+    assert once.exit_code == 0, once.output
+    (decision,) = [d for d in json.loads(once.stdout)["decisions"] if d["node"] == "gpu-node-b"]
+    assert (decision["decision"], decision["reason"], decision["done"]) == (
+        "isolate", "fast-path", "dry-run")
+    assert any("DCGM_FI_DEV_XID_ERRORS" in e for e in decision["evidence"])
+    assert still_schedulable
+    why = json.loads(explained.stdout)
+    assert why["state"] == "serving"
+    assert why["gpus"] == "7/8 allocatable"
+    assert [d["reason"] for d in why["decisions"]] == ["fast-path"]
+    fleet_status = json.loads(status.stdout)
+    assert fleet_status["nodes"] == {"serving": ["gpu-node-a", "gpu-node-b"]}
+    assert fleet_status["can_decide"] is True
+    assert fleet_status["pending_actions"] == ["gpu-node-b"]
+    assert missing.exit_code == 2
+
+
+def test_once_fails_closed_when_prometheus_is_unreachable(sim_api: SimApi) -> None:
+    result = CliRunner().invoke(
+        app, ["once", "--kube-server", sim_api.url, "--prometheus-url", "http://127.0.0.1:1"]
+    )
+    assert result.exit_code == 1
+    assert "fail closed" in result.output

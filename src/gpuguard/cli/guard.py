@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
+import lightkube
 import typer
 
 from gpuguard.cli import output
-from gpuguard.controller import tick, wiring
-from gpuguard.errors import InputError
+from gpuguard.controller import leader, tick, wiring
+from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import decisions, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import lifecycle
@@ -182,3 +183,70 @@ def _print_explanation(data: dict[str, Any]) -> None:
         con.print("- the guard sees nothing to act on or report for this node now")
     if data["breaker"]:
         con.print(data["breaker"])
+
+
+def status(
+    config: ConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    kube_server: ServerOpt = None,
+    prometheus_url: PromOpt = None,
+    fmt: FormatOpt = output.Format.TABLE,
+) -> None:
+    """The fleet at a glance: nodes by lifecycle state, the breaker, who leads, and whether
+    the guard can decide right now (a dry-run tick; changes nothing).
+
+    Example: gpuguard status -o json
+    """
+    settings = load_settings(config)
+    conn = connection(kubeconfig, kube_server, prometheus_url)
+    with wiring.build_guard(settings, conn, dry_run=True) as (built, client):
+        result = built.tick()
+        lease = _lease(client, settings)
+    data = _status(result, lease)
+    if not output.emit(data, fmt):
+        _print_status(data)
+
+
+def _lease(client: lightkube.Client, settings: settings_model.GuardSettings) -> dict[str, Any]:
+    c = settings.controller
+    try:
+        stored = leader.KubeLeases(client, c.lease_name, c.namespace).read()
+    except GpuguardError as e:
+        return {"error": str(e)}
+    if stored is None:
+        return {"holder": None}
+    record = stored.record
+    renewed = record.renew_time.isoformat() if record.renew_time else None
+    return {"holder": record.holder or None, "renewed": renewed}
+
+
+def _status(result: tick.TickResult, lease: dict[str, Any]) -> dict[str, Any]:
+    by_state: dict[str, list[str]] = {}
+    for node in result.snapshot.nodes if result.snapshot else ():
+        by_state.setdefault(str(lifecycle.state_of(node)), []).append(node.name)
+    return {
+        "at": result.at.isoformat(),
+        "nodes": by_state,
+        "breaker": result.decision.breaker.describe() if result.decision else None,
+        "leader": lease,
+        "can_decide": result.ok,
+        "error": result.error,
+        "pending_actions": [a.node for a in result.decision.actions] if result.decision else [],
+    }
+
+
+def _print_status(data: dict[str, Any]) -> None:
+    rows = [[state, str(len(names)), ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")]
+            for state, names in sorted(data["nodes"].items())]
+    output.table(f"nodes at {data['at']}", ["state", "count", "nodes"], rows)
+    con = output.console
+    con.print(data["breaker"] or "breaker: unknown (no decision)")
+    lease = data["leader"]
+    con.print(f"leader: {lease.get('holder') or 'none'}"
+              + (f" (renewed {lease['renewed']})" if lease.get("renewed") else "")
+              + (f" — lease unreadable: {lease['error']}" if lease.get("error") else ""))
+    if data["can_decide"]:
+        pending = ", ".join(data["pending_actions"]) or "-"
+        con.print(f"guard can decide now; would act on: {pending}")
+    else:
+        con.print(f"[red]guard cannot decide now[/red] (fail closed): {data['error']}")

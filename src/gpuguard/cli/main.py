@@ -23,6 +23,7 @@ app.command("check")(check.check)
 app.command("demo")(demo.demo)
 app.command("run")(run.run)
 app.command("once")(guard.once)
+app.command("status")(guard.status)
 app.command("explain")(guard.explain)
 app.command("backtest")(backtest.backtest)
 
