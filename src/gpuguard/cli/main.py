@@ -20,12 +20,12 @@ app = typer.Typer(
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.command("check")(check.check)
-app.command("demo")(demo.demo)
-app.command("run")(run.run)
-app.command("once")(guard.once)
-app.command("status")(guard.status)
-app.command("explain")(guard.explain)
-app.command("backtest")(backtest.backtest)
+app.command("demo", short_help="The guard against the seed incidents, in the simulator.")(demo.demo)
+app.command("run", short_help="The controller: Lease, a tick per interval, /metrics.")(run.run)
+app.command("once", short_help="One tick: decide and act (or --dry-run), with reasons.")(guard.once)
+app.command("status", short_help="Nodes by lifecycle state, breaker, leader.")(guard.status)
+app.command("explain", short_help="Why a node is where it is, with evidence.")(guard.explain)
+app.command("backtest", short_help="Replay the policy over Prometheus history.")(backtest.backtest)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
