@@ -51,6 +51,7 @@ class Guard:
     clock: ports.Clock
     is_leader: Callable[[], bool] = lambda: True
     dry_run: bool = False
+    notifier: ports.Notifier | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -111,3 +112,8 @@ class Guard:
             self.writer.record_event(action, result.at)
         except GpuguardError as e:
             log.warning("%s: isolated, but the Event could not be recorded: %s", node.name, e)
+        if self.notifier is not None:
+            try:
+                self.notifier.notify(action, result.at)
+            except GpuguardError as e:
+                log.warning("%s: isolated, but the notification failed: %s", node.name, e)

@@ -12,7 +12,7 @@ from pathlib import Path
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import nodes
+from gpuguard.actuators import nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import tick
 from gpuguard.model import settings as settings_model
@@ -60,6 +60,16 @@ def build_guard(
         staleness=guard_settings.prometheus.staleness,
         timeout_s=guard_settings.prometheus.timeout.total_seconds(),
     )
+    notes = guard_settings.notifications
+    notifier = (
+        notify.WebhookNotifier(
+            notes.webhook_url,
+            notify.NotifyFormat(notes.format),
+            timeout_s=notes.timeout.total_seconds(),
+        )
+        if notes.webhook_url
+        else None
+    )
     try:
         yield (
             tick.Guard(
@@ -70,9 +80,12 @@ def build_guard(
                 settings=guard_settings,
                 clock=SystemClock(),
                 dry_run=dry_run,
+                notifier=notifier,
             ),
             client,
         )
     finally:
         source.close()
         client.close()
+        if notifier is not None:
+            notifier.close()

@@ -56,3 +56,9 @@ class ClusterWriter(Protocol):
         ...
 
     def record_event(self, action: decisions.Action, now: datetime) -> None: ...
+
+
+class Notifier(Protocol):
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        """Tell people about an action; raises GpuguardError on failure (callers log it)."""
+        ...

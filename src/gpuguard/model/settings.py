@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -94,12 +94,24 @@ class ControllerSettings(_Section):
     )
 
 
+class NotificationSettings(_Section):
+    webhook_url: str | None = Field(
+        default=None, description="Where to post a notice for every action; unset = off."
+    )
+    format: Literal["alertmanager", "json"] = Field(
+        default="json",
+        description="alertmanager: POST /api/v2/alerts of Alertmanager; json: a generic object.",
+    )
+    timeout: Duration = Field(default=timedelta(seconds=5))
+
+
 class GuardSettings(_Section):
     """The whole tree."""
 
     isolation: IsolationSettings = IsolationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     controller: ControllerSettings = ControllerSettings()
+    notifications: NotificationSettings = NotificationSettings()
 
     @classmethod
     def load(
