@@ -71,10 +71,10 @@ def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> 
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:
-    table = Table(
-        "scenario", "isolated", "fault → isolation", "false", "missed", "GPU-h out",
-        title="figures (seed: Xid 79 isolated after 12m26s by the seed's guard)",
-    )
+    table = Table(title="figures (seed: Xid 79 isolated after 12m26s by the seed's guard)")
+    table.add_column("scenario", no_wrap=True)
+    for header in ("isolated", "fault → isolation", "false", "missed", "GPU-h out"):
+        table.add_column(header)
     for r in reports:
         latency = ", ".join(
             f"{node} {sim.offset_text(s)}" for node, s in r["time_to_isolate_s"].items()
