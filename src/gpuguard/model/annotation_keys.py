@@ -16,6 +16,7 @@ VERDICT = PREFIX + "verdict"
 HOLD = PREFIX + "hold"
 RESET_DONE = PREFIX + "reset-done"
 RETURN_FAILED = PREFIX + "return-failed"
+INSPECTED = PREFIX + "inspected"  # a human's timestamp: the card was inspected, history ok
 ONBOARDING_TAINT = PREFIX + "onboarding"
 
 

@@ -47,6 +47,23 @@ class Reason(StrEnum):
     RETURN_CONDITIONS_MET = "return-conditions-met"
     RETURN_BLOCKED = "return-blocked"
     HUMAN_UNCORDONED = "human-uncordoned"
+    NOT_ISOLATED = "not-isolated"
+    RETURN_DATA_MISSING = "return-data-missing"
+    BURN_IN_RUNNING = "burn-in-running"
+    BURN_IN_PASSED = "burn-in-passed"
+    BURN_IN_FAILED = "burn-in-failed"
+    # Utilization diagnosis of GPUs held by pods (seed 002 "7.3.3"; policy.utilization)
+    TENSOR_IDLE = "tensor-idle"
+    MEMORY_BOUND = "memory-bound"
+    LOW_OCCUPANCY = "low-occupancy"
+    HEALTHY_BUSY = "healthy-busy"
+    LIGHTLY_USED = "lightly-used"
+    IDLE_EXPENSIVE = "idle-expensive"
+    PROFILING_METRICS_MISSING = "profiling-metrics-missing"
+    # Workload hygiene against orphaned CUDA contexts (seed 000's defence layers; policy.hygiene)
+    RAYJOB_KEEPS_CLUSTER = "rayjob-keeps-cluster"
+    SHORT_GRACE_PERIOD = "short-grace-period"
+    NCCL_HANG_UNBOUNDED = "nccl-hang-unbounded"
 
 
 class ActionKind(StrEnum):

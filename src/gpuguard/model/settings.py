@@ -105,12 +105,136 @@ class NotificationSettings(_Section):
     timeout: Duration = Field(default=timedelta(seconds=5))
 
 
+class PhantomSettings(_Section):
+    """When a GPU counts as phantom-busy (DESIGN §9, seed 000): busy with nothing, held.
+
+    Phantom is waste to report, not a fault: by default gpuguard never cordons for it.
+    """
+
+    hold: Duration = Field(
+        default=timedelta(minutes=15),
+        description="The signature must hold this long (seed 000's draft rule: for: 15m; the "
+        "incident's GPUs stayed stuck for hours).",
+    )
+    sm_active_min: float = Field(
+        default=0.95, ge=0.0, le=1.0,
+        description="SM (or graphics engine) active ratio above which the GPU looks busy.",
+    )
+    util_min_pct: float = Field(
+        default=95.0, ge=0.0, le=100.0,
+        description="GPU util (%) used instead when DCGM profiling metrics are absent.",
+    )
+    dram_active_max: float = Field(
+        default=0.02, ge=0.0, le=1.0, description="DRAM active ratio below which memory is idle."
+    )
+    fb_used_max_mib: float = Field(
+        default=100.0, ge=0.0, description="Framebuffer used (MiB) below which FB is empty."
+    )
+    power_over_idle_min_w: float = Field(
+        default=30.0, ge=0.0,
+        description="Power must stay this far above the model's idle power (seed: ~114 W vs "
+        "~15 W idle; the alert rule's 60 W sits between).",
+    )
+    sm_clock_near_max: float = Field(
+        default=0.9, gt=0.0, le=1.0,
+        description="Without a P-state series, SM clock >= this fraction of the model's max "
+        "counts as pinned at P0.",
+    )
+    age_lookback: Duration = Field(
+        default=timedelta(hours=24),
+        description="How far back the signature's minutes are counted for GPU-hours so far.",
+    )
+    cordon: bool = Field(
+        default=False,
+        description="Opt-in: isolate a node with a phantom GPU instead of only reporting it.",
+    )
+
+
+class UtilizationSettings(_Section):
+    """How a busy GPU's telemetry is read (seed 002 "7.3.3": util is not efficiency)."""
+
+    window: Duration = Field(default=timedelta(hours=1), description="Diagnosis window.")
+    busy_util_pct: float = Field(
+        default=80.0, ge=0.0, le=100.0, description="Average util at or above this is busy."
+    )
+    idle_util_pct: float = Field(
+        default=1.0, ge=0.0, le=100.0,
+        description="Max util below this over the window is idle (the GpuIdleExpensive rule).",
+    )
+    idle_window_min: Duration = Field(
+        default=timedelta(hours=1),
+        description="idle-expensive needs at least this long a window (a short pause is not).",
+    )
+    tensor_active_low: float = Field(
+        default=0.10, ge=0.0, le=1.0, description="Average tensor pipe activity below this is low."
+    )
+    dram_active_high: float = Field(
+        default=0.50, ge=0.0, le=1.0, description="Average DRAM activity above this is high."
+    )
+    sm_occupancy_low: float = Field(
+        default=0.20, ge=0.0, le=1.0, description="Average SM occupancy below this is low."
+    )
+
+
+class HygieneSettings(_Section):
+    """Workload settings that keep a failed job from leaving orphaned CUDA contexts."""
+
+    min_grace_period: Duration = Field(
+        default=timedelta(seconds=60),
+        description="GPU pods with a shorter terminationGracePeriodSeconds are reported "
+        "(Kubernetes' default is 30 s; cleanup needs time before SIGKILL, seed 000).",
+    )
+
+
+class ReturnSettings(_Section):
+    """When an isolated node may go back to the pool (DESIGN §7, seed 004 "풀 복귀")."""
+
+    max_card_faults: int = Field(
+        default=2,
+        ge=1,
+        description="Hold for a human when the faulty card has this many ledger faults "
+        "(seed: the 2nd fault of a card asks for inspection).",
+    )
+    memory_test_xids: frozenset[int] = Field(
+        default=frozenset({48, 63, 64, 94, 95, 140}),
+        description="Memory-class Xids: the burn-in adds a memory test (tens of minutes; the "
+        "seed's ECC card passed matmul and failed only memtest).",
+    )
+    require_conformance: bool = Field(
+        default=False,
+        description="Host conformance must be reported by the agent; when false, a node "
+        "without the agent is not held for it (any reported FAIL still holds).",
+    )
+    require_row_remap: bool = Field(
+        default=False,
+        description="Row-remap pending must be reported; when false, a node whose cards do not "
+        "export it (no ECC row remapping, e.g. pre-Ampere or GeForce) is not held for it.",
+    )
+    service_network_pods: tuple[str, ...] = Field(
+        default=(
+            "kube-proxy-",
+            "rke2-canal-",
+            "canal-",
+            "calico-node-",
+            "cilium-",
+            "kube-flannel-ds-",
+            "kube-router-",
+            "antrea-agent-",
+        ),
+        description="Name prefixes of the kube-proxy and CNI pods that must be Ready on the node.",
+    )
+
+
 class GuardSettings(_Section):
     """The whole tree."""
 
     isolation: IsolationSettings = IsolationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     controller: ControllerSettings = ControllerSettings()
+    phantom: PhantomSettings = PhantomSettings()
+    utilization: UtilizationSettings = UtilizationSettings()
+    hygiene: HygieneSettings = HygieneSettings()
+    restore: ReturnSettings = ReturnSettings()
     notifications: NotificationSettings = NotificationSettings()
 
     @classmethod
