@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import backtest, check, demo, guard, run, sim, xid
+from gpuguard.cli import backtest, burnin, check, demo, guard, run, sim, xid
 
 app = typer.Typer(
     name="gpuguard",
@@ -20,6 +20,9 @@ app = typer.Typer(
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.command("check")(check.check)
+app.command("burnin", short_help="Burn in the GPUs before return to pool; exit 0 = passed.")(
+    burnin.burnin
+)
 app.command("demo", short_help="The guard against the seed incidents, in the simulator.")(demo.demo)
 app.command("run", short_help="The controller: Lease, a tick per interval, /metrics.")(run.run)
 app.command("once", short_help="One tick: decide and act (or --dry-run), with reasons.")(guard.once)

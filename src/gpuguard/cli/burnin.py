@@ -1,0 +1,188 @@
+"""``gpuguard burnin``: the burn-in a validation Job runs on an isolated node (DESIGN §7).
+
+Parses the flags into a ``BurninRequest``, runs ``gpuguard.agent.burnin.running.run`` with the
+real backend, command runner and packaged throughput table, prints a table, JSON or the
+compact termination message, and exits 0 (passed), 1 (not passed) or 2 (bad flag/environment).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import rich.markup
+import typer
+
+from gpuguard import errors
+from gpuguard.agent.burnin import hardware, report, running
+from gpuguard.catalog import gpu_throughput
+from gpuguard.cli import output
+from gpuguard.model import durations
+from gpuguard.policy import burnin as burnin_policy
+
+EXIT_PASSED, EXIT_FAILED, EXIT_ENVIRONMENT = 0, 1, 2
+
+
+class Rendering(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    SUMMARY = "summary"
+
+
+HELP = f"""Burn in this node's GPUs before it returns to the pool; exit 0 only if it passed.
+
+Matmul mode (seed 004): a square matmul on every visible GPU at once for --duration, warm-up
+excluded. It passes only when all four checks PASS: gpu-count (found = --expected-gpus),
+gpu-errors (no CUDA error on any GPU; a failing GPU fails with its text, the others are still
+measured), throughput-balance (slowest/fastest >= {burnin_policy.SEED_MIN_MAX_RATIO}) and
+throughput-floor (each GPU >= --floor of its model's dense {"/".join(gpu_throughput.Dtype)}
+throughput from the packaged datasheet table, so a uniformly slow node fails; a model the table
+does not know makes it UNKNOWN, never PASS). A real 8192² matmul reaches well below datasheet
+peak on many cards: tune --floor per fleet.
+
+Memory mode, for memory-class Xids ({", ".join(map(str, sorted(burnin_policy.MEMORY_FAULT_XIDS)))};
+chosen by --mode auto from --reason xid-NN): `dcgmi diag -r 4` when dcgmi is on PATH. It
+includes memtest and takes TENS OF MINUTES (up to ~45 min on a 4-GPU Hopper server; bounded
+by --dcgm-timeout). Without DCGM: a CUDA write/read pattern test over most of free memory.
+Neither possible: UNKNOWN, not passed.
+
+Needs PyTorch with CUDA (pip install torch) for --device cuda. --device cpu is for tests only:
+a tiny pure-Python matmul whose output says "CPU mode: not a burn-in result"; it never passes.
+
+\b
+Exit codes: 0 passed, 1 not passed (FAIL or UNKNOWN), 2 bad flag or environment
+(e.g. --device cuda without PyTorch/CUDA).
+
+\b
+Examples:
+  gpuguard burnin --expected-gpus 8
+  gpuguard burnin --duration 90s --size 8192 --dtype bf16 --floor 0.6 --json
+  gpuguard burnin --mode auto --reason xid-48 --expected-gpus 8
+  GPUGUARD_EXPECTED_GPUS=8 gpuguard burnin --summary > /dev/termination-log
+  gpuguard burnin --device cpu --size 32 --duration 1s     # tests only
+"""
+
+
+DurationOption = Annotated[
+    str, typer.Option(help="How long each GPU runs its timed matmul (90s, 2m, ...).")
+]
+SizeOption = Annotated[int, typer.Option(min=1, help="Side of the square matrices.")]
+DtypeOption = Annotated[gpu_throughput.Dtype, typer.Option(help="Matmul precision.")]
+ExpectedOption = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        envvar="GPUGUARD_EXPECTED_GPUS",
+        help="GPUs the node must show (the Job passes the gpuguard.io/gpu-capacity annotation).",
+    ),
+]
+FloorOption = Annotated[
+    float,
+    typer.Option(min=0.0, max=1.0, help="Least fraction of the model's expected TFLOPS per GPU."),
+]
+DeviceOption = Annotated[
+    hardware.DeviceKind, typer.Option(help="cuda (PyTorch) or cpu (tests only).")
+]
+ModeOption = Annotated[
+    burnin_policy.Mode, typer.Option(help="auto: memory for memory-class --reason, else matmul.")
+]
+ReasonOption = Annotated[
+    str | None, typer.Option(help="Why the node was isolated, e.g. xid-48 (for --mode auto).")
+]
+DcgmTimeoutOption = Annotated[
+    str, typer.Option(help="Hard limit for dcgmi diag -r 4 before it counts as UNKNOWN.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="The full report as JSON.")]
+SummaryOption = Annotated[
+    bool,
+    typer.Option("--summary", help="Compact JSON <= 4000 bytes for the termination message."),
+]
+
+
+def burnin(
+    duration: DurationOption = "90s",
+    size: SizeOption = 8192,
+    dtype: DtypeOption = gpu_throughput.Dtype.FP16,
+    expected_gpus: ExpectedOption = None,
+    floor: FloorOption = burnin_policy.DEFAULT_FLOOR,
+    device: DeviceOption = hardware.DeviceKind.CUDA,
+    mode: ModeOption = burnin_policy.Mode.AUTO,
+    reason: ReasonOption = None,
+    dcgm_timeout: DcgmTimeoutOption = "60m",
+    json_output: JsonOption = False,
+    summary: SummaryOption = False,
+) -> None:
+    if json_output and summary:
+        raise typer.BadParameter("choose one of --json and --summary", param_hint="--summary")
+    request = running.BurninRequest(
+        device=device,
+        mode=mode,
+        xid=_reason(reason),
+        duration_s=_seconds(duration, "--duration"),
+        size=size,
+        dtype=dtype,
+        expected_gpus=expected_gpus,
+        floor=floor,
+        dcgm_timeout_s=_seconds(dcgm_timeout, "--dcgm-timeout"),
+    )
+    try:
+        result = running.run(request, running.Environment())
+    except hardware.BackendUnavailable as e:
+        output.errors.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(EXIT_ENVIRONMENT) from e
+    _render(result, Rendering.JSON if json_output else Rendering.SUMMARY if summary else None)
+    raise typer.Exit(EXIT_PASSED if result.passed else EXIT_FAILED)
+
+
+def _seconds(text: str, flag: str) -> float:
+    try:
+        seconds = durations.parse_duration(text, what=flag).total_seconds()
+    except errors.InputError as e:
+        raise typer.BadParameter(str(e), param_hint=flag) from e
+    if seconds <= 0:
+        raise typer.BadParameter(f"{flag}: must be longer than 0s, got {text!r}", param_hint=flag)
+    return seconds
+
+
+def _reason(text: str | None) -> int | None:
+    try:
+        return burnin_policy.parse_reason(text)
+    except errors.InputError as e:
+        raise typer.BadParameter(str(e), param_hint="--reason") from e
+
+
+def _render(result: report.BurninReport, rendering: Rendering | None) -> None:
+    if result.device == hardware.DeviceKind.CPU:
+        output.errors.print(f"[bold red]{report.CPU_NOTE}[/bold red]", highlight=False)
+    if rendering is Rendering.SUMMARY:
+        typer.echo(result.summary())
+    elif rendering is Rendering.JSON:
+        output.emit(result.as_dict(), output.Format.JSON)
+    else:
+        _tables(result)
+
+
+def _tables(result: report.BurninReport) -> None:
+    if result.gpus:
+        pairs = zip(result.gpus, result.fractions, strict=True)
+        rows = [_gpu_row(gpu, fraction) for gpu, fraction in pairs]
+        columns = ("gpu", "name", "tflops", "of expected", "error")
+        output.table(f"burn-in: {result.mode} on {result.device}", columns, rows)
+    checks = [(c.check, c.status.value, _plain(c.evidence)) for c in result.verdict.checks]
+    output.table("checks", ("check", "status", "evidence"), checks)
+    verdict = "[green]PASSED[/green]" if result.passed else "[bold red]NOT PASSED[/bold red]"
+    output.console.print(verdict, _plain(result.note), highlight=False, soft_wrap=True)
+
+
+def _gpu_row(gpu: burnin_policy.GpuResult, fraction: float | None) -> tuple[str, ...]:
+    tflops = "-" if gpu.tflops is None else f"{gpu.tflops:.1f}"
+    share = "unknown" if fraction is None else f"{fraction:.0%}"
+    return (str(gpu.index), _plain(gpu.name), tflops, share, _plain(gpu.error or ""))
+
+
+def _plain(text: str) -> str:
+    """Device names and CUDA errors may contain "[...]": print them, never parse as markup."""
+    return rich.markup.escape(text)
+
+
+burnin.__doc__ = HELP
