@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import backtest, burnin, check, demo, guard, run, sim, xid
+from gpuguard.cli import backtest, burnin, check, demo, guard, ledger, run, sim, xid
 
 app = typer.Typer(
     name="gpuguard",
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
+app.add_typer(ledger.app, name="ledger")
 app.command("check")(check.check)
 app.command("burnin", short_help="Burn in the GPUs before return to pool; exit 0 = passed.")(
     burnin.burnin

@@ -47,3 +47,4 @@ class LedgerEntry:
     uuid: str | None
     recorder: Recorder
     verdict: Verdict | None = None
+    kind: FaultKind = FaultKind.XID  # names the fault when there is no Xid code (xid is None)

@@ -1,0 +1,197 @@
+"""Escalation from the fault ledger (seed 004 "장애 원장"): a card's 2nd fault asks for an
+inspection, its 3rd for a replacement, and a slot where a new card fails again asks for a
+riser/slot/power check; the drafted request names the history it rests on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuguard.model import decisions, faults
+from gpuguard.policy import escalation
+from gpuguard.policy.escalation import Escalation
+
+CARD_A = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"  # the seed's Xid 79 card
+CARD_B = "GPU-2b3c4d5e-6f7a-8b9c-0d1e-2f3a4b5c6d7e"
+CARD_C = "GPU-3c4d5e6f-7a8b-9c0d-1e2f-3a4b5c6d7e8f"
+SLOT = "0000:99:00.0"
+OTHER_SLOT = "0000:1b:00.0"
+
+
+def fault(
+    day: str,
+    uuid: str | None = CARD_A,
+    node: str = "gpu-node-b",
+    pci: str | None = SLOT,
+    recorder: faults.Recorder = faults.Recorder.GPUGUARD,
+) -> faults.LedgerEntry:
+    return faults.LedgerEntry(
+        at=datetime.fromisoformat(f"{day}T06:00:00+00:00"),
+        node=node,
+        xid=79,
+        pci=pci,
+        uuid=uuid,
+        recorder=recorder,
+    )
+
+
+# The seed's ledger on 23 September: the card's two Xid 79s, back-filled by hand.
+SEED_LEDGER = (
+    faults.LedgerEntry(
+        at=datetime(2026, 9, 10, 13, 3, 59, tzinfo=UTC), node="gpu-node-b", xid=79, pci=SLOT,
+        uuid=CARD_A, recorder=faults.Recorder.MANUAL,
+    ),
+    faults.LedgerEntry(
+        at=datetime(2026, 9, 21, 5, 52, 44, tzinfo=UTC), node="gpu-node-b", xid=79, pci=SLOT,
+        uuid=CARD_A, recorder=faults.Recorder.MANUAL,
+    ),
+)
+
+
+def escalation_of(entries: list[faults.LedgerEntry], current: faults.LedgerEntry) -> Escalation:
+    history = escalation.history_for(entries, current.uuid, current.node, current.pci)
+    return escalation.escalate(history)
+
+
+@pytest.mark.parametrize(
+    ("ledger", "expected"),
+    [
+        pytest.param([fault("2026-09-10")], Escalation.NONE, id="first-fault-no-escalation"),
+        pytest.param(
+            [fault("2026-09-10"), fault("2026-09-21")], Escalation.INSPECTION,
+            id="xid79-second-time-same-card-inspection",
+        ),
+        pytest.param(
+            [fault("2026-09-10"), fault("2026-09-21"), fault("2026-10-02")],
+            Escalation.REPLACEMENT, id="xid79-third-time-same-card-replacement",
+        ),
+        pytest.param(
+            [fault(f"2026-10-{d:02d}") for d in (1, 5, 9, 13)], Escalation.REPLACEMENT,
+            id="fourth-fault-still-replacement",
+        ),
+        pytest.param(
+            [fault("2026-09-10", node="gpu-node-a", pci=OTHER_SLOT), fault("2026-09-21")],
+            Escalation.INSPECTION, id="card-moved-to-another-node-history-follows-it",
+        ),
+        pytest.param(
+            [fault("2026-09-10", uuid=CARD_B), fault("2026-09-21")], Escalation.SLOT_CHECK,
+            id="new-card-same-slot-fails-again-slot-check",
+        ),
+        pytest.param(
+            [fault("2026-09-10", uuid=CARD_B), fault("2026-09-21", uuid=CARD_C),
+             fault("2026-09-25")],
+            Escalation.SLOT_CHECK, id="third-card-same-slot-slot-check",
+        ),
+        pytest.param(
+            [fault("2026-09-01", uuid=CARD_B), fault("2026-09-10"), fault("2026-09-21"),
+             fault("2026-10-02")],
+            Escalation.SLOT_CHECK, id="slot-check-outranks-replacement",
+        ),
+        pytest.param(
+            [fault("2026-09-10", uuid=CARD_B, node="gpu-node-a"), fault("2026-09-21")],
+            Escalation.NONE, id="same-pci-on-another-node-is-another-slot",
+        ),
+        pytest.param(
+            [fault("2026-09-10", uuid=CARD_B, pci=OTHER_SLOT), fault("2026-09-21")],
+            Escalation.NONE, id="other-card-in-another-slot-unrelated",
+        ),
+        pytest.param(
+            [fault("2026-09-10", uuid=None), fault("2026-09-21", uuid=None)], Escalation.NONE,
+            id="unknown-cards-are-not-counted-as-different-cards",
+        ),
+    ],
+)
+def test_escalation(ledger: list[faults.LedgerEntry], expected: Escalation) -> None:
+    assert escalation_of(ledger, ledger[-1]) is expected
+
+
+def test_card_fault_count_counts_the_card_on_every_node() -> None:
+    entries = [
+        fault("2026-09-10"), fault("2026-09-12", node="gpu-node-a", pci=OTHER_SLOT),
+        fault("2026-09-13", uuid=CARD_B),
+    ]
+    assert escalation.card_fault_count(entries, CARD_A) == 2
+    assert escalation.card_fault_count(entries, CARD_B) == 1
+    assert escalation.card_fault_count(entries, CARD_C) == 0
+
+
+def test_history_is_oldest_first_whatever_the_ledger_order() -> None:
+    late, early = fault("2026-09-21"), fault("2026-09-10")
+    history = escalation.history_for([late, early], CARD_A, "gpu-node-b", SLOT)
+    assert history.card_faults == (early, late)
+    assert history.slot_faults == (early, late)
+
+
+def test_seed_third_xid79_of_the_card_drafts_a_replacement_request() -> None:
+    third = fault("2026-10-02")
+    entries = [*SEED_LEDGER, third]
+    history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
+    level = escalation.escalate(history)
+    text = escalation.request_text(third, decisions.Verdict.POWER_CYCLE, history, level)
+    assert level is Escalation.REPLACEMENT
+    assert text.startswith(f"gpu-node-b (slot {SLOT}, card {CARD_A}): Xid 79, GPU has fallen")
+    assert "Verdict: power-cycle the node" in text
+    assert "failed 3 times (2026-09-10 on gpu-node-b slot 0000:99:00.0, 2026-09-21 on " in text
+    assert "2026-10-02 on gpu-node-b" in text
+    assert "please replace it, do not return it to service" in text
+
+
+def test_seed_second_xid79_drafts_an_inspection_request() -> None:
+    history = escalation.history_for(SEED_LEDGER, CARD_A, "gpu-node-b", SLOT)
+    text = escalation.request_text(
+        SEED_LEDGER[1], decisions.Verdict.POWER_CYCLE, history, escalation.escalate(history)
+    )
+    assert "failed 2 times (2026-09-10 on gpu-node-b" in text
+    assert "please inspect it" in text
+    assert "replace" not in text
+
+
+def test_new_card_failing_in_the_same_slot_asks_for_riser_slot_power_check() -> None:
+    swapped_in = fault("2026-10-02", uuid=CARD_B)
+    entries = [*SEED_LEDGER, swapped_in]
+    history = escalation.history_for(entries, CARD_B, "gpu-node-b", SLOT)
+    level = escalation.escalate(history)
+    text = escalation.request_text(swapped_in, decisions.Verdict.POWER_CYCLE, history, level)
+    assert level is Escalation.SLOT_CHECK
+    assert "This is the card's first recorded fault." in text
+    assert f"slot {SLOT} of gpu-node-b has failed with 2 different cards" in text
+    assert f"2026-09-10 card {CARD_A}, 2026-09-21 card {CARD_A}, 2026-10-02 card {CARD_B}" in text
+    assert "check the riser, the slot and its power" in text
+
+
+def test_first_fault_request_states_slot_history_and_verdict_only() -> None:
+    first = fault("2026-09-10", recorder=faults.Recorder.MANUAL)
+    history = escalation.history_for([first], CARD_A, "gpu-node-b", SLOT)
+    text = escalation.request_text(first, decisions.Verdict.GPU_RESET, history, Escalation.NONE)
+    assert "Verdict: drain the pods using this GPU, then reset the GPU." in text
+    assert "first recorded fault" in text
+    assert f"History of the slot {SLOT} of gpu-node-b: 1 fault, all with this card (2026-09-10)." \
+        in text
+
+
+def test_slot_history_names_the_other_cards_that_failed_there() -> None:
+    entries = [fault("2026-09-10", uuid=CARD_B, pci=SLOT), fault("2026-09-21", pci=OTHER_SLOT),
+               fault("2026-09-22", pci=SLOT)]
+    history = escalation.history_for(entries, CARD_A, "gpu-node-b", OTHER_SLOT)
+    text = escalation.request_text(entries[1], decisions.Verdict.POWER_CYCLE, history,
+                                   escalation.escalate(history))
+    assert f"History of the slot {OTHER_SLOT} of gpu-node-b: 1 fault, all with this card" in text
+    history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
+    text = escalation.request_text(entries[2], decisions.Verdict.POWER_CYCLE, history,
+                                   escalation.escalate(history))
+    assert f"has failed with 2 different cards (2026-09-10 card {CARD_B}, 2026-09-22 card" in text
+
+
+def test_fault_without_xid_or_card_is_described_in_words() -> None:
+    lost = faults.LedgerEntry(
+        at=datetime(2026, 9, 10, tzinfo=UTC), node="gpu-node-b", xid=None, pci=None, uuid=None,
+        recorder=faults.Recorder.GPUGUARD, kind=faults.FaultKind.FALLEN_OFF_BUS,
+    )
+    history = escalation.history_for([lost], None, "gpu-node-b", None)
+    text = escalation.request_text(
+        lost, decisions.Verdict.HUMAN_DIAGNOSIS, history, escalation.escalate(history)
+    )
+    assert text.startswith("gpu-node-b (slot unknown, card unknown): fallen off bus.")
+    assert "UUID is unknown" in text
+    assert "slot is unknown" in text
