@@ -52,6 +52,7 @@ class FakeWriter:
     """Records every write; ``errors[node]`` is raised on that node's isolate()."""
 
     isolated: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    annotated: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
     events: list[decisions.Action] = field(default_factory=list)
     errors: dict[str, Exception] = field(default_factory=dict)
     event_error: Exception | None = None
@@ -60,6 +61,11 @@ class FakeWriter:
         if node.name in self.errors:
             raise self.errors[node.name]
         self.isolated.append((node.name, dict(action.annotations)))
+
+    def annotate(self, node: fleet.Node, annotations: dict[str, str | None]) -> None:
+        if node.name in self.errors:
+            raise self.errors[node.name]
+        self.annotated.append((node.name, dict(annotations)))
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         if self.event_error is not None:

@@ -9,6 +9,7 @@ import lightkube
 import pytest
 
 from gpuguard.actuators import jobs
+from gpuguard.model import jobs as job_model
 from gpuguard.sim import clock, kubeapi, kubelet, scenario, state, store, world
 
 pytestmark = pytest.mark.integration
@@ -44,13 +45,13 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         adapter = jobs.Jobs(client)
         assert adapter.create(manifest) is True
         assert adapter.create(manifest) is False  # the next tick finds it again
-        assert adapter.result(name).state is jobs.JobState.ABSENT
+        assert adapter.result(name).state is job_model.JobState.ABSENT
         runner.step()
-        assert adapter.result(name).state is jobs.JobState.RUNNING
+        assert adapter.result(name).state is job_model.JobState.RUNNING
         played.step_to(timedelta(seconds=45))
         runner.step()
         result = adapter.result(name)
-    assert result.state is jobs.JobState.SUCCEEDED
+    assert result.state is job_model.JobState.SUCCEEDED
     assert result.message == '{"verdict": "power-cycle"}'
     assert ran == [("gpu-node-a", manifest["spec"]["template"]["spec"]["containers"][0]["command"])]
 

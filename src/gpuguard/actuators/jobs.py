@@ -14,7 +14,6 @@ recording it leaves a Job the next tick finds again (create → AlreadyExists is
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
@@ -24,6 +23,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from gpuguard.errors import GpuguardError, SourceError
+from gpuguard.model import jobs as job_model
 
 PART_OF = "gpuguard"
 JOB_KIND_LABEL = "gpuguard.io/job"
@@ -121,20 +121,6 @@ def _job(
     }
 
 
-class JobState(StrEnum):
-    ABSENT = "absent"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    state: JobState
-    message: str | None = None  # the container's termination message
-    detail: str = ""
-
-
 class Jobs:
     """Creates gpuguard's Jobs and reads their pods' termination messages."""
 
@@ -155,7 +141,7 @@ class Jobs:
             raise GpuguardError(f"creating Job {manifest['metadata']['name']}: {e}") from e
         return True
 
-    def result(self, name: str) -> JobResult:
+    def result(self, name: str) -> job_model.JobResult:
         """The state of the Job's pod and its termination message, if it ended."""
         try:
             pods = list(
@@ -164,19 +150,19 @@ class Jobs:
         except (ApiError, httpx2.HTTPError) as e:
             raise SourceError(f"reading the pods of Job {name}: {e}") from e
         if not pods:
-            return JobResult(JobState.ABSENT)
+            return job_model.JobResult(job_model.JobState.ABSENT)
         return _pod_result(pods[-1])
 
 
-def _pod_result(pod: Pod) -> JobResult:
+def _pod_result(pod: Pod) -> job_model.JobResult:
     status = pod.status
     phase = status.phase if status else None
     statuses = (status.containerStatuses or []) if status else []
     terminated = statuses[0].state.terminated if statuses and statuses[0].state else None
     message = terminated.message if terminated else None
     if phase == "Succeeded":
-        return JobResult(JobState.SUCCEEDED, message)
+        return job_model.JobResult(job_model.JobState.SUCCEEDED, message)
     if phase == "Failed":
         reason = terminated.reason if terminated else (status.reason if status else None)
-        return JobResult(JobState.FAILED, message, detail=reason or "")
-    return JobResult(JobState.RUNNING)
+        return job_model.JobResult(job_model.JobState.FAILED, message, detail=reason or "")
+    return job_model.JobResult(job_model.JobState.RUNNING)

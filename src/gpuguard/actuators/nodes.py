@@ -50,6 +50,13 @@ class NodeWriter:
     def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
         self._patch(node.name, isolation_patch(node, action))
 
+    def annotate(self, node: fleet.Node, annotations: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) annotations, conditional on what was read."""
+        patch = {
+            "metadata": {"resourceVersion": node.resource_version, "annotations": annotations}
+        }
+        self._patch(node.name, patch)
+
     def _patch(self, name: str, patch: dict[str, Any]) -> None:
         try:
             self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuguard.controller import recovery as recovery_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
+from gpuguard.policy import recovery as recovery_policy
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ class TickResult:
     error: str | None = None
     error_kind: str | None = None
     snapshot: fleet.FleetSnapshot | None = None
+    recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +55,7 @@ class Guard:
     is_leader: Callable[[], bool] = lambda: True
     dry_run: bool = False
     notifier: ports.Notifier | None = None
+    recovery: recovery_step.Recovery | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -63,6 +67,12 @@ class Guard:
             return result
         result.decision = isolate.decide(result.snapshot, self.classifier, self.settings)
         self._act(result.snapshot, result.decision, result)
+        if self.recovery is not None:
+            result.recovery = self.recovery.run(
+                result.snapshot.nodes,
+                result.at,
+                may_write=lambda: not self.dry_run and self.is_leader(),
+            )
         return result
 
     def _collect(self, at: datetime) -> fleet.FleetSnapshot:

@@ -12,9 +12,9 @@ from pathlib import Path
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import nodes, notify
+from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import tick
+from gpuguard.controller import recovery, tick
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import kubernetes, prometheus
 
@@ -70,17 +70,34 @@ def build_guard(
         if notes.webhook_url
         else None
     )
+    writer = nodes.NodeWriter(client)
+    catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
+    c = guard_settings.controller
+    recovering = (
+        recovery.Recovery(
+            jobs=jobs.Jobs(client, c.namespace),
+            ledger=ledger.Ledger(client, c.namespace),
+            writer=writer,
+            catalog=catalog,
+            image=c.image,
+            namespace=c.namespace,
+            notifier=notifier,
+        )
+        if c.recovery
+        else None
+    )
     try:
         yield (
             tick.Guard(
                 metrics=source,
                 cluster=kubernetes.KubernetesReader(client),
-                writer=nodes.NodeWriter(client),
-                classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
+                writer=writer,
+                classifier=catalog,
                 settings=guard_settings,
                 clock=SystemClock(),
                 dry_run=dry_run,
                 notifier=notifier,
+                recovery=recovering,
             ),
             client,
         )

@@ -47,6 +47,8 @@ class Reason(StrEnum):
     RETURN_CONDITIONS_MET = "return-conditions-met"
     RETURN_BLOCKED = "return-blocked"
     HUMAN_UNCORDONED = "human-uncordoned"
+    EVIDENCE_REQUESTED = "evidence-requested"
+    VERDICT_RECORDED = "verdict-recorded"
     NOT_ISOLATED = "not-isolated"
     RETURN_DATA_MISSING = "return-data-missing"
     BURN_IN_RUNNING = "burn-in-running"

@@ -55,6 +55,10 @@ class ClusterWriter(Protocol):
         """Cordon + annotate in one write; ConflictError when the node changed since read."""
         ...
 
+    def annotate(self, node: fleet.Node, annotations: dict[str, str | None]) -> None:
+        """Merge annotations (None removes one); ConflictError when the node changed."""
+        ...
+
     def record_event(self, action: decisions.Action, now: datetime) -> None: ...
 
 

@@ -78,6 +78,15 @@ class PrometheusSettings(_Section):
 class ControllerSettings(_Section):
     interval: Duration = Field(default=timedelta(seconds=30), description="Time between ticks.")
     namespace: str = Field(default="gpuguard", description="Where the Lease and ledger live.")
+    image: str = Field(
+        default="ghcr.io/gpuguard/gpuguard:0.1.0",
+        description="gpuguard's image for the evidence and burn-in Jobs (the admission policy "
+        "admits exactly this image; the Helm chart sets both).",
+    )
+    recovery: bool = Field(
+        default=True,
+        description="After an isolation: evidence Job, verdict, ledger line, drafted request.",
+    )
     lease_name: str = Field(default="gpuguard-leader")
     lease_duration: Duration = Field(
         default=timedelta(seconds=15),

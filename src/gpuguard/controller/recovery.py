@@ -1,0 +1,109 @@
+"""The recovery step of a tick: for each node gpuguard isolated (on an earlier tick) without a
+verdict yet — start the evidence Job, then, once it ended, record the ledger line and annotate
+the verdict and the drafted request (``policy.recovery`` decides; this applies).
+
+Writes are re-checked against leadership and skipped in dry-run, like isolation. The ledger
+line is written before the annotation: a crash in between leaves a node without a verdict,
+which the next tick completes without writing the line twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpuguard.actuators import jobs as job_specs
+from gpuguard.actuators import ledger as ledger_store
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.errors import GpuguardError
+from gpuguard.model import annotation_keys, decisions, fleet, ports
+from gpuguard.model import jobs as job_model
+from gpuguard.policy import recovery
+
+log = logging.getLogger(__name__)
+
+
+class JobsPort(Protocol):
+    def create(self, manifest: dict[str, Any]) -> bool: ...
+
+    def result(self, name: str) -> job_model.JobResult: ...
+
+
+class LedgerPort(Protocol):
+    def entries(self) -> ledger_store.LedgerRead: ...
+
+    def append(self, entry: Any) -> None: ...
+
+
+@dataclass
+class Recovery:
+    jobs: JobsPort
+    ledger: LedgerPort
+    writer: ports.ClusterWriter
+    catalog: xid_catalog.XidCatalog
+    image: str
+    namespace: str = "gpuguard"
+    notifier: ports.Notifier | None = None
+
+    def run(
+        self,
+        nodes: tuple[fleet.Node, ...],
+        now: datetime,
+        *,
+        may_write: Callable[[], bool],
+    ) -> list[recovery.RecoveryStep]:
+        pending = [n for n in nodes if recovery.needs_recovery(n)]
+        if not pending:
+            return []
+        entries = self.ledger.entries().entries
+        steps = []
+        for node in pending:
+            name = job_specs.job_name(
+                job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
+            )
+            step = recovery.decide(node, self.jobs.result(name), entries, self.catalog, now)
+            steps.append(step)
+            if may_write():
+                self._apply(node, step, now)
+        return steps
+
+    def _apply(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:
+        try:
+            if step.start_evidence_job:
+                self._start_job(node)
+            if step.record is not None:
+                self.ledger.append(step.record)
+            if step.annotations is not None:
+                self.writer.annotate(node, dict(step.annotations))
+                self._announce(node, step, now)
+        except GpuguardError as e:
+            log.warning("%s: recovery step not completed (next tick retries): %s", node.name, e)
+
+    def _start_job(self, node: fleet.Node) -> None:
+        manifest = job_specs.evidence_job(
+            node.name,
+            node.annotations[annotation_keys.ISOLATED_AT],
+            image=self.image,
+            namespace=self.namespace,
+        )
+        if self.jobs.create(manifest):
+            log.info("%s: evidence Job %s created", node.name, manifest["metadata"]["name"])
+
+    def _announce(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:
+        action = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE,
+            node=node.name,
+            reason=decisions.Reason.VERDICT_RECORDED,
+            evidence=step.evidence,
+            annotations=dict(step.annotations or {}),
+            detail=f"verdict {step.verdict} ({step.escalation}): {step.request}",
+        )
+        try:
+            self.writer.record_event(action, now)
+            if self.notifier is not None:
+                self.notifier.notify(action, now)
+        except GpuguardError as e:
+            log.warning("%s: verdict recorded, but telling people failed: %s", node.name, e)

@@ -1,0 +1,21 @@
+"""What a Job gpuguard ran on a node came to: its state and the container's termination
+message (where gpuguard's Jobs put their compact JSON result)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    ABSENT = "absent"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    state: JobState
+    message: str | None = None  # the container's termination message
+    detail: str = ""

@@ -1,0 +1,138 @@
+"""After an isolation: evidence, verdict, ledger line and the drafted request (DESIGN §6).
+
+For a node gpuguard isolated that has no verdict yet: no evidence Job → start one; Job
+running → wait; Job done → read its compact evidence summary (the verdict was computed on
+the node by ``policy.verdict``), record one ledger line for this isolation (keyed by node and
+isolation time, so a crash and a second pass never record it twice), and annotate the node
+with the verdict and the request for the infra team, which carries the card's and the slot's
+history. A failed Job or an unreadable summary still ends in a recorded fault, with the
+verdict ``human-diagnosis`` and the reason in plain words: no silent gaps.
+
+Pure: the controller gathers the Job's result and the ledger, and applies the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.errors import InputError
+from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs, pci
+from gpuguard.policy import escalation
+
+REQUEST = annotation_keys.PREFIX + "request"
+ESCALATION = annotation_keys.PREFIX + "escalation"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStep:
+    """What to do for one isolated node this tick (all parts optional)."""
+
+    node: str
+    start_evidence_job: bool = False
+    record: faults.LedgerEntry | None = None
+    annotations: dict[str, str] | None = None
+    verdict: decisions.Verdict | None = None
+    escalation: escalation.Escalation | None = None
+    request: str = ""
+    evidence: tuple[decisions.Evidence, ...] = ()
+    waiting: str = ""
+
+
+def needs_recovery(node: fleet.Node) -> bool:
+    """gpuguard isolated it and no verdict is recorded on it yet."""
+    marks = node.annotations
+    return (
+        node.unschedulable
+        and annotation_keys.ISOLATED_AT in marks
+        and annotation_keys.VERDICT not in marks
+    )
+
+
+def decide(
+    node: fleet.Node,
+    job: jobs.JobResult,
+    ledger: Sequence[faults.LedgerEntry],
+    catalog: xid_catalog.XidCatalog,
+    now: datetime,
+) -> RecoveryStep:
+    if job.state is jobs.JobState.ABSENT:
+        return RecoveryStep(node.name, start_evidence_job=True, waiting="evidence Job started")
+    if job.state is jobs.JobState.RUNNING:
+        return RecoveryStep(node.name, waiting="evidence Job running")
+    verdict, proof = _verdict(node, job)
+    entry = _entry(node, verdict)
+    recorded = [e for e in ledger if not _same_fault(e, entry)]
+    history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
+    level = escalation.escalate(history)
+    request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    return RecoveryStep(
+        node=node.name,
+        record=None if len(recorded) < len(ledger) else entry,
+        annotations={
+            annotation_keys.VERDICT: str(verdict),
+            ESCALATION: str(level),
+            REQUEST: request,
+        },
+        verdict=verdict,
+        escalation=level,
+        request=request,
+        evidence=proof,
+    )
+
+
+def _verdict(
+    node: fleet.Node, job: jobs.JobResult
+) -> tuple[decisions.Verdict, tuple[decisions.Evidence, ...]]:
+    source = f"evidence Job on {node.name}"
+    if job.state is jobs.JobState.FAILED:
+        why = f"the evidence Job failed ({job.detail or 'no reason given'})"
+        return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
+    try:
+        summary = evidence.EvidenceSummary.from_json(job.message or "", source=source)
+    except InputError as e:
+        why = f"the evidence summary could not be read: {e}"
+        return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
+    if summary.verdict is None:
+        why = "the evidence named no verdict"
+        return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
+    facts = [f"rule {summary.rule}", *summary.evidence]
+    if summary.driver_advice:
+        facts.append(f"driver advice (shown, not followed): {summary.driver_advice}")
+    return summary.verdict, tuple(
+        decisions.Evidence(source, fact, summary.collected_at) for fact in facts
+    )
+
+
+def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
+    marks = node.annotations
+    reason = marks.get(annotation_keys.REASON, "")
+    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
+    kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
+    return faults.LedgerEntry(
+        at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),
+        node=node.name,
+        xid=code,
+        pci=_pci(marks.get(annotation_keys.GPU_PCI)),
+        uuid=marks.get(annotation_keys.GPU_UUID),
+        recorder=faults.Recorder.GPUGUARD,
+        verdict=verdict,
+        kind=kind,
+    )
+
+
+def _pci(text: str | None) -> str | None:
+    return pci.try_normalize_pci(text)
+
+
+def _isolated_at(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise InputError(f"annotation {annotation_keys.ISOLATED_AT}={text!r}: not a time") from e
+
+
+def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
+    return a.node == b.node and a.at == b.at and a.recorder == b.recorder

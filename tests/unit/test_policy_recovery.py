@@ -1,0 +1,125 @@
+"""After isolation: evidence Job, verdict, one ledger line per isolation, the drafted request."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs
+from gpuguard.policy import escalation, recovery
+
+NOW = datetime(2026, 9, 21, 6, 10, tzinfo=UTC)
+ISOLATED_AT = "2026-09-21T06:05:10Z"
+CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+SLOT = "0000:99:00.0"
+
+
+def isolated(verdict: str | None = None) -> fleet.Node:
+    marks = {
+        annotation_keys.ISOLATED_AT: ISOLATED_AT,
+        annotation_keys.REASON: "xid-79",
+        annotation_keys.GPU_UUID: CARD,
+        annotation_keys.GPU_PCI: "00000000:99:00.0",
+    }
+    if verdict:
+        marks[annotation_keys.VERDICT] = verdict
+    return fleet.Node("gpu-node-b", "boot-2", 8, 7, unschedulable=True, annotations=marks)
+
+
+def summary_json(verdict: decisions.Verdict, advice: str | None = None) -> str:
+    return evidence.EvidenceSummary(
+        node="gpu-node-b",
+        boot_id="boot-2",
+        collected_at=NOW,
+        verdict=verdict,
+        rule=evidence.VerdictRule.CONFIG_SPACE_ALL_FF,
+        driver_advice=advice,
+        config_all_ff={SLOT: True},
+        evidence=(f"sys/bus/pci/devices/{SLOT}/config = all ff",),
+    ).to_json()
+
+
+def manual(day: str) -> faults.LedgerEntry:
+    return faults.LedgerEntry(
+        at=datetime.fromisoformat(day), node="gpu-node-b", xid=79, pci=SLOT, uuid=CARD,
+        recorder=faults.Recorder.MANUAL,
+    )
+
+
+CATALOG = xid_catalog.load_catalog()
+
+
+def decide(job: jobs.JobResult, ledger: list[faults.LedgerEntry]) -> recovery.RecoveryStep:
+    return recovery.decide(isolated(), job, ledger, CATALOG, NOW)
+
+
+def test_no_job_yet_starts_the_evidence_job() -> None:
+    step = decide(jobs.JobResult(jobs.JobState.ABSENT), [])
+    assert step.start_evidence_job
+    assert step.record is None
+
+
+def test_a_running_job_is_waited_for() -> None:
+    step = decide(jobs.JobResult(jobs.JobState.RUNNING), [])
+    assert not step.start_evidence_job
+    assert step.record is None
+    assert step.annotations is None
+
+
+def test_xid154_says_reset_but_config_ff_records_power_cycle_and_shows_the_advice() -> None:
+    job = jobs.JobResult(
+        jobs.JobState.SUCCEEDED,
+        summary_json(decisions.Verdict.POWER_CYCLE, advice="gpu-reset-required"),
+    )
+    step = decide(job, [])
+    assert step.verdict is decisions.Verdict.POWER_CYCLE
+    assert step.record is not None
+    assert (step.record.node, step.record.xid, step.record.pci, step.record.uuid) == (
+        "gpu-node-b", 79, SLOT, CARD)
+    assert step.record.recorder is faults.Recorder.GPUGUARD
+    assert step.annotations is not None
+    assert step.annotations[annotation_keys.VERDICT] == "power-cycle"
+    assert any("gpu-reset-required" in e.value for e in step.evidence)
+
+
+def test_the_cards_third_fault_drafts_a_replacement_request_with_its_history() -> None:
+    ledger = [manual("2026-09-10T13:03:59+00:00"), manual("2026-09-15T08:00:00+00:00")]
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+    step = decide(job, ledger)
+    assert step.escalation is escalation.Escalation.REPLACEMENT
+    assert "2026-09-10" in step.request
+    assert "2026-09-15" in step.request
+    assert "2026-09-21" in step.request
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        pytest.param(jobs.JobResult(jobs.JobState.FAILED, detail="DeadlineExceeded"), id="failed"),
+        pytest.param(jobs.JobResult(jobs.JobState.SUCCEEDED, "{not json"), id="garbage"),
+        pytest.param(jobs.JobResult(jobs.JobState.SUCCEEDED, None), id="empty-message"),
+    ],
+)
+def test_no_usable_evidence_still_records_the_fault_for_a_human(job: jobs.JobResult) -> None:
+    step = decide(job, [])
+    assert step.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
+    assert step.record is not None
+    assert step.evidence
+
+
+def test_a_second_pass_after_a_crash_does_not_record_twice() -> None:
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+    first = decide(job, [])
+    assert first.record is not None
+    again = decide(job, [first.record])
+    assert again.record is None
+    assert again.annotations == first.annotations
+
+
+def test_only_isolated_nodes_without_a_verdict_need_recovery() -> None:
+    assert recovery.needs_recovery(isolated())
+    assert not recovery.needs_recovery(isolated(verdict="power-cycle"))
+    human = fleet.Node("gpu-node-a", "b", 8, 8, unschedulable=True)
+    assert not recovery.needs_recovery(human)
