@@ -1,0 +1,120 @@
+"""The recovery step applied: Job created once, ledger line then annotation, nothing written
+in dry-run or by a standby, a failed write retried next tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuguard.actuators import ledger as ledger_store
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import recovery
+from gpuguard.errors import GpuguardError
+from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs
+from tests import fakes
+
+NOW = datetime(2026, 9, 21, 6, 10, tzinfo=UTC)
+
+
+@dataclass
+class FakeJobs:
+    results: dict[str, jobs.JobResult] = field(default_factory=dict)
+    created: list[dict[str, Any]] = field(default_factory=list)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        self.created.append(manifest)
+        return True
+
+    def result(self, name: str) -> jobs.JobResult:
+        return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
+
+
+@dataclass
+class FakeLedger:
+    lines: list[faults.LedgerEntry] = field(default_factory=list)
+    error: Exception | None = None
+
+    def entries(self) -> ledger_store.LedgerRead:
+        return ledger_store.LedgerRead(entries=list(self.lines), malformed=[])
+
+    def append(self, entry: Any) -> None:
+        if self.error:
+            raise self.error
+        self.lines.append(entry)
+
+
+def isolated_node() -> fleet.Node:
+    return fleet.Node(
+        "gpu-node-b", "boot-2", 8, 7, unschedulable=True,
+        annotations={
+            annotation_keys.ISOLATED_AT: "2026-09-21T06:05:10Z",
+            annotation_keys.REASON: "xid-79",
+            annotation_keys.GPU_UUID: "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+            annotation_keys.GPU_PCI: "0000:99:00.0",
+        },
+    )
+
+
+def make(
+    ledger: FakeLedger | None = None,
+) -> tuple[recovery.Recovery, FakeJobs, FakeLedger, fakes.FakeWriter]:
+    step_jobs, book, writer = FakeJobs(), ledger or FakeLedger(), fakes.FakeWriter()
+    rec = recovery.Recovery(
+        jobs=step_jobs, ledger=book, writer=writer, catalog=xid_catalog.load_catalog(),
+        image="gpuguard:test",
+    )
+    return rec, step_jobs, book, writer
+
+
+def finished(step_jobs: FakeJobs) -> None:
+    name = step_jobs.created[0]["metadata"]["name"]
+    message = evidence.EvidenceSummary(
+        node="gpu-node-b", boot_id="boot-2", collected_at=NOW,
+        verdict=decisions.Verdict.POWER_CYCLE, rule=evidence.VerdictRule.CONFIG_SPACE_ALL_FF,
+    ).to_json()
+    step_jobs.results[name] = jobs.JobResult(jobs.JobState.SUCCEEDED, message)
+
+
+def test_job_then_ledger_then_verdict_annotation() -> None:
+    rec, step_jobs, book, writer = make()
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == [
+        "gpu-node-b"]
+    finished(step_jobs)
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    assert [(e.node, e.xid, e.verdict) for e in book.lines] == [
+        ("gpu-node-b", 79, decisions.Verdict.POWER_CYCLE)]
+    ((name, marks),) = writer.annotated
+    assert name == "gpu-node-b"
+    assert marks[annotation_keys.VERDICT] == "power-cycle"
+    assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
+
+
+def test_dry_run_or_standby_writes_nothing() -> None:
+    rec, step_jobs, book, writer = make()
+    steps = rec.run((isolated_node(),), NOW, may_write=lambda: False)
+    assert steps[0].start_evidence_job
+    assert (step_jobs.created, book.lines, writer.annotated) == ([], [], [])
+
+
+def test_a_failed_ledger_write_leaves_no_verdict_so_the_next_tick_retries() -> None:
+    rec, step_jobs, book, writer = make(FakeLedger(error=GpuguardError("409 x20")))
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    finished(step_jobs)
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    assert writer.annotated == []
+    book.error = None
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    assert len(book.lines) == 1
+    assert len(writer.annotated) == 1
+
+
+def test_nodes_with_a_verdict_or_a_human_cordon_are_left_alone() -> None:
+    rec, step_jobs, _, _ = make()
+    done = isolated_node()
+    done = fleet.Node(done.name, done.boot_id, 8, 7, unschedulable=True,
+                      annotations={**done.annotations, annotation_keys.VERDICT: "power-cycle"})
+    human = fleet.Node("gpu-node-a", "b", 8, 8, unschedulable=True)
+    assert rec.run((done, human), NOW, may_write=lambda: True) == []
+    assert step_jobs.created == []
