@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from gpuguard.cli import backtest, burnin, check, demo, guard, ledger, run, sim, xid
+from gpuguard.cli import (
+    backtest,
+    burnin,
+    check,
+    demo,
+    guard,
+    ledger,
+    phantom,
+    run,
+    sim,
+    utilization,
+    xid,
+)
 
 app = typer.Typer(
     name="gpuguard",
@@ -30,6 +42,13 @@ app.command("once", short_help="One tick: decide and act (or --dry-run), with re
 app.command("status", short_help="Nodes by lifecycle state, breaker, leader.")(guard.status)
 app.command("explain", short_help="Why a node is where it is, with evidence.")(guard.explain)
 app.command("backtest", short_help="Replay the policy over Prometheus history.")(backtest.backtest)
+
+app.command("phantom", short_help="GPUs busy with nothing: wasted watts, evidence, advice.")(
+    phantom.phantom
+)
+app.command("utilization", short_help="What busy GPUs really do: tensor, DRAM, occupancy.")(
+    utilization.utilization
+)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

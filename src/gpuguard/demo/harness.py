@@ -19,6 +19,7 @@ import lightkube
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import tick
+from gpuguard.demo import findings as demo_findings
 from gpuguard.model import annotation_keys, decisions
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import clock as simclock
@@ -39,6 +40,7 @@ class ScenarioRun:
     guard_timeline: list[dict[str, Any]] = field(default_factory=list)
     gpu_seconds_out: float = 0.0
     ticks: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)  # phantom GPUs at the end
 
 
 @dataclass
@@ -111,6 +113,7 @@ def _drive(
 
     view.scrape()
     played.run(step=STEP, on_step=on_step)
+    run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
 
 
 def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "missed": [n for n in spec.expect.isolate if n not in run.isolated_at],
         "gpu_hours_out": round(run.gpu_seconds_out / 3600, 2),
         "guard_ticks": run.ticks,
+        "findings": run.findings,
         "timeline": timeline(run),
     }
 
@@ -51,4 +52,6 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "scenarios": len(reports),
         "false_isolations": sum(len(r["false_isolations"]) for r in reports),
         "missed": sum(len(r["missed"]) for r in reports),
+        "phantom_gpus": sum(len(r["findings"]) for r in reports),
+        "phantom_wasted_w": round(sum(f["wasted_w"] for r in reports for f in r["findings"]), 1),
     }

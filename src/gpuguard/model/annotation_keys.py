@@ -18,6 +18,8 @@ RESET_DONE = PREFIX + "reset-done"
 RETURN_FAILED = PREFIX + "return-failed"
 INSPECTED = PREFIX + "inspected"  # a human's timestamp: the card was inspected, history ok
 ONBOARDING_TAINT = PREFIX + "onboarding"
+GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
+BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
 
 
 def is_gpuguard_key(key: str) -> bool:

@@ -101,3 +101,29 @@ class FleetSnapshot:
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return tuple(p for p in self.pods if p.node == node)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWindow:
+    """One GPU's telemetry over a window, as the phantom and utilization policies read it.
+
+    ``stats`` maps ``metric_names.window_stat(metric, stat)`` to the value over the window
+    (min/max/avg over every series the GPU had; ``last`` from the current one). ``pods`` are
+    the ``namespace/pod`` dcgm-exporter's pod mapping attached to the GPU in the window;
+    ``node_gpu_pods`` is the most GPUs held by live pods on the node in the window (None: not
+    known). ``seen_at_start``: the GPU already reported at the window's start, so a
+    min/max "held" means held for the whole window.
+    """
+
+    node: str
+    gpu: str
+    uuid: str
+    model: str
+    stats: Mapping[str, float] = field(default_factory=dict)
+    pods: tuple[str, ...] = ()
+    node_gpu_pods: float | None = None
+    seen_at_start: bool = False
+    signature_minutes: float | None = None
+
+    def stat(self, metric: str, stat: str) -> float | None:
+        return self.stats.get(f"{metric} {stat}")

@@ -70,3 +70,34 @@ XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, pe
 FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci
 GPU_LOSS_HELD = "gpu loss held"  # min over the hold window of capacity - allocatable, per node
 FALLEN_OFF_BUS_TOTAL = "gpuguard_gpu_fallen_off_bus_total"  # agent: counter per {node,pci,uuid}
+
+# Per-GPU window statistics of the GPU telemetry plan (sources.gpu_metrics), stored in
+# FleetSnapshot-style samples as "<dcgm name> <stat>" (see ``window_stat``).
+WINDOW_STATS = ("min", "max", "avg", "last")
+GPU_TELEMETRY = (  # the dcgm fields that tell busy from idle, fetched per window
+    DCGM_GPU_UTIL,
+    DCGM_SM_ACTIVE,
+    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_DRAM_ACTIVE,
+    DCGM_TENSOR_ACTIVE,
+    DCGM_SM_OCCUPANCY,
+    DCGM_FB_USED,
+    DCGM_POWER,
+    DCGM_PSTATE,
+    DCGM_SM_CLOCK,
+)
+GPU_SEEN_AT_WINDOW_START = "gpu seen at window start"  # DCGM_FI_DEV_GPU_UTIL offset <window>
+NODE_GPU_PODS_MAX = "node gpu pods max"  # most GPUs held by live pods on a node in the window
+PHANTOM_SIGNATURE_MINUTES = "phantom signature minutes"  # util >= 95 and FB < 100, 1-min steps
+
+
+def window_stat(metric: str, stat: str) -> str:
+    """The sample name of ``stat`` (min/max/avg/last) of ``metric`` over the window."""
+    return f"{metric} {stat}"
+
+
+# the node agent's own (gpuguard agent)
+AGENT_KERNEL_LINES_TOTAL = "gpuguard_agent_kernel_lines_total"  # agent: lines read, per node
+AGENT_MALFORMED_LINES_TOTAL = "gpuguard_agent_malformed_lines_total"  # agent: unreadable records
+AGENT_CHECK_DURATION = "gpuguard_agent_check_duration_seconds"  # agent: last check cycle
+AGENT_LAST_CHECK = "gpuguard_agent_last_check_timestamp_seconds"  # agent: end of last cycle

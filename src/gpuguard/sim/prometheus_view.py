@@ -6,8 +6,10 @@ dcgm-exporter's XID gauge (and the optional count), kube-state-metrics' GPU capa
 allocatable — as change points at 15 s scrape boundaries, and answers the guard's named
 series (``model.metric_names``) at an instant with Prometheus' semantics for those shapes:
 instant value with staleness, ``offset``, ``min_over_time`` over a subquery, ``max_over_time``.
-It implements ``model.ports.MetricsSource``. The same scenarios run against a real Prometheus
-in the integration tests; this view is the world's, never the guard's, logic.
+It implements ``model.ports.MetricsSource``. It also records each GPU's telemetry
+(``metric_names.GPU_TELEMETRY``) and answers the GPU window plan of ``sources.gpu_metrics``
+(``gpu_window_samples``) for the demo's phantom findings. The same scenarios run against a
+real Prometheus in the integration tests; this view is the world's, never the guard's, logic.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class WorldPrometheus:
     _series: dict[SeriesKey, _Series] = field(default_factory=dict)
     _first_scrape: datetime | None = None
     _down: list[tuple[datetime, datetime | None]] = field(default_factory=list)
+    _gpu_series: dict[SeriesKey, _Series] = field(default_factory=dict)
 
     def scrape(self) -> None:
         """Record the world as the next scrape will see it (one scrape interval from now).
@@ -79,6 +82,7 @@ class WorldPrometheus:
         for key, series in self._series.items():
             if key not in seen:
                 series.record(now, None)
+        self._scrape_telemetry(now)
 
     def _track_outage(self, now: datetime) -> None:
         down = not self.world.prometheus_up
@@ -127,6 +131,87 @@ class WorldPrometheus:
                 counted = labels | {"xid": str(code)}
                 seen.add(self._put(names.DCGM_XID_COUNT, counted, window.count(code), now))
         return seen
+
+    def _scrape_telemetry(self, now: datetime) -> None:
+        """Every GPU's busy/idle fields with dcgm-exporter's labels (pod mapping included),
+        and the GPUs each node's running workloads hold (kube-state-metrics' active pods)."""
+        seen: set[SeriesKey] = set()
+        for node in self.world.nodes:
+            held = sum(len(w.gpus) for w in exporters.active_workloads(node, now))
+            seen.add(self._put_gpu(names.NODE_GPU_PODS_MAX, (("node", node.name),), held, now))
+            if not exporters.exporter_up(node, now):
+                continue
+            pods = exporters.pods_by_gpu(node, self.world.store, now)
+            for family in exporters.dcgm_families(node, pods, now):
+                if family.name in _TELEMETRY:
+                    seen |= {self._put_gpu(family.name, s.labels, s.value, now)
+                             for s in family.samples}  # fmt: skip
+        for key, series in self._gpu_series.items():
+            if key not in seen:
+                series.record(now, None)
+
+    def _put_gpu(
+        self, name: str, labels: tuple[tuple[str, str], ...], value: float, now: datetime
+    ) -> SeriesKey:
+        key = (name, tuple(sorted(labels)))
+        self._gpu_series.setdefault(key, _Series()).record(now, value)
+        return key
+
+    def gpu_window_samples(
+        self,
+        at: datetime,
+        window: timedelta,
+        *,
+        signature_lookback: timedelta,
+        util_min_pct: float,
+        fb_used_max_mib: float,
+    ) -> tuple[fleet.MetricSample, ...]:
+        """The named samples of ``sources.gpu_metrics.GpuQueryPlan`` at ``at``: min/max/avg
+        over the window's scrapes and the last value of each GPU field, the GPUs seen at the
+        window's start, the node GPU pods held in the window and the phantom signature's
+        minutes in the lookback."""
+        scrapes = self._scrapes(at, window)
+        if not scrapes:
+            return ()
+        out: list[fleet.MetricSample] = []
+        for (metric, labels), series in self._gpu_series.items():
+            values = [v for t in scrapes if (v := series.at(t)) is not None]
+            if metric == names.NODE_GPU_PODS_MAX:
+                out += [fleet.MetricSample(metric, dict(labels), max(values), at)] if values else []
+                continue
+            out += _window_stats(metric, dict(labels), values, series.at(scrapes[-1]), at)
+            if series.at(at - window) is not None and metric == names.DCGM_GPU_UTIL:
+                out.append(fleet.MetricSample(names.GPU_SEEN_AT_WINDOW_START, dict(labels), 1, at))
+        signature = (signature_lookback, util_min_pct, fb_used_max_mib)
+        return tuple(out + self._signature_minutes(at, *signature))
+
+    def _scrapes(self, at: datetime, window: timedelta) -> list[datetime]:
+        """Scrape instants in (at - window, at] with Prometheus up, oldest first."""
+        last = self._last_scrape(at)
+        out = []
+        t = last
+        while t is not None and t > at - window:
+            if not self._down_at(t):
+                out.append(t)
+            t -= SCRAPE
+        return out[::-1]
+
+    def _signature_minutes(
+        self, at: datetime, lookback: timedelta, util_min: float, fb_max: float
+    ) -> list[fleet.MetricSample]:
+        steps = _subquery_steps(at, lookback, timedelta(minutes=1))
+        out = []
+        for (metric, labels), util in self._gpu_series.items():
+            if metric != names.DCGM_GPU_UTIL or dict(labels).get("pod"):
+                continue
+            fb = self._gpu_series.get((names.DCGM_FB_USED, labels))
+            if fb is None:
+                continue
+            count = sum(1 for t in steps if _holds(util.at(t), fb.at(t), util_min, fb_max))
+            if count:
+                name = names.PHANTOM_SIGNATURE_MINUTES
+                out.append(fleet.MetricSample(name, dict(labels), count, at))
+        return out
 
     # ---- answering ---------------------------------------------------------------------------
 
@@ -223,3 +308,24 @@ def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[da
         steps.append(t)
         t -= step
     return steps
+
+
+_TELEMETRY = frozenset(names.GPU_TELEMETRY)
+
+
+def _window_stats(
+    metric: str, labels: dict[str, str], values: list[float], last: float | None, at: datetime
+) -> list[fleet.MetricSample]:
+    if not values:
+        return []
+    stats = {"min": min(values), "max": max(values), "avg": sum(values) / len(values)}
+    if last is not None:
+        stats["last"] = last
+    return [
+        fleet.MetricSample(names.window_stat(metric, stat), labels, value, at)
+        for stat, value in stats.items()
+    ]
+
+
+def _holds(util: float | None, fb: float | None, util_min: float, fb_max: float) -> bool:
+    return util is not None and fb is not None and util >= util_min and fb < fb_max

@@ -1,0 +1,227 @@
+"""Per-GPU telemetry over a window from Prometheus: what phantom and utilization policies read.
+
+A second query plan beside the guard's (``sources.prometheus``): for each dcgm-exporter field
+that tells busy from idle (util, SM/GR engine/tensor/DRAM activity, occupancy, framebuffer,
+power, P-state, SM clock) its min, max and average over the window and its current value, plus
+whether each GPU already reported at the window's start, the most GPUs live pods held on each
+node in the window (kube-state-metrics, the alert rules' join) and the minutes the simple
+phantom signature held in a longer lookback. A constant number of instant queries, whatever
+the fleet size, evaluated at one instant (``time=``), so ``--at`` reads history as it was.
+
+Answers are parsed and validated by ``sources.prometheus.parse_answer``; a bad answer or no
+dcgm-exporter data newer than the staleness bound is a ``SourceError`` (fail closed).
+``windows_from_samples`` folds the named samples into one ``fleet.GpuWindow`` per GPU; the
+demo's world view produces the same named samples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from statistics import fmean
+from types import TracebackType
+
+import httpx
+
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet
+from gpuguard.model import metric_names as names
+from gpuguard.sources import prometheus
+
+METRICS = names.GPU_TELEMETRY
+FRESHNESS = "freshness dcgm-exporter"
+_GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
+# The alert rules' gpuguard:node_gpu_requests:active_pods: GPUs held by Pending/Running pods.
+ACTIVE_GPU_PODS = (
+    f"sum by (node) (sum by (namespace, pod) ({names.KSM_POD_REQUESTS}{{{_GPU}}})"
+    f" * on (namespace, pod) group_left (node) max by (namespace, pod, node)"
+    f' ({names.KSM_POD_INFO}{{node!=""}})'
+    f" * on (namespace, pod) group_left () max by (namespace, pod)"
+    f' ({names.KSM_POD_PHASE}{{phase=~"Pending|Running"}}))'
+)
+_NODE_LABELS = ("Hostname", "hostname", "node")
+# dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
+EXPORTER_POD = re.compile(r"dcgm-exporter")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQueryPlan:
+    """The queries for one evaluation, by the sample name they are stored under."""
+
+    window: timedelta
+    signature_lookback: timedelta = timedelta(hours=24)
+    util_min_pct: float = 95.0
+    fb_used_max_mib: float = 100.0
+    step: timedelta = timedelta(seconds=30)
+
+    def queries(self) -> dict[str, str]:
+        w = _duration(self.window)
+        plan = {
+            names.window_stat(metric, stat): _stat_query(metric, stat, w)
+            for metric in METRICS
+            for stat in names.WINDOW_STATS
+        }
+        signature = (
+            f"{names.DCGM_GPU_UTIL} >= {self.util_min_pct:g}"
+            f" and {names.DCGM_FB_USED} < {self.fb_used_max_mib:g}"
+        )
+        return plan | {
+            names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
+            names.NODE_GPU_PODS_MAX: (
+                f"max_over_time(({ACTIVE_GPU_PODS})[{w}:{_duration(self.step)}])"
+            ),
+            names.PHANTOM_SIGNATURE_MINUTES: (
+                f"count_over_time(({signature})[{_duration(self.signature_lookback)}:1m])"
+            ),
+            FRESHNESS: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+        }
+
+
+def _stat_query(metric: str, stat: str, window: str) -> str:
+    return metric if stat == "last" else f"{stat}_over_time({metric}[{window}])"
+
+
+def _duration(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds())}s"
+
+
+class GpuMetricsSource:
+    """Reads one evaluation's per-GPU windows from the Prometheus HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        plan: GpuQueryPlan,
+        *,
+        staleness: timedelta = timedelta(minutes=2),
+        client: httpx.Client | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/api/v1/query"
+        self._plan = plan
+        self._staleness = staleness
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self.queries_issued = 0
+
+    def __enter__(self) -> GpuMetricsSource:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]:
+        return windows_from_samples(self.samples(at))
+
+    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        """Every planned series at instant ``at``; SourceError when any answer is bad or
+        dcgm-exporter's newest sample is older than the staleness bound."""
+        collected = [s for name, q in self._plan.queries().items() for s in self._ask(name, q, at)]
+        stamps = [s.value for s in collected if s.name == FRESHNESS]
+        if not stamps:
+            raise SourceError("Prometheus has no dcgm-exporter series: refusing to report")
+        age = at - datetime.fromtimestamp(max(stamps), UTC)
+        if age > self._staleness:
+            raise SourceError(
+                f"dcgm-exporter: newest sample is {age} old (bound {self._staleness})"
+            )
+        return tuple(s for s in collected if s.name != FRESHNESS)
+
+    def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
+        self.queries_issued += 1
+        try:
+            response = self._client.get(self._url, params={"query": promql, "time": at.timestamp()})
+        except httpx.HTTPError as e:
+            raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
+        series = prometheus.parse_answer(name, response.status_code, response.content, "vector")
+        return [
+            fleet.MetricSample(name, labels, value, when)
+            for labels, points in series
+            for when, value in points
+        ]
+
+
+# ---- folding samples into windows -----------------------------------------------------------
+
+_GpuKey = tuple[str, str]  # (node, UUID)
+
+
+def node_of(labels: Mapping[str, str]) -> str:
+    """The node a dcgm series belongs to, whichever hostname label the exporter used."""
+    return next((labels[k] for k in _NODE_LABELS if labels.get(k)), "")
+
+
+def pod_of(labels: Mapping[str, str]) -> str | None:
+    """The workload pod dcgm-exporter's mapping put on a series, as ``namespace/pod``.
+
+    Scraped through a ServiceMonitor without ``honorLabels``, the exporter's own target
+    labels take ``pod``/``namespace`` and dcgm's arrive as ``exported_pod``/
+    ``exported_namespace`` (shared/data, dcgm-exporter issue #340); a GPU with no workload
+    then still carries ``pod=<the exporter's pod>``, which is not a workload.
+    """
+    if labels.get("exported_pod"):
+        return f"{labels.get('exported_namespace', '')}/{labels['exported_pod']}"
+    pod = labels.get("pod", "")
+    if not pod or EXPORTER_POD.search(pod):
+        return None
+    return f"{labels.get('namespace', '')}/{pod}"
+
+
+def windows_from_samples(samples: Iterable[fleet.MetricSample]) -> tuple[fleet.GpuWindow, ...]:
+    """One GpuWindow per (node, UUID) of the plan's named samples. A GPU whose pod changed in
+    the window has several series (pod labels differ): their stats are combined."""
+    values: dict[_GpuKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    facts: dict[_GpuKey, dict[str, str]] = {}
+    pods: dict[_GpuKey, set[str]] = defaultdict(set)
+    seen: set[_GpuKey] = set()
+    signature: dict[_GpuKey, float] = {}
+    node_pods: dict[str, float] = {}
+    for s in samples:
+        if s.name == names.NODE_GPU_PODS_MAX:
+            node_pods[s.labels.get("node", "")] = s.value
+            continue
+        key = (node_of(s.labels), s.labels.get("UUID", ""))
+        if not key[0] or not key[1]:
+            continue
+        facts.setdefault(key, {"gpu": s.labels.get("gpu", ""), "model": ""})
+        facts[key]["model"] = facts[key]["model"] or s.labels.get("modelName", "")
+        pod = pod_of(s.labels)
+        if pod:
+            pods[key].add(pod)
+        if s.name == names.GPU_SEEN_AT_WINDOW_START:
+            seen.add(key)
+        elif s.name == names.PHANTOM_SIGNATURE_MINUTES:
+            if not pod:
+                signature[key] = max(signature.get(key, 0.0), s.value)
+        else:
+            values[key][s.name].append(s.value)
+    return tuple(
+        fleet.GpuWindow(
+            node=node,
+            gpu=facts[(node, uuid)]["gpu"],
+            uuid=uuid,
+            model=facts[(node, uuid)]["model"],
+            stats={name: _combine(name, v) for name, v in values[(node, uuid)].items()},
+            pods=tuple(sorted(pods[(node, uuid)])),
+            node_gpu_pods=node_pods.get(node),
+            seen_at_start=(node, uuid) in seen,
+            signature_minutes=signature.get((node, uuid)),
+        )
+        for node, uuid in sorted(facts)
+    )
+
+
+def _combine(name: str, values: list[float]) -> float:
+    stat = name.rsplit(" ", 1)[-1]
+    if stat == "min":
+        return min(values)
+    if stat == "avg":
+        return fmean(values)
+    return max(values)
