@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -26,6 +26,20 @@ _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
 FRESHNESS_KSM = "freshness kube-state-metrics"
 FRESHNESS_DCGM = "freshness dcgm-exporter"
 _MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in a range query
+
+
+class Plan(Protocol):
+    """A fixed set of named instant queries; it must include ``freshness_queries()``."""
+
+    def queries(self) -> dict[str, str]: ...
+
+
+def freshness_queries() -> dict[str, str]:
+    """The two queries every plan carries, so stale or missing data fails closed."""
+    return {
+        FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
+        FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +65,7 @@ class QueryPlan:
             names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
-            FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
-            FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
-        }
+        } | freshness_queries()
 
 
     def node_state_queries(self) -> dict[str, str]:
@@ -82,7 +94,7 @@ class PrometheusSource:
     def __init__(
         self,
         base_url: str,
-        plan: QueryPlan,
+        plan: Plan,
         *,
         staleness: timedelta = timedelta(minutes=2),
         client: httpx.Client | None = None,
@@ -153,7 +165,9 @@ class PrometheusSource:
         self, start: datetime, end: datetime, step: timedelta
     ) -> Iterator[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]]:
         by_instant: dict[datetime, list[fleet.MetricSample]] = defaultdict(list)
-        queries = self._plan.queries() | self._plan.node_state_queries()
+        queries = self._plan.queries()
+        if isinstance(self._plan, QueryPlan):
+            queries |= self._plan.node_state_queries()
         for name, promql in queries.items():
             self.queries_issued += 1
             params: dict[str, str | float] = {
