@@ -5,10 +5,12 @@ from __future__ import annotations
 import typer
 
 from gpuguard.cli import (
+    agent,
     backtest,
     burnin,
     check,
     demo,
+    gate,
     guard,
     ledger,
     phantom,
@@ -48,6 +50,13 @@ app.command("phantom", short_help="GPUs busy with nothing: wasted watts, evidenc
 )
 app.command("utilization", short_help="What busy GPUs really do: tensor, DRAM, occupancy.")(
     utilization.utilization
+)
+
+app.command("agent", short_help="The node agent: kernel-log Xid counters, conformance checks.")(
+    agent.agent
+)
+app.command("gate", short_help="Onboarding gate: remove the registration taint if all pass.")(
+    gate.gate
 )
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,244 @@
+"""The agent's metrics: Xid counts from the kernel log and the conformance checks' status.
+
+``Tally`` holds what the agent has counted since it was first installed on the node; it is
+saved with the kernel-log position (``agent.position``) and restored at start, so
+``gpuguard_xid_total`` never goes down across agent restarts. ``AgentCollector`` renders the
+tally and the last check results on each scrape, into its own ``CollectorRegistry`` (no global
+registry). Names come from ``model.metric_names``.
+
+The ``gpu`` label is the GPU's device minor (``/dev/nvidiaN``) read from
+``/proc/driver/nvidia/gpus/<pci>/information`` — a file the driver fills at load, so reading
+it never calls NVML — or ``""`` when that file is not there; ``uuid`` and ``pci`` identify the
+card in any case.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuguard.agent.checks import nvidia, result
+from gpuguard.kernlog import messages, parse
+from gpuguard.model import decisions, pci, xid
+from gpuguard.model import metric_names as names
+
+GPU_INFORMATION = "proc/driver/nvidia/gpus"
+XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
+CardKey = tuple[str, str]  # pci, uuid
+
+
+def _base(name: str) -> str:
+    """prometheus-client adds ``_total`` to counter families itself."""
+    return name.removesuffix("_total")
+
+
+class Tally:
+    """Counts from the kernel log, safe to read from the scrape thread while it grows."""
+
+    def __init__(self, gpu_index: Mapping[str, str] | None = None) -> None:
+        self.gpu_index = dict(gpu_index or {})
+        self.lock = threading.Lock()
+        self.xids: dict[XidKey, int] = {}
+        self.fallen_off: dict[CardKey, int] = {}
+        self.recovery: dict[CardKey, str] = {}
+        self.uuid_by_pci: dict[str, str] = {}
+        self.lines = 0
+        self.malformed = 0
+
+    def count(self, lines: Iterable[str], parser: parse.XidLogParser, unreadable: int = 0) -> None:
+        """Feed whole lines to the stream's parser and count what they say."""
+        with self.lock:
+            malformed_before = parser.stats.malformed
+            for line in lines:
+                self.lines += 1
+                event = parser.feed(line, self.lines)
+                if event is not None:
+                    self._record(event)
+                elif parse.NVRM_MARKER in line:
+                    self._learn_card(line)
+            self.malformed += parser.stats.malformed - malformed_before + unreadable
+
+    def _learn_card(self, line: str) -> None:
+        text = line[line.find(parse.NVRM_MARKER) + len(parse.NVRM_MARKER) :].strip()
+        card = messages.read_gpu_at(text)
+        if card is not None and card[1] is not None:
+            self.uuid_by_pci[card[0]] = card[1]
+
+    def _record(self, event: xid.KernelEvent) -> None:
+        address = event.pci or ""
+        uuid = event.uuid or self.uuid_by_pci.get(address, "")
+        if event.uuid and address:
+            self.uuid_by_pci[address] = event.uuid
+        card = (address, uuid)
+        if event.kind is xid.KernelEventKind.FALLEN_OFF_BUS:
+            self.fallen_off[card] = self.fallen_off.get(card, 0) + 1
+            return
+        gpu = self.gpu_index.get(uuid) or self.gpu_index.get(address, "")
+        key = (gpu, uuid, address, str(event.xid))
+        self.xids[key] = self.xids.get(key, 0) + 1
+        if event.recovery_action is not None:
+            self.recovery[card] = str(event.recovery_action)
+
+    def as_json(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "xids": [[*key, n] for key, n in self.xids.items()],
+                "fallen_off": [[*key, n] for key, n in self.fallen_off.items()],
+                "recovery": [[*key, action] for key, action in self.recovery.items()],
+                "uuid_by_pci": dict(self.uuid_by_pci),
+                "lines": self.lines,
+                "malformed": self.malformed,
+            }
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        """Continue from counts saved by ``as_json`` (ValueError/TypeError on a bad shape)."""
+        with self.lock:
+            self.xids = {(str(g), str(u), str(p), str(x)): int(n)
+                         for g, u, p, x, n in saved.get("xids", [])}
+            self.fallen_off = {(str(p), str(u)): int(n) for p, u, n in saved.get("fallen_off", [])}
+            self.recovery = {(str(p), str(u)): str(a) for p, u, a in saved.get("recovery", [])}
+            self.uuid_by_pci = {str(k): str(v) for k, v in saved.get("uuid_by_pci", {}).items()}
+            self.lines = int(saved.get("lines", 0))
+            self.malformed = int(saved.get("malformed", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckCycle:
+    """One run of the conformance checks: results, when it ended, how long it took."""
+
+    results: tuple[result.CheckResult, ...]
+    finished_at: float
+    duration_s: float
+
+
+class AgentCollector(Collector):
+    """Renders a node's tally and latest check cycle on each scrape."""
+
+    def __init__(self, node: str, tally: Tally) -> None:
+        self.node = node
+        self.tally = tally
+        self.cycle: CheckCycle | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._kernel_log()
+        if self.cycle is not None:
+            yield from self._checks(self.cycle)
+
+    def _kernel_log(self) -> Iterator[Metric]:
+        snapshot = self.tally.as_json()
+        node = self.node
+        xids = CounterMetricFamily(
+            _base(names.XID_TOTAL), "Xid lines in this node's kernel log.",
+            labels=["node", "gpu", "uuid", "pci", "xid"],
+        )
+        for gpu, uuid, address, code, n in snapshot["xids"]:
+            xids.add_metric([node, gpu, uuid, address, code], n)
+        fallen = CounterMetricFamily(
+            _base(names.FALLEN_OFF_BUS_TOTAL), "GPU has fallen off the bus messages.",
+            labels=["node", "pci", "uuid"],
+        )
+        for address, uuid, n in snapshot["fallen_off"]:
+            fallen.add_metric([node, address, uuid], n)
+        recovery = GaugeMetricFamily(
+            names.XID154_RECOVERY_ACTION, "1 for the last Xid 154 recovery action per GPU.",
+            labels=["node", "pci", "uuid", "action"],
+        )
+        for address, uuid, action in snapshot["recovery"]:
+            recovery.add_metric([node, address, uuid, action], 1)
+        lines = CounterMetricFamily(
+            _base(names.AGENT_KERNEL_LINES_TOTAL), "Kernel log lines read.", labels=["node"]
+        )
+        lines.add_metric([node], snapshot["lines"])
+        malformed = CounterMetricFamily(
+            _base(names.AGENT_MALFORMED_LINES_TOTAL),
+            "Kernel log records that mention an Xid (or a whole record) that could not be read.",
+            labels=["node"],
+        )
+        malformed.add_metric([node], snapshot["malformed"])
+        yield from (xids, fallen, recovery, lines, malformed)
+
+    def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
+        node = self.node
+        status = GaugeMetricFamily(
+            names.CHECK_STATUS, "1 for each check's current status, 0 for the others.",
+            labels=["node", "check", "status"],
+        )
+        for check in cycle.results:
+            for each in decisions.CheckStatus:
+                status.add_metric([node, check.check, str(each)], int(check.status is each))
+        yield status
+        if (mismatch := nvml_mismatch(cycle.results)) is not None:
+            gauge = GaugeMetricFamily(
+                names.NVML_MISMATCH, "1 when the loaded NVIDIA module and NVML library differ.",
+                labels=["node"],
+            )
+            gauge.add_metric([node], mismatch)
+            yield gauge
+        duration = GaugeMetricFamily(
+            names.AGENT_CHECK_DURATION, "Seconds the last check cycle took.", labels=["node"]
+        )
+        duration.add_metric([node], cycle.duration_s)
+        last = GaugeMetricFamily(
+            names.AGENT_LAST_CHECK, "Unix time the last check cycle ended.", labels=["node"]
+        )
+        last.add_metric([node], cycle.finished_at)
+        yield from (duration, last)
+
+
+def nvml_mismatch(results: Iterable[result.CheckResult]) -> int | None:
+    """1 when ``nvidia-match`` failed, 0 when it passed, None when it could not tell."""
+    for check in results:
+        if check.check == nvidia.NAME:
+            if check.status is decisions.CheckStatus.FAIL:
+                return 1
+            if check.status is decisions.CheckStatus.PASS:
+                return 0
+    return None
+
+
+def registry_for(collector: AgentCollector) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+def read_gpu_indexes(root: Path) -> dict[str, str]:
+    """PCI address and UUID → device minor, from the driver's per-GPU information files.
+
+    Empty when the files are missing or unreadable (the ``gpu`` label is then ``""``).
+    """
+    indexes: dict[str, str] = {}
+    try:
+        folders = sorted((root / GPU_INFORMATION).iterdir())
+    except OSError:
+        return indexes
+    for folder in folders:
+        fields = _information(folder / "information")
+        minor = fields.get("Device Minor")
+        if minor is None:
+            continue
+        for key in (fields.get("GPU UUID"), fields.get("Bus Location")):
+            if key is not None:
+                indexes[pci.try_normalize_pci(key) or key] = minor
+    return indexes
+
+
+def _information(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+

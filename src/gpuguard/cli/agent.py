@@ -1,0 +1,138 @@
+"""``gpuguard agent``: the node DaemonSet — Xid counters from the kernel log, checks as metrics.
+
+Parses the flags, builds the kernel-log follower and the check run, and hands them to
+``agent.daemon.Agent`` with the /metrics + /healthz server of ``agent.http``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuguard import errors
+from gpuguard.agent import commands, daemon, journal, position
+from gpuguard.agent import http as agent_http
+from gpuguard.agent.checks import running, settings
+from gpuguard.cli import check as check_cli
+from gpuguard.model import durations
+
+DEFAULT_PORT = 9809
+DEFAULT_STATE_DIR = Path("/var/lib/gpuguard")
+
+
+def _follower_factory(
+    root: Path, kernel_log: Path | None, use_journal: bool, use_kmsg: bool
+) -> daemon.FollowerFactory:
+    if (kernel_log is not None) + use_journal + use_kmsg > 1:
+        raise typer.BadParameter(
+            "choose one of --kernel-log FILE, --journal, --kmsg", param_hint="--kernel-log"
+        )
+    if kernel_log is not None:
+        return functools.partial(journal.FileFollower, kernel_log)
+    if use_kmsg:
+        return functools.partial(
+            _kmsg, device=root / "dev/kmsg", boot_id=root / "proc/sys/kernel/random/boot_id"
+        )
+    return functools.partial(_journal, root=root)
+
+
+def _journal(start: position.Position | None, *, root: Path) -> journal.Follower:
+    return journal.JournalFollower(start, root=root)
+
+
+def _kmsg(start: position.Position | None, *, device: Path, boot_id: Path) -> journal.Follower:
+    return journal.KmsgFollower(start, device=device, boot_id_path=boot_id)
+
+
+def _interval(text: str) -> float:
+    try:
+        seconds = durations.parse_duration(text, what="--check-interval").total_seconds()
+    except errors.InputError as e:
+        raise typer.BadParameter(str(e), param_hint="--check-interval") from e
+    if seconds < 1:
+        raise typer.BadParameter("must be at least 1s", param_hint="--check-interval")
+    return seconds
+
+
+NodeOption = Annotated[
+    str | None, typer.Option(help="This node's name for the labels (default: $NODE_NAME).")
+]
+KernelLogOption = Annotated[
+    Path | None,
+    typer.Option("--kernel-log", help="Follow this file instead of journald/kmsg."),
+]
+JournalOption = Annotated[
+    bool, typer.Option("--journal", help="Follow journalctl -k -f (the default).")
+]
+KmsgOption = Annotated[bool, typer.Option("--kmsg", help="Follow /dev/kmsg under --root.")]
+StateDirOption = Annotated[
+    Path, typer.Option(help="Where the read position and counts survive restarts.")
+]
+IntervalOption = Annotated[str, typer.Option(help="How often the host checks run, e.g. 5m.")]
+PortOption = Annotated[int, typer.Option(help="Port for /metrics and /healthz.")]
+HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
+
+
+def agent(
+    root: check_cli.RootOption = Path("/"),
+    node: NodeOption = None,
+    kernel_log: KernelLogOption = None,
+    use_journal: JournalOption = False,
+    use_kmsg: KmsgOption = False,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    check_interval: IntervalOption = "5m",
+    port: PortOption = DEFAULT_PORT,
+    listen: HostOption = "0.0.0.0",
+    role: check_cli.RoleOption = settings.NodeRole.WORKER,
+    control_plane_version: check_cli.VersionOption = None,
+    allowed_dns: check_cli.DnsOption = None,
+    timeout: check_cli.TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
+) -> None:
+    """Run the node agent: count Xids from the kernel log, run the host checks every interval.
+
+    Serves gpuguard_xid_total{node,gpu,uuid,pci,xid}, gpuguard_gpu_fallen_off_bus_total,
+    gpuguard_xid154_recovery_action, gpuguard_check_status{check,status} and
+    gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
+    in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
+    loses an Xid and its counters never go down. Never calls NVML or nvidia-smi; every check
+    has a hard timeout.
+
+    \b
+    Examples:
+      gpuguard agent --node gpu-node-a                         # journald
+      gpuguard agent --root /host --kmsg --state-dir /host/var/lib/gpuguard
+      gpuguard agent --kernel-log /var/log/kern.log --check-interval 1m --port 9809
+    """
+    follow = _follower_factory(root, kernel_log, use_journal, use_kmsg)
+    name = node or os.environ.get("NODE_NAME")
+    if not name:
+        raise typer.BadParameter("give --node or set NODE_NAME", param_hint="--node")
+    check_settings = settings.CheckSettings(
+        role=role,
+        control_plane_version=check_cli._control_plane(control_plane_version),
+        allowed_dns=check_cli._allowed_dns(allowed_dns),
+        check_timeout_s=timeout,
+    )
+    config = daemon.AgentConfig(name, root, state_dir, _interval(check_interval))
+    run = functools.partial(
+        running.run_checks, root, check_settings, commands.SubprocessRunner(), False
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        the_agent = daemon.Agent(config, follow, run)
+    except (errors.GpuguardError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with agent_http.serve(the_agent.exposition, the_agent.healthy, listen, port) as server:
+        logging.info("gpuguard agent for %s on :%d", name, server.server_address[1])
+        the_agent.run(stop)

@@ -1,0 +1,155 @@
+"""The onboarding gate (DESIGN §8, seed 004 "온보딩 게이트"): may a new node lose its taint?
+
+A node registers with ``gpuguard.io/onboarding=pending:NoSchedule``; the gate removes it only
+when every step passes (WARN does not block). Any FAIL or UNKNOWN keeps the taint: missing
+data never lets a node in. Steps:
+
+- ``kubelet-version``: the kubelet is not newer than the API server and its minor is within
+  ``max_minor_skew`` of it (0 by default: seed 004's RKE2 rule, minor differs → FAIL); a patch
+  difference is a WARN.
+- ``role-labels``: the node carries the ``node-role.kubernetes.io/*`` label the cluster's
+  existing workers carry, with the same value (``worker=true`` vs ``worker=""`` selects
+  differently). No existing worker to compare with → WARN.
+- ``conformance``: the node agent's current check statuses (no rke2-server on a worker,
+  NVIDIA module = NVML, ip_vs, DNS, ...). Not reported → UNKNOWN.
+- ``smoke``: the GPU burn-in's result. None yet → UNKNOWN.
+
+Pure: facts in, report out; the CLI reads the facts and applies the report.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpuguard.model import decisions
+
+Status = decisions.CheckStatus
+ROLE_PREFIX = "node-role.kubernetes.io/"
+CONTROL_PLANE_ROLES = frozenset({"control-plane", "master", "etcd"})
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+_PASSING = frozenset({Status.PASS, Status.WARN, Status.FIXED})
+
+
+class Step(StrEnum):
+    KUBELET_VERSION = "kubelet-version"
+    ROLE_LABELS = "role-labels"
+    CONFORMANCE = "conformance"
+    SMOKE = "smoke"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    step: Step
+    status: decisions.CheckStatus
+    evidence: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"step": str(self.step), "status": str(self.status), "evidence": self.evidence}
+
+
+@dataclass(frozen=True, slots=True)
+class GateFacts:
+    """What the gate knows about the node and the cluster; None where it could not be read."""
+
+    node: str
+    kubelet_version: str | None
+    api_server_version: str | None
+    labels: Mapping[str, str]
+    peer_labels: tuple[Mapping[str, str], ...]  # the cluster's other, onboarded nodes
+    check_status: Mapping[str, decisions.CheckStatus] | None  # the agent's, by check name
+    smoke: StepResult | None = None
+    api_server_source: str = "API server /version"
+    max_minor_skew: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GateReport:
+    node: str
+    steps: tuple[StepResult, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return all(s.status in _PASSING for s in self.steps)
+
+    def summary(self) -> str:
+        verdict = "PASSED: taint removed" if self.passed else "NOT PASSED: taint kept"
+        shown = ", ".join(f"{s.step}={s.status}" for s in self.steps)
+        return f"onboarding gate {verdict} ({shown})"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "passed": self.passed,
+            "steps": [s.as_dict() for s in self.steps],
+        }
+
+
+def decide(facts: GateFacts) -> GateReport:
+    steps = (
+        kubelet_version(facts),
+        role_labels(facts.labels, facts.peer_labels),
+        conformance(facts.check_status),
+        facts.smoke or StepResult(Step.SMOKE, Status.UNKNOWN, "no burn-in result for this node"),
+    )
+    return GateReport(facts.node, steps)
+
+
+def kubelet_version(facts: GateFacts) -> StepResult:
+    step = Step.KUBELET_VERSION
+    kubelet, server = parse_version(facts.kubelet_version), parse_version(facts.api_server_version)
+    shown = f"kubelet {facts.kubelet_version}, {facts.api_server_source} {facts.api_server_version}"
+    if kubelet is None or server is None:
+        return StepResult(step, Status.UNKNOWN, f"{shown}: unreadable or missing")
+    if kubelet > server:
+        return StepResult(step, Status.FAIL, f"{shown}: kubelet newer than the API server")
+    if server[1] - kubelet[1] > facts.max_minor_skew or kubelet[0] != server[0]:
+        allowed = f"minor skew {server[1] - kubelet[1]} > allowed {facts.max_minor_skew}"
+        return StepResult(step, Status.FAIL, f"{shown}: {allowed}")
+    if kubelet != server:
+        return StepResult(step, Status.WARN, f"{shown}: versions differ within policy")
+    return StepResult(step, Status.PASS, shown)
+
+
+def role_labels(labels: Mapping[str, str], peers: tuple[Mapping[str, str], ...]) -> StepResult:
+    step = Step.ROLE_LABELS
+    workers = [_roles(p) for p in peers if not is_control_plane(p)]
+    usual = Counter(pair for roles in workers for pair in roles.items()).most_common(1)
+    own = _roles(labels)
+    if not usual:
+        return StepResult(step, Status.WARN, f"no onboarded worker to compare with; has {own}")
+    (key, value), count = usual[0]
+    expected = f"{key}={value!r} (on {count}/{len(workers)} workers)"
+    if own.get(key) == value:
+        return StepResult(step, Status.PASS, f"has {expected}")
+    has = f"{key}={own[key]!r}" if key in own else f"no {key}"
+    return StepResult(step, Status.FAIL, f"expected {expected}; node has {has}")
+
+
+def conformance(statuses: Mapping[str, decisions.CheckStatus] | None) -> StepResult:
+    step = Step.CONFORMANCE
+    if not statuses:
+        return StepResult(step, Status.UNKNOWN, "the node agent reports no check status")
+    for status in (Status.FAIL, Status.UNKNOWN):
+        names = sorted(name for name, s in statuses.items() if s is status)
+        if names:
+            return StepResult(step, status, f"{status}: {', '.join(names)}")
+    warned = sorted(name for name, s in statuses.items() if s is Status.WARN)
+    tail = f" (WARN: {', '.join(warned)})" if warned else ""
+    return StepResult(step, Status.PASS, f"{len(statuses)} checks pass{tail}")
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    match = _VERSION.match(text or "")
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def _roles(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k.startswith(ROLE_PREFIX)}
+
+
+def is_control_plane(labels: Mapping[str, str]) -> bool:
+    return any(key.removeprefix(ROLE_PREFIX) in CONTROL_PLANE_ROLES for key in _roles(labels))

@@ -1,0 +1,128 @@
+"""The agent's metrics: what an alert or the guard's fast path reads, with the right labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuguard.agent import exporter
+from gpuguard.agent.checks import result
+from gpuguard.kernlog import parse
+from gpuguard.model import decisions
+from gpuguard.model import metric_names as names
+from gpuguard.sim import kernel_lines
+
+PCI = "0000:99:00.0"
+UUID = "GPU-3d1e2f7a-1b2c-4d5e-8f90-123456789abc"
+
+
+def collector(gpu_index: dict[str, str] | None = None) -> exporter.AgentCollector:
+    return exporter.AgentCollector("gpu-node-b", exporter.Tally(gpu_index))
+
+
+def value(c: exporter.AgentCollector, name: str, **labels: str) -> float | None:
+    return exporter.registry_for(c).get_sample_value(name, {"node": "gpu-node-b", **labels})
+
+
+def count(c: exporter.AgentCollector, lines: list[str]) -> None:
+    c.tally.count(lines, parse.XidLogParser())
+
+
+@pytest.mark.parametrize(
+    ("gpu_index", "gpu"),
+    [
+        pytest.param({UUID: "4", PCI: "4"}, "4", id="index-from-driver-information-file"),
+        pytest.param({}, "", id="no-mapping-empty-gpu-label"),
+    ],
+)
+def test_xid79_counted_with_node_gpu_uuid_pci_xid_labels(
+    gpu_index: dict[str, str], gpu: str
+) -> None:
+    c = collector(gpu_index)
+    count(c, [kernel_lines.gpu_at(PCI, UUID), kernel_lines.xid(PCI, 79)])
+    labels = {"gpu": gpu, "uuid": UUID, "pci": PCI, "xid": "79"}
+    assert value(c, names.XID_TOTAL, **labels) == 1
+    assert value(c, names.AGENT_KERNEL_LINES_TOTAL) == 2
+
+
+def test_open_driver_fallen_off_bus_message_counts_once_per_message() -> None:
+    c = collector()
+    count(c, [kernel_lines.gpu_at(PCI, UUID), *kernel_lines.fallen_off_bus(PCI, 0x2330)])
+    assert value(c, names.FALLEN_OFF_BUS_TOTAL, pci=PCI, uuid=UUID) == 1
+
+
+def test_xid154_exports_only_the_last_recovery_action_per_gpu() -> None:
+    c = collector()
+    count(c, [
+        kernel_lines.xid(PCI, 154, "GPU recovery action changed from 0x0 (None) to 0x1 "
+                                   "(GPU Reset Required)"),
+        kernel_lines.xid(PCI, 154, "GPU recovery action changed from 0x1 (GPU Reset Required) "
+                                   "to 0x2 (Node Reboot Required)"),
+    ])
+    card = {"pci": PCI, "uuid": ""}
+    assert value(c, names.XID154_RECOVERY_ACTION, **card, action="node-reboot-required") == 1
+    assert value(c, names.XID154_RECOVERY_ACTION, **card, action="gpu-reset-required") is None
+    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="154") == 2
+
+
+def test_garbage_xid_lines_are_counted_as_malformed_and_lose_nothing_else() -> None:
+    c = collector()
+    count(c, ["NVRM: Xid (PCI:0000:99:00): banana", "random", kernel_lines.xid(PCI, 48)])
+    assert value(c, names.AGENT_MALFORMED_LINES_TOTAL) == 1
+    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="48") == 1
+
+
+def cycle(status: decisions.CheckStatus) -> exporter.CheckCycle:
+    results = (
+        result.CheckResult("nvidia-match", status, "module 580.126.09, NVML 580.142"),
+        result.passed("ipvs-loaded", "ip_vs in /proc/modules"),
+    )
+    return exporter.CheckCycle(results, finished_at=1_764_410_000.0, duration_s=0.25)
+
+
+@pytest.mark.parametrize(
+    ("status", "mismatch"),
+    [
+        pytest.param(decisions.CheckStatus.FAIL, 1.0, id="may21-upgrade-under-running-module"),
+        pytest.param(decisions.CheckStatus.PASS, 0.0, id="versions-match"),
+        pytest.param(decisions.CheckStatus.UNKNOWN, None, id="unreadable-no-claim"),
+    ],
+)
+def test_check_status_is_one_for_the_current_status_and_zero_for_the_others(
+    status: decisions.CheckStatus, mismatch: float | None
+) -> None:
+    c = collector()
+    c.cycle = cycle(status)
+    for each in decisions.CheckStatus:
+        expected = 1.0 if each is status else 0.0
+        assert value(c, names.CHECK_STATUS, check="nvidia-match", status=str(each)) == expected
+    assert value(c, names.NVML_MISMATCH) == mismatch
+    assert value(c, names.AGENT_CHECK_DURATION) == 0.25
+    assert value(c, names.AGENT_LAST_CHECK) == 1_764_410_000.0
+
+
+def test_no_check_series_before_the_first_cycle() -> None:
+    assert value(collector(), names.CHECK_STATUS, check="nvidia-match", status="PASS") is None
+
+
+def test_tally_round_trips_through_its_saved_form() -> None:
+    c = collector()
+    count(c, [kernel_lines.gpu_at(PCI, UUID), kernel_lines.xid(PCI, 79),
+              *kernel_lines.fallen_off_bus(PCI, 0x2330)])
+    restored = exporter.Tally()
+    restored.restore(c.tally.as_json())
+    assert restored.as_json() == c.tally.as_json()
+    restored.count([kernel_lines.xid(PCI, 79)], parse.XidLogParser())  # fresh parser, no GPU at
+    assert restored.xids[("", UUID, PCI, "79")] == 2  # the UUID is remembered across restarts
+
+
+def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> None:
+    folder = tmp_path / "proc/driver/nvidia/gpus/0000:99:00.0"
+    folder.mkdir(parents=True)
+    (folder / "information").write_text(
+        f"Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {UUID}\nDevice Minor: \t 4\n"
+        "Bus Location: \t 0000:99:00.0\n"
+    )
+    assert exporter.read_gpu_indexes(tmp_path) == {UUID: "4", PCI: "4"}
+    assert exporter.read_gpu_indexes(tmp_path / "missing") == {}
