@@ -1,4 +1,4 @@
-"""The guard's own metrics and its /metrics + /healthz endpoint.
+"""The guard's own metrics and its /metrics + /healthz endpoint (the agent's small server).
 
 A registry per guard (no global registry, nothing at import time). Names come from
 ``model.metric_names``; prometheus-client adds ``_total`` to counters.
@@ -6,15 +6,13 @@ A registry per guard (no global registry, nothing at import time). Names come fr
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gpuguard.agent import http as metrics_http
 from gpuguard.controller import tick
 from gpuguard.model import annotation_keys
 from gpuguard.model import metric_names as names
@@ -96,36 +94,5 @@ def serve(
     metrics: GuardMetrics, healthy: Callable[[], bool], host: str = "0.0.0.0", port: int = 0
 ) -> Iterator[ThreadingHTTPServer]:
     """/metrics and /healthz (200 while ``healthy()``, else 503) in a background thread."""
-    server = ThreadingHTTPServer((host, port), _handler(metrics, healthy))
-    thread = threading.Thread(target=server.serve_forever, name="gpuguard-metrics", daemon=True)
-    thread.start()
-    try:
+    with metrics_http.serve(metrics.exposition, healthy, host=host, port=port) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-def _handler(metrics: GuardMetrics, healthy: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def do_GET(self) -> None:
-            if self.path.startswith("/metrics"):
-                self._reply(200, metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif self.path.startswith("/healthz"):
-                ok = healthy()
-                self._reply(200 if ok else 503, b"ok\n" if ok else b"stale\n", "text/plain")
-            else:
-                self._reply(404, b"not found\n", "text/plain")
-
-        def _reply(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    return Handler
