@@ -1,0 +1,74 @@
+"""Phantom utilization in the guard's loop: find GPUs busy with nothing every few ticks,
+report them (findings, ``gpuguard_phantom_gpu`` = wasted watts) and, only when the operator
+opted in (``phantom.cordon``), cordon their node — under the same per-tick limit and circuit
+breaker as fault isolation, and never a node a human cordoned.
+
+A bad Prometheus answer means no phantom findings this time, never a cordon.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from gpuguard.catalog import gpu_models
+from gpuguard.errors import SourceError
+from gpuguard.model import annotation_keys, decisions, fleet
+from gpuguard.model import settings as settings_model
+from gpuguard.policy import breaker, phantom
+
+log = logging.getLogger(__name__)
+
+
+class WindowSource(Protocol):
+    def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]: ...
+
+
+@dataclass
+class PhantomWatch:
+    source: WindowSource
+    settings: settings_model.PhantomSettings
+    models: gpu_models.GpuModelTable = field(default_factory=gpu_models.load_table)
+    every: timedelta = timedelta(minutes=1)
+    _last: datetime | None = None
+    last: phantom.PhantomDecision | None = None
+
+    def run(self, at: datetime) -> phantom.PhantomDecision | None:
+        """A fresh decision when one is due, else None (the previous one still stands)."""
+        if self._last is not None and at - self._last < self.every:
+            return None
+        self._last = at
+        try:
+            windows = self.source.windows(at)
+        except SourceError as e:
+            log.warning("phantom check skipped: %s", e)
+            self.last = phantom.PhantomDecision(phantoms=())
+            return self.last
+        self.last = phantom.decide(windows, self.settings, self.models, at)
+        return self.last
+
+
+def admissible_cordons(
+    decision: phantom.PhantomDecision,
+    snapshot: fleet.FleetSnapshot,
+    state: breaker.BreakerState,
+    room_this_tick: int,
+) -> list[tuple[fleet.Node, decisions.Action]]:
+    """The opt-in phantom cordons the tick may still apply, completed with the node's
+    boot ID and GPU capacity (the marks the return policy reads)."""
+    allowed = min(room_this_tick, state.room)
+    out: list[tuple[fleet.Node, decisions.Action]] = []
+    for action in decision.actions:
+        node = snapshot.node(action.node)
+        if node is None or node.unschedulable or len(out) >= allowed:
+            continue
+        marks = dict(action.annotations) | {
+            annotation_keys.BOOT_ID: node.boot_id,
+            annotation_keys.GPU_CAPACITY: str(node.gpu_capacity),
+        }
+        out.append((node, replace(action, annotations=marks)))
+    return out
+
+

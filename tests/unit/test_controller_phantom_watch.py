@@ -1,0 +1,81 @@
+"""Phantom checks in the guard's loop: reported every interval, a bad answer reports nothing
+and cordons nothing, opt-in cordons respect the breaker, the tick limit and human cordons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from gpuguard.controller import phantom_watch
+from gpuguard.errors import SourceError
+from gpuguard.model import annotation_keys, fleet, settings
+from gpuguard.policy import breaker
+from tests.unit.test_policy_phantom import window
+
+NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
+
+
+@dataclass
+class Source:
+    windows_seen: tuple[fleet.GpuWindow, ...] = ()
+    error: Exception | None = None
+    asked: list[datetime] = field(default_factory=list)
+
+    def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]:
+        self.asked.append(at)
+        if self.error:
+            raise self.error
+        return self.windows_seen
+
+
+def test_phantoms_are_found_once_per_interval() -> None:
+    source = Source((window(gpu="5"), window(gpu="6")))
+    watch = phantom_watch.PhantomWatch(source, settings.PhantomSettings())
+    first = watch.run(NOW)
+    assert first is not None
+    assert len(first.phantoms) == 2
+    assert first.wasted_w > 0
+    assert watch.run(NOW + timedelta(seconds=30)) is None
+    assert watch.run(NOW + timedelta(minutes=1)) is not None
+    assert len(source.asked) == 2
+
+
+def test_a_bad_answer_reports_nothing() -> None:
+    watch = phantom_watch.PhantomWatch(
+        Source(error=SourceError("stale")), settings.PhantomSettings()
+    )
+    decision = watch.run(NOW)
+    assert decision is not None
+    assert decision.phantoms == ()
+    assert decision.actions == ()
+
+
+def snapshot(*nodes: fleet.Node) -> fleet.FleetSnapshot:
+    return fleet.FleetSnapshot(NOW, nodes=nodes)
+
+
+def test_opt_in_cordons_respect_the_limit_breaker_and_human_cordons() -> None:
+    cordoning = settings.PhantomSettings(cordon=True)
+    source = Source((window(gpu="5"),))
+    decision = phantom_watch.PhantomWatch(source, cordoning).run(NOW)
+    assert decision is not None
+    assert decision.actions
+    node = fleet.Node("gpu-node-1", "boot-1", 8, 8)
+    open_breaker = breaker.BreakerState(auto_isolated=5, gpu_nodes=100, cap=5)
+    closed = breaker.BreakerState(auto_isolated=0, gpu_nodes=100, cap=5)
+    human = fleet.Node("gpu-node-1", "boot-1", 8, 8, unschedulable=True)
+    assert phantom_watch.admissible_cordons(decision, snapshot(node), open_breaker, 1) == []
+    assert phantom_watch.admissible_cordons(decision, snapshot(node), closed, 0) == []
+    assert phantom_watch.admissible_cordons(decision, snapshot(human), closed, 1) == []
+    ((_, action),) = phantom_watch.admissible_cordons(decision, snapshot(node), closed, 1)
+    assert action.annotations[annotation_keys.BOOT_ID] == "boot-1"
+    assert action.annotations[annotation_keys.GPU_CAPACITY] == "8"
+
+
+def test_by_default_phantom_never_cordons() -> None:
+    decision = phantom_watch.PhantomWatch(
+        Source((window(gpu="5"),)), settings.PhantomSettings()
+    ).run(NOW)
+    assert decision is not None
+    assert decision.phantoms
+    assert decision.actions == ()
