@@ -111,3 +111,58 @@ events:
     assert config.read_bytes()[:2] == b"\xde\x10"
     modules = (tmp_path / "gpu-node-b/proc/modules").read_text()
     assert "ip_vs " not in modules  # not persisted: gone after the power cycle
+
+
+def test_pci_devices_link_relatively_into_a_real_topology_with_root_port_aer(
+        tmp_path: Path) -> None:
+    sim = node()
+    sim.gpus[1].on_bus = False
+    tree = hosts.write_host_tree(sim, tmp_path)
+    link = tree / "sys/bus/pci/devices/0000:18:00.0"
+    assert os.readlink(link) == "../../../devices/pci0000:17/0000:17:01.0/0000:18:00.0"
+    assert link.resolve() == (tree / "sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0").resolve()
+    assert read(tree, "sys/bus/pci/devices/0000:18:00.0/vendor") == "0x10de\n"
+    healthy_port = tree / "sys/devices/pci0000:17/0000:17:01.0"
+    dead_port = tree / "sys/devices/pci0000:18/0000:18:01.0"
+    assert (healthy_port / "class").read_text() == "0x060400\n"
+    fatal = (healthy_port / "aer_dev_fatal").read_text().splitlines()
+    assert fatal[-1] == "TOTAL_ERR_FATAL 0"
+    assert "SDES 0" in fatal
+    assert (healthy_port / "aer_dev_correctable").read_text().endswith("TOTAL_ERR_COR 0\n")
+    assert (healthy_port / "aer_rootport_total_err_fatal").read_text() == "0\n"
+    assert "SDES 1" in (dead_port / "aer_dev_fatal").read_text().splitlines()
+    assert (dead_port / "aer_dev_fatal").read_text().endswith("TOTAL_ERR_FATAL 1\n")
+    assert (dead_port / "aer_rootport_total_err_fatal").read_text() == "1\n"
+    assert read(tree, "proc/sys/kernel/random/boot_id") == "b\n"
+    assert read(tree, "etc/hostname") == "gpu-node-a\n"
+
+
+def test_a_tree_from_before_the_topology_is_rewritten_into_links(tmp_path: Path) -> None:
+    old = tmp_path / "gpu-node-a/sys/bus/pci/devices/0000:18:00.0"
+    old.mkdir(parents=True)
+    (old / "config").write_bytes(b"\x00" * 256)
+    for _ in range(2):  # the second write finds the link already in place
+        hosts.write_host_tree(node(), tmp_path)
+    assert old.is_symlink()
+    assert (old / "config").read_bytes()[:2] == b"\xde\x10"
+
+
+def test_the_world_sets_and_clears_root_port_aer_with_the_gpu(tmp_path: Path) -> None:
+    spec = scenario.loads("""\
+name: t
+fleet: {nodes: [gpu-node-b]}
+events:
+  - {at: 10m, xid: {node: gpu-node-b, gpu: 4, xid: 79}}
+  - {at: 1h, power_cycle: {node: gpu-node-b}}
+""")
+    w = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start),
+                                  hosts_root=tmp_path)
+    fatal = tmp_path / "gpu-node-b/sys/devices/pci0000:98/0000:98:01.0/aer_rootport_total_err_fatal"
+    boot_id = tmp_path / "gpu-node-b/proc/sys/kernel/random/boot_id"
+    first_boot = boot_id.read_text()
+    assert fatal.read_text() == "0\n"
+    w.step_to(timedelta(minutes=20))
+    assert fatal.read_text() == "1\n"
+    w.step_to(timedelta(hours=2))
+    assert fatal.read_text() == "0\n"
+    assert boot_id.read_text() != first_boot

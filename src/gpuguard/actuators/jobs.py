@@ -23,11 +23,13 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from gpuguard.errors import GpuguardError, SourceError
+from gpuguard.model import annotation_keys
 from gpuguard.model import jobs as job_model
 
 PART_OF = "gpuguard"
 JOB_KIND_LABEL = "gpuguard.io/job"
 NODE_LABEL = "gpuguard.io/node"
+BURNIN_NODE_LABEL = annotation_keys.BURNIN_NODE_LABEL  # the onboarding gate looks for it
 EVIDENCE_SERVICE_ACCOUNT = "gpuguard-evidence"
 HOST_PATHS = {"sys": "/sys", "var-log": "/var/log", "proc": "/proc", "etc": "/etc"}
 
@@ -62,7 +64,10 @@ def evidence_job(
     container = {
         "name": "evidence",
         "image": image,
-        "command": ["gpuguard", "evidence", "--root", "/host", "--node", node, "--summary"],
+        "command": [
+            "gpuguard", "evidence", "--root", "/host", "--node", node,
+            "--summary-file", "/dev/termination-log",
+        ],
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -79,6 +84,71 @@ def evidence_job(
         "volumeMounts": mounts,
     }
     return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes)
+
+
+BURNIN_DEADLINE_S = 90 * 60
+"""A memory test (``dcgmi diag -r 4``) takes tens of minutes, up to ~45 on a 4-GPU Hopper."""
+BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
+"""``model.restore.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's level-4
+diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
+
+
+def burnin_key(isolated_at: str, boot_id: str, reset_done: str | None = None) -> str:
+    """What one burn-in tests: this isolation, on this boot, after this reset (if any)."""
+    return f"{isolated_at}/{boot_id}/{reset_done or ''}"
+
+
+def burnin_job(
+    node: str,
+    isolated_at: str,
+    boot_id: str,
+    *,
+    gpus: int,
+    mode: str,
+    image: str,
+    reason: str | None = None,
+    reset_done: str | None = None,
+    namespace: str = "gpuguard",
+) -> dict[str, Any]:
+    """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
+
+    Named per isolation, boot and reset (``burnin_key``), so a burn-in that failed is run
+    again only after another power cycle or reset; the boot ID it tests is in the
+    ``gpuguard.io/boot-id`` annotation. No host path: the GPUs come from the device plugin.
+    """
+    command = ["gpuguard", "burnin", "--summary", "--expected-gpus", str(gpus)]
+    command += ["--mode", BURNIN_MODE_FLAG[mode]]
+    if reason and reason.startswith("xid-"):
+        command += ["--reason", reason]
+    container = {
+        "name": "burnin",
+        "image": image,
+        "command": command,
+        "env": [{"name": "CUDA_CACHE_DISABLE", "value": "1"}],  # read-only root filesystem
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {
+            "requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": str(gpus)},
+            "limits": {"memory": "32Gi", "nvidia.com/gpu": str(gpus)},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    key = burnin_key(isolated_at, boot_id, reset_done)
+    job = _job(JobKind.BURNIN, node, key, namespace, container, [])
+    job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
+    job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node
+    job["metadata"]["annotations"] = {
+        annotation_keys.ISOLATED_AT: isolated_at,
+        annotation_keys.BOOT_ID: boot_id,
+        **({annotation_keys.RESET_DONE: reset_done} if reset_done else {}),
+    }
+    job["spec"]["activeDeadlineSeconds"] = BURNIN_DEADLINE_S
+    return job
 
 
 def _job(

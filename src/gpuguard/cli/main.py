@@ -10,6 +10,7 @@ from gpuguard.cli import (
     burnin,
     check,
     demo,
+    evidence,
     gate,
     guard,
     ledger,
@@ -35,6 +36,9 @@ app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
 app.command("check")(check.check)
+app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
+    evidence.evidence
+)
 app.command("burnin", short_help="Burn in the GPUs before return to pool; exit 0 = passed.")(
     burnin.burnin
 )

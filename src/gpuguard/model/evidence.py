@@ -11,7 +11,7 @@ and the field.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -42,6 +42,7 @@ class VerdictRule(StrEnum):
     RMA_CODE = "xid143-rma"
     OTHER_CODES = "other-codes"
     NO_FAULT_EVIDENCE = "no-fault-evidence"
+    KERNEL_LOG_UNREAD = "kernel-log-unread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,12 @@ class AerCounters:
 
 @dataclass(frozen=True, slots=True)
 class KernelLogRead:
-    """Where the Xid events came from and how much was read."""
+    """Where the Xid events came from, how much was read, and every event counted.
+
+    ``event_counts`` counts all events of the window by ``event_key``; the bundle's
+    ``xid_events`` may keep only the latest few of each (code, GPU) on a log flooded with one
+    code (``events_dropped`` of them were not kept), so counts are read here.
+    """
 
     __pydantic_config__: ClassVar[pydantic.ConfigDict] = _STRICT
 
@@ -110,6 +116,8 @@ class KernelLogRead:
     since: str
     lines_read: int = 0
     malformed_lines: int = 0
+    event_counts: Mapping[str, int] = field(default_factory=dict)
+    events_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +214,7 @@ class EvidenceSummary:
             rule=decision.rule if decision else None,
             driver_advice=decision.driver_advice if decision else None,
             config_all_ff={gpu.pci: gpu.config_all_ff for gpu in bundle.gpus},
-            xid_counts=_xid_counts(bundle.xid_events),
+            xid_counts=_xid_counts(bundle),
             last_xid154_action=_last_recovery_action(bundle.xid_events),
             aer_fatal={port.port: port.fatal for port in bundle.root_ports},
             evidence=tuple(_describe(e) for e in decision.evidence) if decision else (),
@@ -268,12 +276,21 @@ def _describe(fact: decisions.Evidence) -> str:
     return fact.describe() + (f" [{labels}]" if labels else "")
 
 
-def _xid_counts(events: tuple[xid.KernelEvent, ...]) -> dict[str, int]:
-    counts = Counter(
-        FALLEN_OFF_BUS_KEY if event.kind is xid.KernelEventKind.FALLEN_OFF_BUS else str(event.xid)
-        for event in events
-    )
-    return dict(sorted(counts.items()))
+def event_key(event: xid.KernelEvent) -> str:
+    """How an event is counted: its Xid code as text, or ``fallen_off_bus``."""
+    if event.kind is xid.KernelEventKind.FALLEN_OFF_BUS:
+        return FALLEN_OFF_BUS_KEY
+    return str(event.xid)
+
+
+def count_events(events: Iterable[xid.KernelEvent]) -> dict[str, int]:
+    return dict(sorted(Counter(event_key(event) for event in events).items()))
+
+
+def _xid_counts(bundle: EvidenceBundle) -> dict[str, int]:
+    if bundle.kernel_log is not None and bundle.kernel_log.event_counts:
+        return dict(bundle.kernel_log.event_counts)
+    return count_events(bundle.xid_events)
 
 
 def _last_recovery_action(events: tuple[xid.KernelEvent, ...]) -> xid.RecoveryAction | None:

@@ -30,11 +30,22 @@ one tree per node under ``<root>/<node-name>/`` so the same checks run against i
   ``max_link_speed`` (``32.0 GT/s PCIe``; ``Unknown`` and width 63 when off the bus, which is
   what the kernel derives from an all-ones link status register)
 - ``var/log/kern.log`` — the node's kernel lines (syslog stamped, see ``sim.kernel_lines``)
+- the PCI topology: each GPU's files live in its real directory
+  ``sys/devices/pci<dddd>:<bb-1>/<dddd>:<bb-1>:01.0/<gpu pci>/`` (a host bridge, then a root
+  port on the bus numbered one lower than the GPU's), and ``sys/bus/pci/devices/<pci>`` is a
+  RELATIVE symlink to it, as on a real host (``../../../devices/...``). The root port has its own
+  ``vendor``/``class`` (an Intel PCI bridge, 0x060400) and link, and its AER counters:
+  ``aer_dev_correctable``/``aer_dev_nonfatal``/``aer_dev_fatal`` (``NAME COUNT`` lines and a
+  ``TOTAL_ERR_*`` line) and ``aer_rootport_total_err_cor``/``_nonfatal``/``_fatal``. All zero
+  while the GPU is on the bus; once it fell off, the port records a Surprise Down (``SDES 1``,
+  ``TOTAL_ERR_FATAL 1``, ``aer_rootport_total_err_fatal`` 1). A power cycle clears them.
+- ``proc/sys/kernel/random/boot_id`` (the node's boot ID) and ``etc/hostname`` (its name)
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from gpuguard.sim import state
@@ -82,6 +93,7 @@ def write_host_tree(node: state.SimNode, root: Path, kernel_release: str | None 
     _write_packages(tree, node, release)
     for gpu in node.gpus:
         _write_pci(tree, gpu)
+    _write_identity(tree, node)
     _write(tree / "var/log/kern.log", "".join(line + "\n" for line in node.kernel_log))
     return tree
 
@@ -207,7 +219,12 @@ def _dpkg_status(node: state.SimNode, release: str) -> str:
 
 
 def _write_pci(tree: Path, gpu: state.SimGpu) -> None:
-    device = tree / "sys/bus/pci/devices" / gpu.pci
+    port = root_port(gpu.pci)
+    port_dir = tree / "sys/devices" / host_bridge(gpu.pci) / port
+    device = port_dir / gpu.pci
+    _link_pci_device(tree, port, port_dir)
+    _link_pci_device(tree, gpu.pci, device)
+    _write_root_port(port_dir, gpu)
     _write_bytes(device / "config", config_space(gpu))
     _write(device / "vendor", f"0x{NVIDIA_VENDOR_ID:04x}\n")
     _write(device / "device", f"0x{device_id(gpu.model):04x}\n")
@@ -218,6 +235,69 @@ def _write_pci(tree: Path, gpu: state.SimGpu) -> None:
     _write(device / "max_link_width", f"{gpu.link_width_max}\n")
     _write(device / "current_link_speed", speed + "\n")
     _write(device / "max_link_speed", f"{gpu.link_speed_max_gts:.1f} GT/s PCIe\n")
+
+
+def host_bridge(pci: str) -> str:
+    """``pci0000:17`` for a GPU at ``0000:18:00.0``: its root port's bus is numbered one lower."""
+    domain, bus = pci.split(":")[:2]
+    return f"pci{domain}:{max(int(bus, 16) - 1, 0):02x}"
+
+
+def root_port(pci: str) -> str:
+    """``0000:17:01.0`` for a GPU at ``0000:18:00.0``."""
+    return host_bridge(pci).removeprefix("pci") + ":01.0"
+
+
+AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                   "CorrIntErr", "HeaderOF")
+AER_UNCORRECTABLE = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                     "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                     "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+                     "PoisonTLPBlocked")
+
+
+def aer_counters(names: tuple[str, ...], total_name: str, counts: dict[str, int]) -> str:
+    """One ``aer_dev_*`` file as the kernel prints it: ``NAME COUNT`` lines, then the total."""
+    lines = [f"{name} {counts.get(name, 0)}" for name in names]
+    lines.append(f"{total_name} {sum(counts.values())}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _write_root_port(port_dir: Path, gpu: state.SimGpu) -> None:
+    surprise_down = {} if gpu.on_bus else {"SDES": 1}
+    _write(port_dir / "vendor", "0x8086\n")
+    _write(port_dir / "class", "0x060400\n")
+    _write(port_dir / "current_link_width", f"{gpu.link_width_max}\n")
+    _write(port_dir / "max_link_width", f"{gpu.link_width_max}\n")
+    _write(port_dir / "aer_dev_correctable",
+           aer_counters(AER_CORRECTABLE, "TOTAL_ERR_COR", {}))
+    _write(port_dir / "aer_dev_nonfatal",
+           aer_counters(AER_UNCORRECTABLE, "TOTAL_ERR_NONFATAL", {}))
+    _write(port_dir / "aer_dev_fatal",
+           aer_counters(AER_UNCORRECTABLE, "TOTAL_ERR_FATAL", surprise_down))
+    _write(port_dir / "aer_rootport_total_err_cor", "0\n")
+    _write(port_dir / "aer_rootport_total_err_nonfatal", "0\n")
+    _write(port_dir / "aer_rootport_total_err_fatal", f"{sum(surprise_down.values())}\n")
+
+
+def _link_pci_device(tree: Path, pci: str, real_dir: Path) -> None:
+    """``sys/bus/pci/devices/<pci>`` -> the device's real directory, as a relative symlink."""
+    link = tree / "sys/bus/pci/devices" / pci
+    link.parent.mkdir(parents=True, exist_ok=True)
+    real_dir.mkdir(parents=True, exist_ok=True)
+    target = os.path.relpath(real_dir, link.parent)
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    if link.is_symlink():
+        link.unlink()
+    elif link.is_dir():  # a tree written before the topology existed
+        shutil.rmtree(link)
+    link.symlink_to(target)
+
+
+def _write_identity(tree: Path, node: state.SimNode) -> None:
+    _write(tree / "proc/sys/kernel/random/boot_id", node.boot_id + "\n")
+    _write(tree / "etc/hostname", node.name + "\n")
 
 
 def _write(path: Path, text: str) -> None:
