@@ -10,20 +10,25 @@ read the same inputs and decided the same as the last one.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import lightkube
 
+from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import tick
+from gpuguard.controller import recovery, tick
 from gpuguard.demo import findings as demo_findings
+from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys, decisions
 from gpuguard.model import settings as settings_model
+from gpuguard.policy import recovery as recovery_policy
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import kubeapi, prometheus_view, scenario, store, world
+from gpuguard.sim import kubeapi, kubelet, prometheus_view, scenario, store, world
 from gpuguard.sources import kubernetes
 
 STEP = timedelta(seconds=15)
@@ -41,6 +46,8 @@ class ScenarioRun:
     gpu_seconds_out: float = 0.0
     ticks: int = 0
     findings: list[dict[str, Any]] = field(default_factory=list)  # phantom GPUs at the end
+    verdicts: dict[str, list[str]] = field(default_factory=dict)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -63,24 +70,43 @@ class _Activity:
 def play(
     spec: scenario.Scenario, settings: settings_model.GuardSettings
 ) -> ScenarioRun:
+    with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-") as hosts:
+        return _play(spec, settings, Path(hosts))
+
+
+def _play(
+    spec: scenario.Scenario, settings: settings_model.GuardSettings, hosts: Path
+) -> ScenarioRun:
     clock = simclock.SimClock(spec.start)
     objects = store.ObjectStore(now=clock.now)
-    played = world.World.from_scenario(spec, objects, clock)
+    played = world.World.from_scenario(spec, objects, clock, hosts_root=hosts)
     run = ScenarioRun(spec, played)
+    jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(played, hosts))
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     with kubeapi.serve(objects) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager="gpuguard"
     ) as client:
+        writer = node_writer.NodeWriter(client)
+        catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
+        namespace = settings.controller.namespace
         guard = tick.Guard(
             metrics=view,
             cluster=kubernetes.KubernetesReader(client),
-            writer=node_writer.NodeWriter(client),
-            classifier=xid_catalog.load_catalog(settings.controller.xid_overrides),
+            writer=writer,
+            classifier=catalog,
             settings=settings,
             clock=clock,
+            recovery=recovery.Recovery(
+                jobs=jobs.Jobs(client, namespace),
+                ledger=ledger.Ledger(client, namespace),
+                writer=writer,
+                catalog=catalog,
+                image=settings.controller.image,
+                namespace=namespace,
+            ),
         )
-        _drive(run, guard, view, settings)
+        _drive(run, guard, view, settings, jobs_kubelet)
     return run
 
 
@@ -89,6 +115,7 @@ def _drive(
     guard: tick.Guard,
     view: prometheus_view.WorldPrometheus,
     settings: settings_model.GuardSettings,
+    jobs_kubelet: kubelet.JobKubelet,
 ) -> None:
     played, objects = run.played, run.played.store
     activity = _Activity(settings.isolation.hold_window, settings.isolation.xid_lookback)
@@ -109,6 +136,7 @@ def _drive(
             out = _gpus_out(objects)
             seen = current
         if w.elapsed % interval == timedelta(0) and activity.active(w.now):
+            jobs_kubelet.step()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 
     view.scrape()
@@ -120,6 +148,7 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
     run.ticks += 1
     result = guard.tick()
     t = (result.at - run.played.origin).total_seconds()
+    _record_recovery(run, result, t)
     for action in result.applied:
         run.isolated_at.setdefault(action.node, result.at)
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
@@ -134,6 +163,36 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
             run.guard_timeline.append(
                 _entry(t, finding.node, "guard_finding", finding.reason, detail)
             )
+
+
+def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
+    for step in result.recovery:
+        if step.start_evidence_job:
+            run.guard_timeline.append(
+                _entry(t, step.node, "evidence_job", None, "evidence Job pinned to the node")
+            )
+        if step.verdict is None or step.annotations is None:
+            continue
+        run.verdicts.setdefault(step.node, []).append(str(step.verdict))
+        if step.record is not None:
+            run.ledger.append(_ledger_line(step))
+        run.guard_timeline.append(
+            _entry(t, step.node, "verdict", decisions.Reason.VERDICT_RECORDED, step.request)
+        )
+
+
+def _ledger_line(step: recovery_policy.RecoveryStep) -> dict[str, Any]:
+    entry = step.record
+    assert entry is not None
+    return {
+        "node": entry.node,
+        "xid": entry.xid,
+        "pci": entry.pci,
+        "uuid": entry.uuid,
+        "recorder": str(entry.recorder),
+        "verdict": str(entry.verdict) if entry.verdict else None,
+        "escalation": str(step.escalation) if step.escalation else None,
+    }
 
 
 def _entry(

@@ -21,6 +21,8 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "missed": [n for n in spec.expect.isolate if n not in run.isolated_at],
         "gpu_hours_out": round(run.gpu_seconds_out / 3600, 2),
         "guard_ticks": run.ticks,
+        "verdicts": run.verdicts,
+        "ledger": run.ledger,
         "findings": run.findings,
         "timeline": timeline(run),
     }

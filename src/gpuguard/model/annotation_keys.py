@@ -16,10 +16,27 @@ VERDICT = PREFIX + "verdict"
 HOLD = PREFIX + "hold"
 RESET_DONE = PREFIX + "reset-done"
 RETURN_FAILED = PREFIX + "return-failed"
+REQUEST = PREFIX + "request"  # the drafted request for the infra team (recovery)
+ESCALATION = PREFIX + "escalation"  # none / inspection / replacement / slot-check
 INSPECTED = PREFIX + "inspected"  # a human's timestamp: the card was inspected, history ok
 ONBOARDING_TAINT = PREFIX + "onboarding"
 GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
+
+PER_ISOLATION = (
+    REASON,
+    ISOLATED_AT,
+    BOOT_ID,
+    GPU_CAPACITY,
+    GPU_UUID,
+    GPU_PCI,
+    VERDICT,
+    REQUEST,
+    ESCALATION,
+    RETURN_FAILED,
+)
+"""gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
+them. A human's ``HOLD`` is never among them."""
 
 
 def is_gpuguard_key(key: str) -> bool:

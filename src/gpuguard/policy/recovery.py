@@ -22,8 +22,8 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs, pci
 from gpuguard.policy import escalation
 
-REQUEST = annotation_keys.PREFIX + "request"
-ESCALATION = annotation_keys.PREFIX + "escalation"
+REQUEST = annotation_keys.REQUEST
+ESCALATION = annotation_keys.ESCALATION
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,16 +39,7 @@ Condition = model.ReturnCondition
 Step = model.RestoreStep
 Reason = decisions.Reason
 
-OWN_KEYS = (
-    keys.REASON,
-    keys.ISOLATED_AT,
-    keys.BOOT_ID,
-    keys.GPU_CAPACITY,
-    keys.GPU_UUID,
-    keys.GPU_PCI,
-    keys.VERDICT,
-    keys.RETURN_FAILED,
-)
+OWN_KEYS = keys.PER_ISOLATION
 """The annotations gpuguard writes at isolation and while validating; removed on return."""
 
 CONSUMED_HUMAN_KEYS = (keys.RESET_DONE, keys.INSPECTED)
