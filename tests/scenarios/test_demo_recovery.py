@@ -1,0 +1,61 @@
+"""Recovery end to end in the simulator: Xid 79 → isolated → evidence Job pinned to the node
+(admitted by the admission policy) → the real collector reads the node's host tree →
+verdict → ledger line with the card's escalation → verdict and drafted request on the node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuguard.demo import harness, score
+from gpuguard.model import annotation_keys, settings
+from gpuguard.sim import scenario
+from tests.unit.test_admission_policy import IMAGE, failed_rules
+
+
+@pytest.fixture(scope="module")
+def xid79_twice() -> harness.ScenarioRun:
+    guard = settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__IMAGE": IMAGE})
+    return harness.play(scenario.load_shipped("xid79-twice"), guard)
+
+
+def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
+    xid79_twice: harness.ScenarioRun,
+) -> None:
+    report = score.scenario_report(xid79_twice)
+    assert report["verdicts"] == {"gpu-node-b": ["power-cycle", "power-cycle"]}
+    lines: list[dict[str, Any]] = report["ledger"]
+    assert [(line["xid"], line["pci"], line["verdict"], line["escalation"]) for line in lines] == [
+        (79, "0000:99:00.0", "power-cycle", "none"),
+        (79, "0000:99:00.0", "power-cycle", "inspection"),
+    ]
+    assert len({line["uuid"] for line in lines}) == 1  # the same card
+
+
+def test_the_evidence_job_is_pinned_and_admitted(xid79_twice: harness.ScenarioRun) -> None:
+    evidence_jobs = xid79_twice.played.store.list("Job", "gpuguard")
+    assert len(evidence_jobs) == 2
+    for job in evidence_jobs:
+        assert job["spec"]["template"]["spec"]["nodeName"] == "gpu-node-b"
+        assert failed_rules(job) == []
+
+
+def test_the_node_carries_the_verdict_and_the_request_with_the_cards_history(
+    xid79_twice: harness.ScenarioRun,
+) -> None:
+    node = xid79_twice.played.store.get("Node", "", "gpu-node-b")
+    marks = node["metadata"]["annotations"]
+    assert marks[annotation_keys.VERDICT] == "power-cycle"
+    assert marks[annotation_keys.ESCALATION] == "inspection"
+    request = marks[annotation_keys.REQUEST]
+    assert "2026-09-10" in request
+    assert "2026-09-21" in request
+    assert "power" in request.lower()
+
+
+def test_double_bit_ecc_with_a_healthy_config_space_gets_the_reset_procedure() -> None:
+    run = harness.play(scenario.load_shipped("ecc-dbe-five"), settings.GuardSettings())
+    report = score.scenario_report(run)
+    assert set(report["verdicts"]["gpu-node-a"]) == {"gpu-reset"}
+    assert all(line["xid"] == 48 for line in report["ledger"])
