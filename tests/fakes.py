@@ -53,6 +53,7 @@ class FakeWriter:
 
     isolated: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     annotated: list[tuple[str, dict[str, str | None]]] = field(default_factory=list)
+    uncordoned: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     events: list[decisions.Action] = field(default_factory=list)
     errors: dict[str, Exception] = field(default_factory=dict)
     event_error: Exception | None = None
@@ -66,6 +67,11 @@ class FakeWriter:
         if node.name in self.errors:
             raise self.errors[node.name]
         self.annotated.append((node.name, dict(annotations)))
+
+    def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None:
+        if node.name in self.errors:
+            raise self.errors[node.name]
+        self.uncordoned.append((node.name, tuple(remove_annotations)))
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         if self.event_error is not None:

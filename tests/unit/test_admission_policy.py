@@ -132,3 +132,28 @@ def test_policy_applies_only_to_gpuguards_service_account_and_is_bound_to_deny()
     assert binding["spec"]["validationActions"] == ["Deny"]
     (condition,) = policy()["spec"]["matchConditions"]
     assert "system:serviceaccount:gpuguard:gpuguard" in condition["expression"]
+
+
+def burnin() -> dict[str, Any]:
+    return jobs.burnin_job(
+        "gpu-node-b", "2026-09-21T05:53:30Z", "91d4e7b0-boot-after", gpus=8,
+        mode="matmul+memtest", image=IMAGE, reason="xid-48",
+    )  # fmt: skip
+
+
+def test_the_burn_in_job_gpuguard_builds_is_admitted() -> None:
+    job = burnin()
+    assert failed_rules(job) == []
+    assert _container(job)["command"][:2] == ["gpuguard", "burnin"]
+    assert _container(job)["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    assert "volumes" not in _pod(job) or _pod(job)["volumes"] == []
+
+
+def test_a_burn_in_job_with_a_host_path_is_refused() -> None:
+    job = burnin()
+    _pod(job)["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    _container(job)["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
+    assert failed_rules(job) == [
+        "only read-only hostPath volumes of /sys, /var/log, /proc, /etc",
+        "every mount is read-only",
+    ]

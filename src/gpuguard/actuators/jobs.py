@@ -93,9 +93,10 @@ BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
 diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
 
 
-def burnin_key(isolated_at: str, boot_id: str, reset_done: str | None = None) -> str:
-    """What one burn-in tests: this isolation, on this boot, after this reset (if any)."""
-    return f"{isolated_at}/{boot_id}/{reset_done or ''}"
+def burnin_key(isolated_at: str, boot_id: str, mode: str, reset_done: str | None = None) -> str:
+    """What one burn-in tests: this isolation, on this boot, after this reset (if any), in
+    this mode (``model.restore.BurnInMode``)."""
+    return f"{isolated_at}/{boot_id}/{reset_done or ''}/{mode}"
 
 
 def burnin_job(
@@ -112,8 +113,8 @@ def burnin_job(
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
-    Named per isolation, boot and reset (``burnin_key``), so a burn-in that failed is run
-    again only after another power cycle or reset; the boot ID it tests is in the
+    Named per isolation, boot, reset and mode (``burnin_key``), so a burn-in that failed is
+    run again only after another power cycle or reset; the boot ID it tests is in the
     ``gpuguard.io/boot-id`` annotation. No host path: the GPUs come from the device plugin.
     """
     command = ["gpuguard", "burnin", "--summary", "--expected-gpus", str(gpus)]
@@ -138,7 +139,7 @@ def burnin_job(
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     }
-    key = burnin_key(isolated_at, boot_id, reset_done)
+    key = burnin_key(isolated_at, boot_id, mode, reset_done)
     job = _job(JobKind.BURNIN, node, key, namespace, container, [])
     job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node

@@ -19,19 +19,36 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
 from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
-from gpuguard.model import decisions, fleet
+from gpuguard.model import annotation_keys, decisions, fleet
 
 COMPONENT = "gpuguard"
 
 
 def isolation_patch(node: fleet.Node, action: decisions.Action) -> dict[str, Any]:
-    """The one merge patch that cordons and annotates, conditional on what was read."""
+    """The one merge patch that cordons and annotates, conditional on what was read. Marks
+    left from an earlier isolation of this node (its verdict, request...) are removed."""
+    stale: dict[str, str | None] = {
+        key: None
+        for key in annotation_keys.PER_ISOLATION
+        if key in node.annotations and key not in action.annotations
+    }
     return {
         "metadata": {
             "resourceVersion": node.resource_version,
-            "annotations": dict(action.annotations),
+            "annotations": stale | dict(action.annotations),
         },
         "spec": {"unschedulable": True},
+    }
+
+
+def uncordon_patch(node: fleet.Node, remove_annotations: tuple[str, ...]) -> dict[str, Any]:
+    """The one merge patch that uncordons and removes annotations, conditional on the read."""
+    return {
+        "metadata": {
+            "resourceVersion": node.resource_version,
+            "annotations": dict.fromkeys(remove_annotations),
+        },
+        "spec": {"unschedulable": False},
     }
 
 
@@ -56,6 +73,11 @@ class NodeWriter:
             "metadata": {"resourceVersion": node.resource_version, "annotations": annotations}
         }
         self._patch(node.name, patch)
+
+    def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None:
+        """Return the node: ONE merge patch, conditional on what was read, that uncordons
+        and removes the given annotations (``null`` deletes a key in a merge patch)."""
+        self._patch(node.name, uncordon_patch(node, remove_annotations))
 
     def _patch(self, name: str, patch: dict[str, Any]) -> None:
         try:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import lightkube
 import typer
 
-from gpuguard.cli import output
+from gpuguard.cli import output, return_checklist
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import decisions, fleet
@@ -143,7 +143,10 @@ def explain(
     """Why NODE is where it is: its lifecycle state, gpuguard's marks on it, and what the
     guard decides about it now, with the evidence (a dry-run tick; changes nothing).
 
-    Example: gpuguard explain gpu-node-b
+    For a node gpuguard isolated, the return-to-pool checklist too: every condition in order
+    (PASS / FAIL / UNKNOWN) and the step it leads to (hold, wait, burn-in, uncordon).
+
+    Example: gpuguard explain gpu-node-b -o json
     """
     conn = connection(kubeconfig, kube_server, prometheus_url)
     result = run_tick(config, conn, dry_run=True)
@@ -165,7 +168,16 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "decisions": [r for r in decision_rows(result) if r["node"] == name],
         "breaker": result.decision.breaker.describe() if result.decision else None,
         "error": result.error,
+        "return_checklist": _checklist(name, result),
     }
+
+
+def _checklist(name: str, result: tick.TickResult) -> dict[str, Any] | None:
+    """The return-to-pool checklist of a node gpuguard isolated (None for any other node)."""
+    for outcome in result.returns:
+        if outcome.decision.node == name:
+            return {**return_checklist.as_data(outcome.decision), "done": outcome.done}
+    return None
 
 
 def _print_explanation(data: dict[str, Any]) -> None:
@@ -183,6 +195,12 @@ def _print_explanation(data: dict[str, Any]) -> None:
         con.print("- the guard sees nothing to act on or report for this node now")
     if data["breaker"]:
         con.print(data["breaker"])
+    checklist = data["return_checklist"]
+    if checklist:
+        done = "" if checklist["done"] == "-" else f"; {checklist['done']}"
+        title = f"return to pool: {checklist['step']} ({checklist['reason']}{done})"
+        output.table(title, return_checklist.COLUMNS, return_checklist.rows(checklist))
+        con.print(checklist["detail"], highlight=False, soft_wrap=True)
 
 
 def status(

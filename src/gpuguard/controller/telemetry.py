@@ -53,6 +53,16 @@ class GuardMetrics:
             registry=r,
         )
         self.leader = Gauge("gpuguard_leader", "1 while this replica leads.", registry=r)
+        self.returned = Counter(
+            _counter_base(names.RETURNED_TOTAL), "Nodes returned to the pool after a burn-in.",
+            ["node"], registry=r,
+        )
+        self.return_checks = Gauge(
+            names.RETURN_CHECK_STATUS,
+            "1 for each return condition's current status, per isolated node.",
+            ["node", "check", "status"],
+            registry=r,
+        )
 
     def observe(self, result: tick.TickResult) -> None:
         self.ticks.inc()
@@ -64,6 +74,7 @@ class GuardMetrics:
             self.last_success.set(result.at.timestamp())
         self._observe_decision(result.decision)
         self._observe_isolated(result)
+        self._observe_returns(result)
 
     def _observe_decision(self, decision: isolate.IsolationDecision) -> None:
         for action in decision.actions:
@@ -84,6 +95,15 @@ class GuardMetrics:
         for action in result.applied:
             reason = action.annotations.get(annotation_keys.REASON, "unknown")
             self.isolated.labels(action.node, reason).set(1)
+
+    def _observe_returns(self, result: tick.TickResult) -> None:
+        self.return_checks.clear()
+        for outcome in result.returns:
+            decision = outcome.decision
+            for check in decision.checks:
+                self.return_checks.labels(decision.node, str(check.name), str(check.status)).set(1)
+            if outcome.returned:
+                self.returned.labels(decision.node).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuguard.controller import recovery as recovery_step
+from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
@@ -36,6 +37,7 @@ class TickResult:
     error_kind: str | None = None
     snapshot: fleet.FleetSnapshot | None = None
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
+    returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +58,7 @@ class Guard:
     dry_run: bool = False
     notifier: ports.Notifier | None = None
     recovery: recovery_step.Recovery | None = None
+    restore: restore_step.Restore | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -72,6 +75,10 @@ class Guard:
                 result.snapshot.nodes,
                 result.at,
                 may_write=lambda: not self.dry_run and self.is_leader(),
+            )
+        if self.restore is not None:
+            result.returns = self.restore.run(
+                result.snapshot, result.at, may_write=lambda: not self.dry_run and self.is_leader()
             )
         return result
 

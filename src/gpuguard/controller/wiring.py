@@ -14,9 +14,9 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import recovery, tick
+from gpuguard.controller import recovery, restore, tick
 from gpuguard.model import settings as settings_model
-from gpuguard.sources import kubernetes, prometheus
+from gpuguard.sources import kubernetes, prometheus, return_facts
 
 
 class SystemClock:
@@ -86,6 +86,24 @@ def build_guard(
         if c.recovery
         else None
     )
+    facts = prometheus.PrometheusSource(
+        connection.prometheus_url or guard_settings.prometheus.url,
+        return_facts.ReturnFactsPlan(),
+        staleness=guard_settings.prometheus.staleness,
+        timeout_s=guard_settings.prometheus.timeout.total_seconds(),
+    )
+    returning = restore.Restore(
+        jobs=jobs.Jobs(client, c.namespace),
+        ledger=ledger.Ledger(client, c.namespace),
+        writer=writer,
+        facts=facts,
+        classifier=catalog,
+        settings=guard_settings,
+        image=c.image,
+        namespace=c.namespace,
+        notifier=notifier,
+        await_verdict=c.recovery,
+    )
     try:
         yield (
             tick.Guard(
@@ -98,11 +116,13 @@ def build_guard(
                 dry_run=dry_run,
                 notifier=notifier,
                 recovery=recovering,
+                restore=returning,
             ),
             client,
         )
     finally:
         source.close()
+        facts.close()
         client.close()
         if notifier is not None:
             notifier.close()
