@@ -20,16 +20,14 @@ from gpuguard.cli.main import app
 from gpuguard.controller import recovery, restore, tick
 from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import fleet
-from gpuguard.model import metric_names as names
 from gpuguard.model import restore as model
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import (
     clock,
-    exporters,
     kubeapi,
     kubelet,
     prometheus_view,
+    return_view,
     scenario,
     state,
     store,
@@ -44,7 +42,6 @@ STEP = timedelta(seconds=15)
 TICK = timedelta(seconds=30)
 POWER_CYCLE_AT = timedelta(minutes=40)
 HEALTHY_TFLOPS = 740.0  # an H100's dense FP16, as the burn-in's floor expects
-PCIE_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 
 def xid79_then_power_cycle() -> scenario.Scenario:
@@ -63,37 +60,6 @@ def xid79_then_power_cycle() -> scenario.Scenario:
         },
         source="test",
     )  # fmt: skip
-
-
-@dataclass
-class WorldFacts:
-    """The return plan's series as dcgm-exporter and Prometheus would give them, read from the
-    world's state: the last Xid since the exporter started, row remap, PCIe links."""
-
-    played: world.World
-
-    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
-        out: list[fleet.MetricSample] = []
-        for node in self.played.nodes:
-            if exporters.exporter_up(node, at):
-                out += [s for gpu in node.gpus if gpu.on_bus for s in self._gpu(node, gpu, at)]
-        return tuple(out)
-
-    def _gpu(
-        self, node: state.SimNode, gpu: state.SimGpu, at: datetime
-    ) -> list[fleet.MetricSample]:
-        labels = {node.hostname_label: node.name, "gpu": str(gpu.index), "UUID": gpu.uuid}
-        xid = exporters.xid_value(node, gpu, at)
-        values = {
-            names.DCGM_GPU_UTIL: 0.0,
-            names.DCGM_XID_LAST: float(xid or 0),
-            names.DCGM_ROW_REMAP_PENDING: float(gpu.row_remap_pending),
-            names.DCGM_PCIE_LINK_WIDTH: float(gpu.link_width),
-            names.DCGM_PCIE_MAX_LINK_WIDTH: float(gpu.link_width_max),
-            names.DCGM_PCIE_LINK_GEN: float(PCIE_GEN.get(gpu.link_speed_gts, 0)),
-            names.DCGM_PCIE_MAX_LINK_GEN: float(PCIE_GEN.get(gpu.link_speed_max_gts, 0)),
-        }
-        return [fleet.MetricSample(name, labels, value, at) for name, value in values.items()]
 
 
 def job_runner(played: world.World, hosts: Path) -> kubelet.RunCommand:
@@ -195,7 +161,7 @@ def build_guard(
         ),
         restore=restore.Restore(
             jobs=jobs.Jobs(client, namespace), ledger=ledger.Ledger(client, namespace),
-            writer=writer, facts=WorldFacts(played), classifier=catalog,
+            writer=writer, facts=return_view.WorldReturnFacts(played), classifier=catalog,
             settings=guard_settings, image=image, namespace=namespace,
         ),
     )  # fmt: skip

@@ -34,7 +34,11 @@ def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
 
 
 def test_the_evidence_job_is_pinned_and_admitted(xid79_twice: harness.ScenarioRun) -> None:
-    evidence_jobs = xid79_twice.played.store.list("Job", "gpuguard")
+    evidence_jobs = [
+        j
+        for j in xid79_twice.played.store.list("Job", "gpuguard")
+        if j["metadata"]["labels"].get("gpuguard.io/job") == "evidence"
+    ]
     assert len(evidence_jobs) == 2
     for job in evidence_jobs:
         assert job["spec"]["template"]["spec"]["nodeName"] == "gpu-node-b"
@@ -54,8 +58,37 @@ def test_the_node_carries_the_verdict_and_the_request_with_the_cards_history(
     assert "power" in request.lower()
 
 
-def test_double_bit_ecc_with_a_healthy_config_space_gets_the_reset_procedure() -> None:
+def test_after_the_power_cycle_the_node_returns_once_every_condition_and_the_burnin_pass(
+    xid79_twice: harness.ScenarioRun,
+) -> None:
+    report = score.scenario_report(xid79_twice)
+    assert report["returned"] == ["gpu-node-b"]
+    ((seconds,),) = report["time_to_return_s"].values()
+    assert 6 * 60 < seconds <= 15 * 60  # boot 6 min, ip_vs reloaded by hand at 10 min, burn-in
+    returns = [e for e in report["timeline"] if e["kind"] == "return"]
+    assert [(e["node"], e["reason"]) for e in returns] == [("gpu-node-b", "burn-in-passed")]
+    burnin_jobs = [
+        j
+        for j in xid79_twice.played.store.list("Job", "gpuguard")
+        if j["metadata"]["labels"].get("gpuguard.io/job") == "burnin"
+    ]
+    assert len(burnin_jobs) == 1
+    assert failed_rules(burnin_jobs[0]) == []
+
+
+def test_the_same_card_failing_again_is_held_for_a_human_not_returned(
+    xid79_twice: harness.ScenarioRun,
+) -> None:
+    report = score.scenario_report(xid79_twice)
+    assert "card-history" in report["held"]["gpu-node-b"]
+    node = xid79_twice.played.store.get("Node", "", "gpu-node-b")
+    assert node["spec"]["unschedulable"] is True
+
+
+def test_ecc_dbe_gets_the_reset_procedure_and_no_return_on_operand_restarts_alone() -> None:
     run = harness.play(scenario.load_shipped("ecc-dbe-five"), settings.GuardSettings())
     report = score.scenario_report(run)
     assert set(report["verdicts"]["gpu-node-a"]) == {"gpu-reset"}
     assert all(line["xid"] == 48 for line in report["ledger"])
+    assert report["returned"] == []
+    assert "reset-done" in report["held"]["gpu-node-a"]

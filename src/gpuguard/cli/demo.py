@@ -19,7 +19,9 @@ HEADER = (
     "[bold]gpuguard demo[/bold] — the guard (default settings: 30 s tick, 10 min hold window, "
     "fast path for Xid 79) against the seed's incidents and false-positive cases, in the "
     "built-in simulator. Real code paths: the isolation policy, lightkube over HTTP to the "
-    "simulator's Kubernetes API, one merge patch per isolation, an Event per decision."
+    "simulator's Kubernetes API, one merge patch per isolation, an Event per decision; the "
+    "evidence Job runs the real collector on the node's host tree; the return to pool "
+    "checks 11 conditions and runs the burn-in."
 )
 QUIET_KINDS = {"workload_end", "dip_end", "boot", "prometheus_up"}
 
@@ -70,21 +72,39 @@ def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> 
     console.print(table)
 
 
+def _figures(report: dict[str, Any]) -> str:
+    """The scenario's figures in words, under its timeline."""
+    parts = [
+        f"{node} isolated {sim.offset_text(seconds)} after the fault"
+        for node, seconds in report["time_to_isolate_s"].items()
+    ]
+    parts += [f"{node}: {', '.join(v)}" for node, v in report["verdicts"].items()]
+    parts += [
+        f"{node} returned {', '.join(sim.offset_text(x) for x in seconds)} after the repair"
+        for node, seconds in report["time_to_return_s"].items()
+    ]
+    parts += [f"{node} held: {why}" for node, why in report["held"].items()]
+    parts.append(
+        f"false isolations {len(report['false_isolations'])}, missed {len(report['missed'])},"
+        f" GPU-hours out {report['gpu_hours_out']:g}"
+    )
+    return "[bold]figures:[/bold] " + "; ".join(parts)
+
+
 def _summary(reports: list[dict[str, Any]]) -> Table:
-    table = Table(title="figures (seed: Xid 79 isolated after 12m26s by the seed's guard)")
+    table = Table(title="figures (the seed's guard isolated an Xid 79 after 12m26s)")
     table.add_column("scenario", no_wrap=True)
-    for header in ("isolated", "fault → isolation", "false", "missed", "GPU-h out"):
-        table.add_column(header)
+    for header in ("isolated", "→ isolation", "returned", "held", "false", "missed"):
+        table.add_column(header, no_wrap=True)
     for r in reports:
-        latency = ", ".join(
-            f"{node} {sim.offset_text(s)}" for node, s in r["time_to_isolate_s"].items()
-        )
+        slowest = max(r["time_to_isolate_s"].values(), default=None)
         table.add_row(
             r["name"],
-            ", ".join(r["isolated"]) or "-",
-            latency or "-",
+            str(len(r["isolated"])),
+            sim.offset_text(slowest) if slowest is not None else "-",
+            str(len(r["returned"])),
+            str(len(r["held"])),
             str(len(r["false_isolations"])),
             str(len(r["missed"])),
-            f"{r['gpu_hours_out']:g}",
         )
     return table

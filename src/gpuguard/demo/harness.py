@@ -21,14 +21,15 @@ import lightkube
 from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import recovery, tick
+from gpuguard.controller import recovery, restore, tick
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys, decisions
+from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import recovery as recovery_policy
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import kubeapi, kubelet, prometheus_view, scenario, store, world
+from gpuguard.sim import kubeapi, kubelet, prometheus_view, return_view, scenario, store, world
 from gpuguard.sources import kubernetes
 
 STEP = timedelta(seconds=15)
@@ -47,6 +48,8 @@ class ScenarioRun:
     ticks: int = 0
     findings: list[dict[str, Any]] = field(default_factory=list)  # phantom GPUs at the end
     verdicts: dict[str, list[str]] = field(default_factory=dict)
+    returned_at: dict[str, list[datetime]] = field(default_factory=dict)
+    held: dict[str, str] = field(default_factory=dict)  # still isolated at the end: why
     ledger: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -105,6 +108,16 @@ def _play(
                 image=settings.controller.image,
                 namespace=namespace,
             ),
+            restore=restore.Restore(
+                jobs=jobs.Jobs(client, namespace),
+                ledger=ledger.Ledger(client, namespace),
+                writer=writer,
+                facts=return_view.WorldReturnFacts(played),
+                classifier=catalog,
+                settings=settings,
+                image=settings.controller.image,
+                namespace=namespace,
+            ),
         )
         _drive(run, guard, view, settings, jobs_kubelet)
     return run
@@ -149,6 +162,7 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
     result = guard.tick()
     t = (result.at - run.played.origin).total_seconds()
     _record_recovery(run, result, t)
+    _record_returns(run, result, t)
     for action in result.applied:
         run.isolated_at.setdefault(action.node, result.at)
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
@@ -179,6 +193,32 @@ def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> Non
         run.guard_timeline.append(
             _entry(t, step.node, "verdict", decisions.Reason.VERDICT_RECORDED, step.request)
         )
+
+
+def _record_returns(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
+    for outcome in result.returns:
+        decision = outcome.decision
+        if outcome.returned:
+            run.returned_at.setdefault(decision.node, []).append(result.at)
+            run.held.pop(decision.node, None)
+            run.guard_timeline.append(
+                _entry(t, decision.node, "return", decision.reason, decision.detail)
+            )
+        elif decision.step in _HOLDING:
+            if run.held.get(decision.node) != decision.detail:
+                run.guard_timeline.append(
+                    _entry(t, decision.node, "return_check", decision.reason, decision.detail)
+                )
+            run.held[decision.node] = decision.detail
+
+
+_HOLDING = {
+    restore_model.RestoreStep.HOLD,
+    restore_model.RestoreStep.WAIT,
+    restore_model.RestoreStep.STAY_ISOLATED,
+    restore_model.RestoreStep.START_BURN_IN,
+    restore_model.RestoreStep.BURN_IN_RUNNING,
+}
 
 
 def _ledger_line(step: recovery_policy.RecoveryStep) -> dict[str, Any]:

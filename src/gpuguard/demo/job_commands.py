@@ -1,18 +1,28 @@
-"""Runs the command of a gpuguard Job inside the simulated node, as its container would:
+"""Runs the command of a gpuguard Job inside the simulated node, as its container would.
+
 ``gpuguard evidence`` is the real collector, reading the node's host tree (the simulator
-writes it) mounted at ``--root``; the result is what the container writes to its
-termination message. Host programs (journalctl, nvidia-smi) do not exist in a host tree, so
-the collector falls back to the files, as it does on a host without them."""
+writes it) mounted at ``--root``. ``gpuguard burnin`` is the real burn-in (timing, checks,
+report) over the node's simulated GPUs: each GPU still on the bus runs at a fixed share of its
+model's expected throughput, so a GPU that did not come back is missing from the count. The
+result is what the container writes to its termination message. Host programs (journalctl,
+nvidia-smi, dcgmi) do not exist in a host tree, as on a host without them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpuguard.agent.burnin import hardware, running
 from gpuguard.agent.evidence import collect
+from gpuguard.catalog import gpu_throughput
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
+from gpuguard.policy import burnin
 from gpuguard.sim import state, world
+
+HEALTHY_SHARE = 0.9  # of the model's expected dense throughput
 
 
 class NoHostPrograms:
@@ -20,6 +30,50 @@ class NoHostPrograms:
 
     def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
         return ports.CommandResult(tuple(argv), 127, "", f"{argv[0]}: not found")
+
+
+@dataclass
+class SimulatedGpus:
+    """The burn-in's backend for a simulated node: its GPUs on the bus, no CUDA needed."""
+
+    node: state.SimNode
+    table: gpu_throughput.ThroughputTable
+    kind: str = "cuda"
+
+    def devices(self) -> list[hardware.DeviceInfo]:
+        return [hardware.DeviceInfo(g.index, g.model, g.uuid) for g in self.node.gpus if g.on_bus]
+
+    def matmul_tflops(
+        self, device: hardware.DeviceInfo, size: int, dtype: gpu_throughput.Dtype, d: float
+    ) -> float:
+        return (self.table.expected(device.name, dtype) or 100.0) * HEALTHY_SHARE
+
+    def pattern_errors(self, device: hardware.DeviceInfo, fraction: float) -> int:
+        return 0
+
+
+def _flags(argv: Sequence[str]) -> dict[str, str]:
+    return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+
+
+def _burnin(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
+    flags = _flags(argv)
+    table = gpu_throughput.load_table()
+    request = running.BurninRequest(
+        mode=burnin.Mode(flags.get("--mode", "auto")),
+        expected_gpus=int(flags["--expected-gpus"]),
+        xid=burnin.parse_reason(flags.get("--reason")),
+        duration_s=0.01,
+        size=64,
+    )
+    env = running.Environment(
+        load_backend=lambda _: SimulatedGpus(node, table),
+        runner=NoHostPrograms(),
+        which=lambda _: None,
+        table=table,
+    )
+    report = running.run(request, env)
+    return (0 if report.passed else 1), report.summary()
 
 
 def runner(
@@ -34,6 +88,8 @@ def runner(
                 hosts_root / node.name, options, NoHostPrograms(), catalog, played.now
             )
             return 0, bundle.summary().to_json()
+        if argv[:2] == ["gpuguard", "burnin"]:
+            return _burnin(node, argv)
         return 2, f"the simulated node cannot run {' '.join(argv[:2])!r}"
 
     return run

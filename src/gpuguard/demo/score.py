@@ -22,6 +22,9 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "gpu_hours_out": round(run.gpu_seconds_out / 3600, 2),
         "guard_ticks": run.ticks,
         "verdicts": run.verdicts,
+        "returned": [n for n in spec.node_names if n in run.returned_at],
+        "held": dict(run.held),
+        "time_to_return_s": _time_to_return(run),
         "ledger": run.ledger,
         "findings": run.findings,
         "timeline": timeline(run),
@@ -35,6 +38,22 @@ def _time_to_isolate(run: harness.ScenarioRun) -> dict[str, float]:
         if first is not None:
             out[name] = ((when - run.played.origin) - first).total_seconds()
     return out
+
+
+def _time_to_return(run: harness.ScenarioRun) -> dict[str, list[float]]:
+    """Seconds from the repair (power cycle, reboot, GPU reset) before each return to it."""
+    repairs = [e for e in run.played.timeline if e.kind in _REPAIRS]
+    out: dict[str, list[float]] = {}
+    for node, returns in run.returned_at.items():
+        for when in returns:
+            t = (when - run.played.origin).total_seconds()
+            before = [e.t for e in repairs if e.node == node and e.t <= t]
+            if before:
+                out.setdefault(node, []).append(t - max(before))
+    return out
+
+
+_REPAIRS = {"power_cycle", "reboot", "gpu_reset"}
 
 
 def timeline(run: harness.ScenarioRun) -> list[dict[str, Any]]:
