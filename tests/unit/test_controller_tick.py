@@ -106,3 +106,28 @@ def test_metrics_are_read_at_the_tick_instant() -> None:
     g, _ = guard(metrics=metrics)
     g.tick()
     assert metrics.asked_at == [NOW]
+
+
+def test_a_failed_metrics_read_still_keeps_the_nodes_for_explain() -> None:
+    g, _ = guard(metrics=fakes.FakeMetrics(error=SourceError("HTTP 503")))
+    result = g.tick()
+    assert result.snapshot is not None
+    assert [n.name for n in result.snapshot.nodes] == ["gpu-node-a", "gpu-node-b"]
+    assert result.decision is None
+
+
+def test_opt_in_phantom_cordon_waits_when_the_tick_already_isolated_one() -> None:
+    from gpuguard.controller import phantom_watch
+    from tests.unit.test_controller_phantom_watch import Source
+    from tests.unit.test_policy_phantom import window
+
+    watch = phantom_watch.PhantomWatch(
+        Source((window(gpu="5"),)), settings.PhantomSettings(cordon=True)
+    )
+    cluster, metrics = xid79_world()
+    cluster.node_list.append(fleet.Node("gpu-node-1", "boot-1", 8, 8))
+    g, writer = guard(cluster=cluster, metrics=metrics, phantom=watch)
+    result = g.tick()
+    assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the Xid 79 first
+    assert result.phantom is not None
+    assert [p.node for p in result.phantom.phantoms] == ["gpu-node-1"]

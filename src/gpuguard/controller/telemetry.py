@@ -53,6 +53,12 @@ class GuardMetrics:
             registry=r,
         )
         self.leader = Gauge("gpuguard_leader", "1 while this replica leads.", registry=r)
+        self.phantom = Gauge(
+            names.PHANTOM_GPUS,
+            "Watts wasted by a GPU busy with nothing (phantom utilization), per GPU.",
+            ["node", "gpu"],
+            registry=r,
+        )
         self.returned = Counter(
             _counter_base(names.RETURNED_TOTAL), "Nodes returned to the pool after a burn-in.",
             ["node"], registry=r,
@@ -73,8 +79,16 @@ class GuardMetrics:
         if result.error_kind is None:
             self.last_success.set(result.at.timestamp())
         self._observe_decision(result.decision)
+        self._observe_phantoms(result)
         self._observe_isolated(result)
         self._observe_returns(result)
+
+    def _observe_phantoms(self, result: tick.TickResult) -> None:
+        if result.phantom is None:
+            return
+        self.phantom.clear()
+        for gpu in result.phantom.phantoms:
+            self.phantom.labels(gpu.node, gpu.gpu).set(round(gpu.wasted_w, 1))
 
     def _observe_decision(self, decision: isolate.IsolationDecision) -> None:
         for action in decision.actions:

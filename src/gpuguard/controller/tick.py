@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpuguard.controller import phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
+from gpuguard.policy import phantom as phantom_policy
 from gpuguard.policy import recovery as recovery_policy
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class TickResult:
     snapshot: fleet.FleetSnapshot | None = None
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
+    phantom: phantom_policy.PhantomDecision | None = None
 
     @property
     def ok(self) -> bool:
@@ -59,17 +62,20 @@ class Guard:
     notifier: ports.Notifier | None = None
     recovery: recovery_step.Recovery | None = None
     restore: restore_step.Restore | None = None
+    phantom: phantom_watch.PhantomWatch | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
         try:
-            result.snapshot = self._collect(result.at)
+            result.snapshot = self._collect(result)
         except SourceError as e:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
         result.decision = isolate.decide(result.snapshot, self.classifier, self.settings)
-        self._act(result.snapshot, result.decision, result)
+        self._act(result.snapshot, result.decision.actions, result)
+        if self.phantom is not None:
+            self._phantoms(self.phantom, result.snapshot, result.decision, result)
         if self.recovery is not None:
             result.recovery = self.recovery.run(
                 result.snapshot.nodes,
@@ -82,19 +88,40 @@ class Guard:
             )
         return result
 
-    def _collect(self, at: datetime) -> fleet.FleetSnapshot:
+    def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
+        """The cluster first (kept on the result, so ``explain`` can show a node even when
+        Prometheus cannot answer), then the metrics."""
         nodes = self.cluster.nodes()
         pods = self.cluster.pods()
-        samples = self.metrics.samples(at)
-        return fleet.FleetSnapshot(taken_at=at, nodes=nodes, pods=pods, samples=samples)
+        result.snapshot = fleet.FleetSnapshot(taken_at=result.at, nodes=nodes, pods=pods)
+        samples = self.metrics.samples(result.at)
+        return replace(result.snapshot, samples=samples)
 
-    def _act(
+    def _phantoms(
         self,
+        watch: phantom_watch.PhantomWatch,
         snapshot: fleet.FleetSnapshot,
         decision: isolate.IsolationDecision,
         result: TickResult,
     ) -> None:
-        for action in decision.actions:
+        """Phantom findings every interval; opt-in cordons within what the tick has left."""
+        fresh = watch.run(result.at)
+        result.phantom = watch.last
+        if fresh is None or not fresh.actions:
+            return
+        applied = len(result.applied)
+        state = replace(decision.breaker, auto_isolated=decision.breaker.auto_isolated + applied)
+        room = self.settings.isolation.max_isolations_per_tick - applied
+        cordons = phantom_watch.admissible_cordons(fresh, snapshot, state, room)
+        self._act(snapshot, tuple(action for _, action in cordons), result)
+
+    def _act(
+        self,
+        snapshot: fleet.FleetSnapshot,
+        actions: tuple[decisions.Action, ...],
+        result: TickResult,
+    ) -> None:
+        for action in actions:
             node = snapshot.node(action.node)
             if self.dry_run:
                 result.skipped.append((action, "dry-run"))

@@ -3,8 +3,8 @@ Prometheus, the packaged Xid catalog with the cluster's overrides."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,9 +14,9 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import recovery, restore, tick
+from gpuguard.controller import phantom_watch, recovery, restore, tick
 from gpuguard.model import settings as settings_model
-from gpuguard.sources import kubernetes, prometheus, return_facts
+from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
 
 class SystemClock:
@@ -49,80 +49,102 @@ def kube_client(connection: Connection) -> Client:
 def build_guard(
     guard_settings: settings_model.GuardSettings, connection: Connection, *, dry_run: bool
 ) -> Iterator[tuple[tick.Guard, Client]]:
-    client = kube_client(connection)
-    plan = prometheus.QueryPlan(
-        hold_window=guard_settings.isolation.hold_window,
-        xid_lookback=guard_settings.isolation.xid_lookback,
+    """The guard with every step wired to the real adapters; all of them closed on exit."""
+    with ExitStack() as closing:
+        client = kube_client(connection)
+        closing.callback(client.close)
+        url = connection.prometheus_url or guard_settings.prometheus.url
+        read = _prometheus_reader(url, guard_settings, closing)
+        notifier = _notifier(guard_settings, closing)
+        writer = nodes.NodeWriter(client)
+        catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
+        c = guard_settings.controller
+        isolation = guard_settings.isolation
+        guard = tick.Guard(
+            metrics=read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback)),
+            cluster=kubernetes.KubernetesReader(client),
+            writer=writer,
+            classifier=catalog,
+            settings=guard_settings,
+            clock=SystemClock(),
+            dry_run=dry_run,
+            notifier=notifier,
+            recovery=recovery.Recovery(
+                jobs=jobs.Jobs(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace),
+                writer=writer,
+                catalog=catalog,
+                image=c.image,
+                namespace=c.namespace,
+                notifier=notifier,
+            )
+            if c.recovery
+            else None,
+            restore=restore.Restore(
+                jobs=jobs.Jobs(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace),
+                writer=writer,
+                facts=read(return_facts.ReturnFactsPlan()),
+                classifier=catalog,
+                settings=guard_settings,
+                image=c.image,
+                namespace=c.namespace,
+                notifier=notifier,
+                await_verdict=c.recovery,
+            ),
+            phantom=phantom_watch.PhantomWatch(
+                _gpu_windows(url, guard_settings, closing), guard_settings.phantom
+            ),
+        )
+        yield guard, client
+
+
+def _prometheus_reader(
+    url: str, guard_settings: settings_model.GuardSettings, closing: ExitStack
+) -> Callable[[prometheus.Plan], prometheus.PrometheusSource]:
+    def read(plan: prometheus.Plan) -> prometheus.PrometheusSource:
+        source = prometheus.PrometheusSource(
+            url,
+            plan,
+            staleness=guard_settings.prometheus.staleness,
+            timeout_s=guard_settings.prometheus.timeout.total_seconds(),
+        )
+        closing.callback(source.close)
+        return source
+
+    return read
+
+
+def _gpu_windows(
+    url: str, guard_settings: settings_model.GuardSettings, closing: ExitStack
+) -> gpu_metrics.GpuMetricsSource:
+    phantom = guard_settings.phantom
+    plan = gpu_metrics.GpuQueryPlan(
+        window=phantom.hold,
+        signature_lookback=phantom.age_lookback,
+        util_min_pct=phantom.util_min_pct,
+        fb_used_max_mib=phantom.fb_used_max_mib,
     )
-    source = prometheus.PrometheusSource(
-        connection.prometheus_url or guard_settings.prometheus.url,
+    source = gpu_metrics.GpuMetricsSource(
+        url,
         plan,
         staleness=guard_settings.prometheus.staleness,
         timeout_s=guard_settings.prometheus.timeout.total_seconds(),
     )
+    closing.callback(source.close)
+    return source
+
+
+def _notifier(
+    guard_settings: settings_model.GuardSettings, closing: ExitStack
+) -> notify.WebhookNotifier | None:
     notes = guard_settings.notifications
-    notifier = (
-        notify.WebhookNotifier(
-            notes.webhook_url,
-            notify.NotifyFormat(notes.format),
-            timeout_s=notes.timeout.total_seconds(),
-        )
-        if notes.webhook_url
-        else None
+    if not notes.webhook_url:
+        return None
+    notifier = notify.WebhookNotifier(
+        notes.webhook_url,
+        notify.NotifyFormat(notes.format),
+        timeout_s=notes.timeout.total_seconds(),
     )
-    writer = nodes.NodeWriter(client)
-    catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
-    c = guard_settings.controller
-    recovering = (
-        recovery.Recovery(
-            jobs=jobs.Jobs(client, c.namespace),
-            ledger=ledger.Ledger(client, c.namespace),
-            writer=writer,
-            catalog=catalog,
-            image=c.image,
-            namespace=c.namespace,
-            notifier=notifier,
-        )
-        if c.recovery
-        else None
-    )
-    facts = prometheus.PrometheusSource(
-        connection.prometheus_url or guard_settings.prometheus.url,
-        return_facts.ReturnFactsPlan(),
-        staleness=guard_settings.prometheus.staleness,
-        timeout_s=guard_settings.prometheus.timeout.total_seconds(),
-    )
-    returning = restore.Restore(
-        jobs=jobs.Jobs(client, c.namespace),
-        ledger=ledger.Ledger(client, c.namespace),
-        writer=writer,
-        facts=facts,
-        classifier=catalog,
-        settings=guard_settings,
-        image=c.image,
-        namespace=c.namespace,
-        notifier=notifier,
-        await_verdict=c.recovery,
-    )
-    try:
-        yield (
-            tick.Guard(
-                metrics=source,
-                cluster=kubernetes.KubernetesReader(client),
-                writer=writer,
-                classifier=catalog,
-                settings=guard_settings,
-                clock=SystemClock(),
-                dry_run=dry_run,
-                notifier=notifier,
-                recovery=recovering,
-                restore=returning,
-            ),
-            client,
-        )
-    finally:
-        source.close()
-        facts.close()
-        client.close()
-        if notifier is not None:
-            notifier.close()
+    closing.callback(notifier.close)
+    return notifier
