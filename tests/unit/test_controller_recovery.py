@@ -118,3 +118,15 @@ def test_nodes_with_a_verdict_or_a_human_cordon_are_left_alone() -> None:
     human = fleet.Node("gpu-node-a", "b", 8, 8, unschedulable=True)
     assert rec.run((done, human), NOW, may_write=lambda: True) == []
     assert step_jobs.created == []
+
+
+def test_an_unreadable_ledger_or_job_waits_instead_of_failing_the_tick() -> None:
+    broken = FakeLedger()
+
+    def unreadable() -> ledger_store.LedgerRead:
+        raise GpuguardError("configmaps forbidden")
+
+    broken.entries = unreadable  # type: ignore[method-assign]
+    rec, step_jobs, _, _ = make(broken)
+    assert rec.run((isolated_node(),), NOW, may_write=lambda: True) == []
+    assert step_jobs.created == []

@@ -106,3 +106,18 @@ def test_stop_releases_the_lease() -> None:
     stop.set()
     loop.run(stop)
     assert lease.released
+
+
+def test_an_unhandled_step_error_fails_the_tick_closed_not_the_loop() -> None:
+    from gpuguard.errors import GpuguardError
+
+    loop, _ = make(FakeLease(), fakes.FakeMetrics())
+
+    def explode() -> tick.TickResult:
+        raise GpuguardError("jobs forbidden")
+
+    loop.guard.tick = explode  # type: ignore[method-assign]
+    result = loop.step()
+    assert result is not None
+    assert result.error_kind == "internal"
+    assert not loop.healthy()

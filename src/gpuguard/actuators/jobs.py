@@ -17,12 +17,12 @@ import hashlib
 from enum import StrEnum
 from typing import Any, cast
 
-import httpx2
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
-from gpuguard.errors import GpuguardError, SourceError
+from gpuguard.actuators import api_errors
+from gpuguard.errors import ConflictError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import jobs as job_model
 
@@ -201,25 +201,20 @@ class Jobs:
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """Create the Job; False when it already exists (an earlier tick made it)."""
+        job = cast(Job, Job.from_dict(manifest))
         try:
-            job = cast(Job, Job.from_dict(manifest))
-            self._client.create(job, namespace=self._namespace)
-        except ApiError as e:
-            if e.status and e.status.code == 409:
-                return False
-            raise GpuguardError(f"creating Job {manifest['metadata']['name']}: {e}") from e
-        except httpx2.HTTPError as e:
-            raise GpuguardError(f"creating Job {manifest['metadata']['name']}: {e}") from e
+            with api_errors.translated(f"creating Job {manifest['metadata']['name']}"):
+                self._client.create(job, namespace=self._namespace)
+        except ConflictError:
+            return False
         return True
 
     def result(self, name: str) -> job_model.JobResult:
         """The state of the Job's pod and its termination message, if it ended."""
-        try:
+        with api_errors.translated(f"reading the pods of Job {name}", SourceError):
             pods = list(
                 self._client.list(Pod, namespace=self._namespace, labels={"job-name": name})
             )
-        except (ApiError, httpx2.HTTPError) as e:
-            raise SourceError(f"reading the pods of Job {name}: {e}") from e
         if not pods:
             return job_model.JobResult(job_model.JobState.ABSENT)
         return _pod_result(pods[-1])

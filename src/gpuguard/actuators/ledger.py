@@ -24,24 +24,23 @@ once labelled); a malformed line is reported with its object, key and line numbe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import groupby
 from typing import Any, TypeVar
 
-import httpx2
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
-from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
+from gpuguard.actuators import api_errors
+from gpuguard.errors import ConflictError, InputError
 from gpuguard.model import decisions, faults, pci
 
 PART_OF_LABEL = "app.kubernetes.io/part-of"
@@ -392,14 +391,14 @@ class Ledger:
             metadata=ObjectMeta(name=name, namespace=self._namespace, labels=labels),
             data=filled.data,
         )
-        with _translated(f"creating ConfigMap {self._namespace}/{name}"):
+        with api_errors.translated(f"creating ConfigMap {self._namespace}/{name}"):
             self._client.create(config_map, namespace=self._namespace)
         return filled.rest
 
     def _replace(self, config_map: ConfigMap, data: dict[str, str]) -> None:
         """Write ``data`` guarded by the resourceVersion the object was read at."""
         config_map.data = data
-        with _translated(f"replacing ConfigMap {self._namespace}/{_name(config_map)}"):
+        with api_errors.translated(f"replacing ConfigMap {self._namespace}/{_name(config_map)}"):
             self._client.replace(config_map)
 
     def _seal(self, config_map: ConfigMap) -> None:
@@ -409,13 +408,13 @@ class Ledger:
         if config_map.metadata is not None:
             config_map.metadata.labels = labels
         try:
-            with _translated(f"sealing ConfigMap {self._namespace}/{_name(config_map)}"):
+            with api_errors.translated(f"sealing ConfigMap {self._namespace}/{_name(config_map)}"):
                 self._client.replace(config_map)
         except ConflictError:
             pass
 
     def _list(self, labels: Mapping[str, str]) -> list[ConfigMap]:
-        with _translated(f"listing ledger ConfigMaps in {self._namespace}"):
+        with api_errors.translated(f"listing ledger ConfigMaps in {self._namespace}"):
             selector: dict[str, Any] = dict(labels)
             return list(self._client.list(ConfigMap, namespace=self._namespace, labels=selector))
 
@@ -438,23 +437,3 @@ def _entry_order(entry: faults.LedgerEntry) -> tuple[datetime, str, str, str]:
     return entry.at, entry.node, entry.pci or "", entry.uuid or ""
 
 
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """lightkube and transport errors as gpuguard's, chained, naming the object."""
-    try:
-        yield
-    except ApiError as e:
-        raise _api_error(e, what) from e
-    except httpx2.HTTPError as e:
-        raise GpuguardError(f"{what} failed: {e}") from e
-
-
-def _api_error(error: ApiError, what: str) -> GpuguardError:
-    code = error.status.code if error.status else None
-    reason = (error.status.reason if error.status else None) or ""
-    if code == 409:
-        return ConflictError(f"{what}: {reason or 'Conflict'} (409), re-read and retry")
-    if code == 404:
-        return NotFoundError(f"{what}: not found (404)")
-    message = error.status.message if error.status else ""
-    return GpuguardError(f"{what}: API error {code}: {message}")

@@ -11,14 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import httpx2
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
-from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
+from gpuguard.actuators import api_errors
 from gpuguard.model import annotation_keys, decisions, fleet
 
 COMPONENT = "gpuguard"
@@ -80,12 +79,8 @@ class NodeWriter:
         self._patch(node.name, uncordon_patch(node, remove_annotations))
 
     def _patch(self, name: str, patch: dict[str, Any]) -> None:
-        try:
+        with api_errors.translated(f"patching Node {name}"):
             self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)
-        except ApiError as e:
-            raise _translate(e, f"Node {name}") from e
-        except httpx2.HTTPError as e:
-            raise GpuguardError(f"patching Node {name} failed: {e}") from e
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         """An Event on the Node, as ``kubectl describe node`` shows it."""
@@ -95,29 +90,24 @@ class NodeWriter:
             involvedObject=ObjectReference(kind="Node", name=action.node, apiVersion="v1"),
             reason=_camel(str(action.reason)),
             message=event_message(action),
-            type="Warning" if action.kind is decisions.ActionKind.ISOLATE else "Normal",
+            type="Warning" if action.reason in _WARNINGS else "Normal",
             source=EventSource(component=COMPONENT),
             firstTimestamp=now,
             lastTimestamp=now,
             count=1,
         )
-        try:
+        with api_errors.translated(f"recording an Event for Node {action.node}"):
             self._client.create(event, namespace=self._events_namespace)
-        except ApiError as e:
-            raise _translate(e, f"Event for Node {action.node}") from e
-        except httpx2.HTTPError as e:
-            raise GpuguardError(f"recording an Event for {action.node} failed: {e}") from e
+
+
+_WARNINGS = {
+    decisions.Reason.FAST_PATH,
+    decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS,
+    decisions.Reason.PHANTOM_UTILIZATION,
+    decisions.Reason.BURN_IN_FAILED,
+    decisions.Reason.VERDICT_RECORDED,
+}
 
 
 def _camel(reason: str) -> str:
     return "".join(part.capitalize() for part in reason.split("-"))
-
-
-def _translate(error: ApiError, what: str) -> GpuguardError:
-    code = error.status.code if error.status else None
-    if code == 409:
-        return ConflictError(f"{what} changed since it was read (409 Conflict)")
-    if code == 404:
-        return NotFoundError(f"{what} not found")
-    message = error.status.message if error.status else ""
-    return GpuguardError(f"{what}: API error {code}: {message}")

@@ -24,17 +24,17 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-import httpx2
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from gpuguard.actuators import api_errors
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -373,19 +373,6 @@ def _stored(lease: Lease, what: str) -> StoredLease:
     return StoredLease(record, version)
 
 
-@contextlib.contextmanager
-def translate_api_errors(what: str) -> Iterator[None]:
-    """lightkube's and httpx's errors as gpuguard's, chained."""
-    try:
-        yield
-    except ApiError as e:
-        code = e.status.code if e.status else None
-        if code == 409:
-            raise ConflictError(
-                f"{what}: written by someone else first (409 {e.status.reason})"
-            ) from e
-        if code == 404:
-            raise NotFoundError(f"{what} not found") from e
-        raise LeaseError(f"{what}: API error {code}: {e.status.message if e.status else ''}") from e
-    except httpx2.HTTPError as e:
-        raise LeaseError(f"{what}: {e}") from e
+def translate_api_errors(what: str) -> contextlib.AbstractContextManager[None]:
+    """lightkube's and httpx's errors as gpuguard's, chained (LeaseError for the rest)."""
+    return api_errors.translated(what, LeaseError)

@@ -58,13 +58,24 @@ class Recovery:
         pending = [n for n in nodes if recovery.needs_recovery(n)]
         if not pending:
             return []
-        entries = self.ledger.entries().entries
+        try:
+            entries = self.ledger.entries().entries
+        except GpuguardError as e:
+            log.warning("recovery waits: the fault ledger cannot be read: %s", e)
+            return []
         steps = []
         for node in pending:
             name = job_specs.job_name(
                 job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
             )
-            step = recovery.decide(node, self.jobs.result(name), entries, self.catalog, now)
+            try:
+                job = self.jobs.result(name)
+            except GpuguardError as e:
+                log.warning(
+                    "%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e
+                )
+                continue
+            step = recovery.decide(node, job, entries, self.catalog, now)
             steps.append(step)
             if may_write():
                 self._apply(node, step, now)

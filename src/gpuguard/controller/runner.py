@@ -70,7 +70,11 @@ class Runner:
         now = self.monotonic()
         if not leading or now < self._next_tick:
             return None
-        result = self.guard.tick()
+        try:
+            result = self.guard.tick()
+        except GpuguardError as e:  # a step failed in a way it did not handle: fail closed
+            log.error("tick failed: %s", e)
+            result = tick.TickResult(at=self.guard.clock.now(), error=str(e), error_kind="internal")
         self.metrics.observe(result)
         self._failures = 0 if result.ok else self._failures + 1
         if result.ok:
