@@ -13,6 +13,7 @@ from gpuguard.cli import (
     evidence,
     gate,
     guard,
+    hygiene,
     ledger,
     phantom,
     run,
@@ -61,6 +62,10 @@ app.command("agent", short_help="The node agent: kernel-log Xid counters, confor
 )
 app.command("gate", short_help="Onboarding gate: remove the registration taint if all pass.")(
     gate.gate
+)
+
+app.command("hygiene", short_help="Workloads that can leave GPUs busy with nothing.")(
+    hygiene.hygiene
 )
 
 if __name__ == "__main__":  # pragma: no cover
