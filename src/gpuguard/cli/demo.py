@@ -84,6 +84,12 @@ def _figures(report: dict[str, Any]) -> str:
         for node, seconds in report["time_to_return_s"].items()
     ]
     parts += [f"{node} held: {why}" for node, why in report["held"].items()]
+    phantoms = report.get("findings", [])
+    if phantoms:
+        wasted = sum(f.get("wasted_w", 0.0) for f in phantoms)
+        parts.append(
+            f"{len(phantoms)} phantom GPUs wasting ~{wasted:.0f} W (reported, not cordoned)"
+        )
     parts.append(
         f"false isolations {len(report['false_isolations'])}, missed {len(report['missed'])},"
         f" GPU-hours out {report['gpu_hours_out']:g}"
@@ -94,7 +100,7 @@ def _figures(report: dict[str, Any]) -> str:
 def _summary(reports: list[dict[str, Any]]) -> Table:
     table = Table(title="figures (the seed's guard isolated an Xid 79 after 12m26s)")
     table.add_column("scenario", no_wrap=True)
-    for header in ("isolated", "→ isolation", "returned", "held", "false", "missed"):
+    for header in ("isolated", "→ isolation", "returned", "held", "phantom", "false", "missed"):
         table.add_column(header, no_wrap=True)
     for r in reports:
         slowest = max(r["time_to_isolate_s"].values(), default=None)
@@ -104,6 +110,7 @@ def _summary(reports: list[dict[str, Any]]) -> Table:
             sim.offset_text(slowest) if slowest is not None else "-",
             str(len(r["returned"])),
             str(len(r["held"])),
+            str(len(r.get("findings", []))),
             str(len(r["false_isolations"])),
             str(len(r["missed"])),
         )
