@@ -70,6 +70,7 @@ def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> 
             sim.offset_text(entry["t"]), entry["kind"], entry["node"] or "-", why, style=style
         )
     console.print(table)
+    console.print(_figures(report))
 
 
 def _figures(report: dict[str, Any]) -> str:
@@ -78,12 +79,12 @@ def _figures(report: dict[str, Any]) -> str:
         f"{node} isolated {sim.offset_text(seconds)} after the fault"
         for node, seconds in report["time_to_isolate_s"].items()
     ]
-    parts += [f"{node}: {', '.join(v)}" for node, v in report["verdicts"].items()]
+    parts += [f"{node} verdicts: {', '.join(v)}" for node, v in report["verdicts"].items()]
     parts += [
         f"{node} returned {', '.join(sim.offset_text(x) for x in seconds)} after the repair"
         for node, seconds in report["time_to_return_s"].items()
     ]
-    parts += [f"{node} held: {why}" for node, why in report["held"].items()]
+    parts += [f"{node} still isolated, {why}" for node, why in report["held"].items()]
     phantoms = report.get("findings", [])
     if phantoms:
         wasted = sum(f.get("wasted_w", 0.0) for f in phantoms)
