@@ -65,3 +65,12 @@ def test_demo_json_has_the_documented_shape() -> None:
     assert s["nodes"] == ["gpu-node-a", "gpu-node-b"]
     assert s["gpu_hours_out"] > 0
     assert all({"t", "kind", "node", "reason"} <= set(e) for e in s["timeline"])
+
+
+def test_demo_prints_each_scenarios_figures_in_words() -> None:
+    result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "gpu-node-b isolated 31s after the fault" in text
+    assert "returned 11m after the repair" in text
+    assert "still isolated" in text
