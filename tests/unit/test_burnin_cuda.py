@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpuguard.agent.burnin import cuda, hardware
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 
 ECC = "CUDA error: uncorrectable ECC error encountered"
 
@@ -53,13 +53,13 @@ def test_a_cuda_error_becomes_that_gpus_device_error_with_the_text() -> None:
     backend = cuda.TorchCudaBackend(fake_torch(fail_on=1))
     broken = backend.devices()[1]
     with pytest.raises(hardware.DeviceError, match="uncorrectable ECC error"):
-        backend.matmul_tflops(broken, 64, gpu_throughput.Dtype.FP16, 0.01)
+        backend.matmul_tflops(broken, 64, gpu_models.Dtype.FP16, 0.01)
 
 
 def test_a_healthy_device_is_timed_by_the_shared_loop() -> None:
     backend = cuda.TorchCudaBackend(fake_torch(fail_on=1))
     healthy = backend.devices()[0]
-    assert backend.matmul_tflops(healthy, 64, gpu_throughput.Dtype.BF16, 0.01) > 0
+    assert backend.matmul_tflops(healthy, 64, gpu_models.Dtype.BF16, 0.01) > 0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpuguard.agent.burnin import cpu, dcgm, hardware, measuring, report, running, timing
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.model import ports
 from gpuguard.policy import burnin
 
@@ -38,7 +38,7 @@ class FakeBackend:
         self,
         device: hardware.DeviceInfo,
         size: int,
-        dtype: gpu_throughput.Dtype,
+        dtype: gpu_models.Dtype,
         duration_s: float,
     ) -> float:
         self.calls.append(("matmul", device.index))
@@ -111,7 +111,7 @@ def env_for(
         load_backend=load,
         runner=runner or ScriptedRunner({}),
         which=with_dcgm if dcgmi else no_dcgm,
-        table=gpu_throughput.load_table(),
+        table=gpu_models.load_table(),
     )
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.agent.burnin import hardware, running
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
 from gpuguard.controller import restore, telemetry, tick
@@ -49,7 +49,7 @@ class FakeGpus:
         return [hardware.DeviceInfo(i, H100, f"GPU-{i:04d}") for i in range(len(self.tflops))]
 
     def matmul_tflops(
-        self, device: hardware.DeviceInfo, size: int, dtype: gpu_throughput.Dtype, d: float
+        self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, d: float
     ) -> float:
         return self.tflops[device.index]
 

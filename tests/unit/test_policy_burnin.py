@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.errors import InputError
 from gpuguard.policy import burnin
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_DENSE_FP16 = 989.5
-FP16 = gpu_throughput.Dtype.FP16
-TABLE = gpu_throughput.load_table()
+FP16 = gpu_models.Dtype.FP16
+TABLE = gpu_models.load_table()
 
 
 def node(*tflops: float, name: str = H100) -> list[burnin.GpuResult]:
@@ -106,7 +106,7 @@ def test_a_slow_card_fails_the_floor_even_when_its_model_is_partly_unknown() -> 
 def test_floor_is_per_dtype_and_a_model_without_bf16_is_unknown() -> None:
     volta = node(100.0, 100.0, name="Tesla V100-SXM2-32GB")
     assert burnin.floor_check(volta, TABLE, 0.7, FP16).status is burnin.PASS
-    bf16 = burnin.floor_check(volta, TABLE, 0.7, gpu_throughput.Dtype.BF16)
+    bf16 = burnin.floor_check(volta, TABLE, 0.7, gpu_models.Dtype.BF16)
     assert bf16.status is burnin.UNKNOWN
 
 

@@ -15,7 +15,7 @@ import typer
 
 from gpuguard import errors
 from gpuguard.agent.burnin import hardware, report, running
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.cli import output
 from gpuguard.model import durations
 from gpuguard.policy import burnin as burnin_policy
@@ -35,7 +35,7 @@ Matmul mode (seed 004): a square matmul on every visible GPU at once for --durat
 excluded. It passes only when all four checks PASS: gpu-count (found = --expected-gpus),
 gpu-errors (no CUDA error on any GPU; a failing GPU fails with its text, the others are still
 measured), throughput-balance (slowest/fastest >= {burnin_policy.SEED_MIN_MAX_RATIO}) and
-throughput-floor (each GPU >= --floor of its model's dense {"/".join(gpu_throughput.Dtype)}
+throughput-floor (each GPU >= --floor of its model's dense {"/".join(gpu_models.Dtype)}
 throughput from the packaged datasheet table, so a uniformly slow node fails; a model the table
 does not know makes it UNKNOWN, never PASS). A real 8192² matmul reaches well below datasheet
 peak on many cards: tune --floor per fleet.
@@ -67,7 +67,7 @@ DurationOption = Annotated[
     str, typer.Option(help="How long each GPU runs its timed matmul (90s, 2m, ...).")
 ]
 SizeOption = Annotated[int, typer.Option(min=1, help="Side of the square matrices.")]
-DtypeOption = Annotated[gpu_throughput.Dtype, typer.Option(help="Matmul precision.")]
+DtypeOption = Annotated[gpu_models.Dtype, typer.Option(help="Matmul precision.")]
 ExpectedOption = Annotated[
     int | None,
     typer.Option(
@@ -102,7 +102,7 @@ SummaryOption = Annotated[
 def burnin(
     duration: DurationOption = "90s",
     size: SizeOption = 8192,
-    dtype: DtypeOption = gpu_throughput.Dtype.FP16,
+    dtype: DtypeOption = gpu_models.Dtype.FP16,
     expected_gpus: ExpectedOption = None,
     floor: FloorOption = burnin_policy.DEFAULT_FLOOR,
     device: DeviceOption = hardware.DeviceKind.CUDA,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpuguard.agent.burnin import hardware, running
 from gpuguard.agent.evidence import collect
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
 from gpuguard.policy import burnin
@@ -37,14 +37,14 @@ class SimulatedGpus:
     """The burn-in's backend for a simulated node: its GPUs on the bus, no CUDA needed."""
 
     node: state.SimNode
-    table: gpu_throughput.ThroughputTable
+    table: gpu_models.GpuModelTable
     kind: str = "cuda"
 
     def devices(self) -> list[hardware.DeviceInfo]:
         return [hardware.DeviceInfo(g.index, g.model, g.uuid) for g in self.node.gpus if g.on_bus]
 
     def matmul_tflops(
-        self, device: hardware.DeviceInfo, size: int, dtype: gpu_throughput.Dtype, d: float
+        self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, d: float
     ) -> float:
         return (self.table.expected(device.name, dtype) or 100.0) * HEALTHY_SHARE
 
@@ -58,7 +58,7 @@ def _flags(argv: Sequence[str]) -> dict[str, str]:
 
 def _burnin(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
     flags = _flags(argv)
-    table = gpu_throughput.load_table()
+    table = gpu_models.load_table()
     request = running.BurninRequest(
         mode=burnin.Mode(flags.get("--mode", "auto")),
         expected_gpus=int(flags["--expected-gpus"]),

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.errors import InputError
 from gpuguard.model import decisions
 
@@ -92,11 +92,11 @@ def choose_mode(requested: Mode, xid: int | None) -> Mode:
 def evaluate(
     results: Sequence[GpuResult],
     expected_gpus: int | None,
-    table: gpu_throughput.ThroughputTable,
+    table: gpu_models.GpuModelTable,
     floor: float,
     min_max: float = SEED_MIN_MAX_RATIO,
     *,
-    dtype: gpu_throughput.Dtype,
+    dtype: gpu_models.Dtype,
 ) -> BurninVerdict:
     """The matmul burn-in's verdict: count, errors, balance between cards, floor per model."""
     return BurninVerdict(
@@ -169,7 +169,7 @@ def balance_check(results: Sequence[GpuResult], min_max: float) -> BurninCheck:
 
 
 def fraction_of_expected(
-    result: GpuResult, table: gpu_throughput.ThroughputTable, dtype: gpu_throughput.Dtype
+    result: GpuResult, table: gpu_models.GpuModelTable, dtype: gpu_models.Dtype
 ) -> float | None:
     """Measured over the model's expected dense TFLOPS; None when either is unknown."""
     expected = table.expected(result.name, dtype)
@@ -180,9 +180,9 @@ def fraction_of_expected(
 
 def floor_check(
     results: Sequence[GpuResult],
-    table: gpu_throughput.ThroughputTable,
+    table: gpu_models.GpuModelTable,
     floor: float,
-    dtype: gpu_throughput.Dtype,
+    dtype: gpu_models.Dtype,
 ) -> BurninCheck:
     measured = [r for r in results if r.measured]
     fractions = {r.index: fraction_of_expected(r, table, dtype) for r in measured}
@@ -206,8 +206,8 @@ def floor_check(
 
 def _floor_evidence(
     result: GpuResult,
-    table: gpu_throughput.ThroughputTable,
-    dtype: gpu_throughput.Dtype,
+    table: gpu_models.GpuModelTable,
+    dtype: gpu_models.Dtype,
     floor: float,
 ) -> str:
     expected = table.expected(result.name, dtype) or 0.0

@@ -191,7 +191,7 @@ def _framebuffer_empty(window: fleet.GpuWindow, settings: settings_model.Phantom
 def _clocks_pinned(
     window: fleet.GpuWindow,
     settings: settings_model.PhantomSettings,
-    model: gpu_models.GpuModel,
+    model: gpu_models.PowerFacts,
 ) -> _Check:
     pstate = window.stat(names.DCGM_PSTATE, "max")
     if pstate is not None:
@@ -205,7 +205,7 @@ def _clocks_pinned(
 def _power_above_idle(
     window: fleet.GpuWindow,
     settings: settings_model.PhantomSettings,
-    model: gpu_models.GpuModel,
+    model: gpu_models.PowerFacts,
 ) -> _Check:
     power = window.stat(names.DCGM_POWER, "min")
     ok = power is not None and power - model.idle_power_w >= settings.power_over_idle_min_w
@@ -237,7 +237,7 @@ def _no_process(window: fleet.GpuWindow, processes: Mapping[str, int] | None) ->
 def _phantom(
     window: fleet.GpuWindow,
     settings: settings_model.PhantomSettings,
-    model: gpu_models.GpuModel,
+    model: gpu_models.PowerFacts,
     now: datetime,
     evidence: tuple[decisions.Evidence, ...],
 ) -> PhantomGpu:

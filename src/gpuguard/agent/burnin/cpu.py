@@ -8,7 +8,7 @@ CPU run can never pass a burn-in.
 from __future__ import annotations
 
 from gpuguard.agent.burnin import hardware, timing
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 
 CPU_NAME = "CPU (pure-Python matmul, not a GPU)"
 PATTERN_BYTES = 1 << 20
@@ -22,7 +22,7 @@ class CpuBackend:
         return [hardware.DeviceInfo(0, CPU_NAME)]
 
     def matmul_tflops(
-        self, device: hardware.DeviceInfo, size: int, dtype: gpu_throughput.Dtype, duration_s: float
+        self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, duration_s: float
     ) -> float:
         a = [[float((i * size + j) % 7) for j in range(size)] for i in range(size)]
         b = [[float((i + 2 * j) % 5) for j in range(size)] for i in range(size)]

@@ -11,7 +11,7 @@ import importlib.util
 from typing import Any
 
 from gpuguard.agent.burnin import hardware, timing
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 
 MATMULS_PER_STEP = 10
 MEMORY_CHUNK_BYTES = 1 << 30
@@ -51,7 +51,7 @@ class TorchCudaBackend:
         return hardware.DeviceInfo(index, properties.name, f"GPU-{uuid}" if uuid else None)
 
     def matmul_tflops(
-        self, device: hardware.DeviceInfo, size: int, dtype: gpu_throughput.Dtype, duration_s: float
+        self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, duration_s: float
     ) -> float:
         try:
             return self._matmul_tflops(device.index, size, dtype, duration_s)
@@ -59,7 +59,7 @@ class TorchCudaBackend:
             raise hardware.DeviceError(f"{type(e).__name__}: {e}") from e
 
     def _matmul_tflops(
-        self, index: int, size: int, dtype: gpu_throughput.Dtype, duration_s: float
+        self, index: int, size: int, dtype: gpu_models.Dtype, duration_s: float
     ) -> float:
         torch = self._torch
         torch.cuda.set_device(index)  # per thread: cuBLAS handles and streams of this GPU

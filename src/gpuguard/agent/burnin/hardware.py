@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.errors import GpuguardError
 
 
@@ -39,7 +39,7 @@ class DeviceBackend(Protocol):
         ...
 
     def matmul_tflops(
-        self, device: DeviceInfo, size: int, dtype: gpu_throughput.Dtype, duration_s: float
+        self, device: DeviceInfo, size: int, dtype: gpu_models.Dtype, duration_s: float
     ) -> float:
         """Measured TFLOPS of ``size``² matmuls for ``duration_s`` (warm-up excluded).
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuguard.agent import commands
 from gpuguard.agent.burnin import cpu, cuda, dcgm, hardware, measuring, report
-from gpuguard.catalog import gpu_throughput
+from gpuguard.catalog import gpu_models
 from gpuguard.model import decisions, ports
 from gpuguard.policy import burnin
 
@@ -28,7 +28,7 @@ class BurninRequest:
     xid: int | None = None
     duration_s: float = 90.0
     size: int = 8192
-    dtype: gpu_throughput.Dtype = gpu_throughput.Dtype.FP16
+    dtype: gpu_models.Dtype = gpu_models.Dtype.FP16
     expected_gpus: int | None = None
     floor: float = burnin.DEFAULT_FLOOR
     min_max: float = burnin.SEED_MIN_MAX_RATIO
@@ -48,7 +48,7 @@ class Environment:
     load_backend: Callable[[hardware.DeviceKind], hardware.Backend] = load_backend
     runner: ports.CommandRunner = field(default_factory=commands.SubprocessRunner)
     which: dcgm.Which = shutil.which
-    table: gpu_throughput.ThroughputTable = field(default_factory=gpu_throughput.load_table)
+    table: gpu_models.GpuModelTable = field(default_factory=gpu_models.load_table)
 
 
 def run(request: BurninRequest, env: Environment) -> report.BurninReport:
