@@ -53,6 +53,7 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         result = adapter.result(name)
     assert result.state is job_model.JobState.SUCCEEDED
     assert result.message == '{"verdict": "power-cycle"}'
+    assert result.started_at == played.origin  # the pod started on the first kubelet pass
     assert ran == [("gpu-node-a", manifest["spec"]["template"]["spec"]["containers"][0]["command"])]
 
 

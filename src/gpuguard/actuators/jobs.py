@@ -226,9 +226,12 @@ def _pod_result(pod: Pod) -> job_model.JobResult:
     statuses = (status.containerStatuses or []) if status else []
     terminated = statuses[0].state.terminated if statuses and statuses[0].state else None
     message = terminated.message if terminated else None
+    started = status.startTime if status else None
     if phase == "Succeeded":
-        return job_model.JobResult(job_model.JobState.SUCCEEDED, message)
+        return job_model.JobResult(job_model.JobState.SUCCEEDED, message, started_at=started)
     if phase == "Failed":
         reason = terminated.reason if terminated else (status.reason if status else None)
-        return job_model.JobResult(job_model.JobState.FAILED, message, detail=reason or "")
-    return job_model.JobResult(job_model.JobState.RUNNING)
+        return job_model.JobResult(
+            job_model.JobState.FAILED, message, detail=reason or "", started_at=started
+        )
+    return job_model.JobResult(job_model.JobState.RUNNING, started_at=started)

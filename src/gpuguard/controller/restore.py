@@ -12,9 +12,8 @@
 The burn-in's boot and mode: the Job is created for the node's boot ID of that tick and the
 mode the policy asks for (both in its name; the boot ID also in its ``gpuguard.io/boot-id``
 annotation) and looked up under the node's current boot ID and mode, so a result read back
-is, by construction, a result of this boot and mode. ``started_at`` is when gpuguard read it:
-``Jobs.result`` does not expose the pod's start time; the name already ties the result to
-this isolation and reset, which is what the policy's time check guards.
+is, by construction, a result of this boot and mode. ``started_at`` is the pod's start time
+(the read time when the API did not say).
 
 A fact that cannot be read is ``None`` (the policy waits): a Prometheus error leaves every
 metric fact unknown, a ledger error the card's history. Nodes still waiting for the evidence
@@ -222,6 +221,7 @@ def burn_in_result(
     summary says passed; an unreadable summary is a failure a human must see, never a pass."""
     if job.state is job_model.JobState.ABSENT:
         return None
+    read_at = job.started_at or read_at
     if job.state is job_model.JobState.RUNNING:
         return model.BurnInResult(model.BurnInOutcome.RUNNING, mode, boot_id, read_at)
     summary = _summary(job.message)

@@ -4,6 +4,7 @@ message (where gpuguard's Jobs put their compact JSON result)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -19,3 +20,4 @@ class JobResult:
     state: JobState
     message: str | None = None  # the container's termination message
     detail: str = ""
+    started_at: datetime | None = None  # when its pod started (None: not yet, or unknown)
