@@ -130,3 +130,20 @@ def test_an_unreadable_ledger_or_job_waits_instead_of_failing_the_tick() -> None
     rec, step_jobs, _, _ = make(broken)
     assert rec.run((isolated_node(),), NOW, may_write=lambda: True) == []
     assert step_jobs.created == []
+
+
+def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
+    rec, step_jobs, _, _ = make()
+    bad = isolated_node()
+    bad = fleet.Node(
+        "gpu-node-x", "b", 8, 7, unschedulable=True,
+        annotations={**bad.annotations, annotation_keys.ISOLATED_AT: "yesterday-ish"},
+    )
+    finished_job = jobs.JobResult(jobs.JobState.SUCCEEDED, "{}")
+    step_jobs.results = {}
+    steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
+    assert [s.node for s in steps] == ["gpu-node-x", "gpu-node-b"]  # both start their Job
+    for manifest in step_jobs.created:
+        step_jobs.results[manifest["metadata"]["name"]] = finished_job
+    steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
+    assert [s.node for s in steps] == ["gpu-node-b"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.errors import GpuguardError
+from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import annotation_keys, decisions, fleet, ports
 from gpuguard.model import jobs as job_model
 from gpuguard.policy import recovery
@@ -75,7 +75,11 @@ class Recovery:
                     "%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e
                 )
                 continue
-            step = recovery.decide(node, job, entries, self.catalog, now)
+            try:
+                step = recovery.decide(node, job, entries, self.catalog, now)
+            except InputError as e:  # a malformed gpuguard annotation on this node only
+                log.error("%s: recovery skipped, fix the node's annotation: %s", node.name, e)
+                continue
             steps.append(step)
             if may_write():
                 self._apply(node, step, now)
