@@ -169,7 +169,24 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "breaker": result.decision.breaker.describe() if result.decision else None,
         "error": result.error,
         "return_checklist": _checklist(name, result),
+        "phantom_gpus": _phantoms(name, result),
     }
+
+
+def _phantoms(name: str, result: tick.TickResult) -> list[dict[str, Any]]:
+    """This node's GPUs busy with nothing, with the commands that gather the evidence."""
+    found = result.phantom.phantoms if result.phantom else ()
+    return [
+        {
+            "gpu": p.gpu,
+            "wasted_w": round(p.wasted_w, 1),
+            "hours": round(p.hours, 2),
+            "commands": [f"[{c.run_on}] {c.command}" for c in p.commands],
+            "advice": list(p.advice),
+        }
+        for p in found
+        if p.node == name
+    ]
 
 
 def _checklist(name: str, result: tick.TickResult) -> dict[str, Any] | None:
@@ -195,6 +212,13 @@ def _print_explanation(data: dict[str, Any]) -> None:
         con.print("- the guard sees nothing to act on or report for this node now")
     if data["breaker"]:
         con.print(data["breaker"])
+    for gpu in data["phantom_gpus"]:
+        con.print(
+            f"- phantom: GPU {gpu['gpu']} busy with nothing for {gpu['hours']} h,"
+            f" ~{gpu['wasted_w']} W wasted (reported, not cordoned by default)"
+        )
+        for command in gpu["commands"]:
+            con.print(f"    {command}", highlight=False)
     checklist = data["return_checklist"]
     if checklist:
         done = "" if checklist["done"] == "-" else f"; {checklist['done']}"
