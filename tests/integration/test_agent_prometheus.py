@@ -212,6 +212,7 @@ def test_gate_keeps_the_taint_until_burnin_passed_then_removes_only_its_own(
         steps = {s["step"]: s["status"] for s in report["steps"]}
         assert steps == {"kubelet-version": "PASS", "role-labels": "PASS",
                          "conformance": "PASS", "smoke": "UNKNOWN"}
+        assert report["api_server"] == {"version": RKE2, "source": "API server /version"}
         stored = sim_api.store.get("Node", "", new)
         assert ONBOARDING in stored["spec"]["taints"]
         assert json.loads(stored["metadata"]["annotations"][annotation_keys.GATE_REPORT])[

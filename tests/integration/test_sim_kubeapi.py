@@ -549,3 +549,28 @@ def test_an_injected_failure_answers_once_then_the_store_serves(
 
     assert (caught.value.status.code, caught.value.status.reason) == (503, "ServiceUnavailable")
     assert retried.spec.unschedulable is True
+
+
+@pytest.mark.parametrize(
+    ("version", "major", "minor"),
+    [
+        pytest.param("v1.31.4+rke2r1", "1", "31", id="rke2-1.31-cluster"),
+        pytest.param("v1.35.0+rke2r1", "1", "35", id="aug7-control-plane-upgraded-first"),
+    ],
+)
+def test_version_answers_like_a_real_api_server_and_follows_an_upgrade(
+    version: str, major: str, minor: str
+) -> None:
+    with kubeapi.serve(store.ObjectStore(), version=version) as server, httpx.Client(
+        base_url=server.url
+    ) as c:
+        served = c.get("/version")
+        server.version = "v1.36.1+rke2r1"
+        upgraded = c.get("/version").json()
+
+    assert served.status_code == 200
+    assert served.headers["content-type"] == "application/json"
+    body = served.json()
+    assert (body["major"], body["minor"], body["gitVersion"]) == (major, minor, version)
+    assert body["platform"] == "linux/amd64"
+    assert (upgraded["minor"], upgraded["gitVersion"]) == ("36", "v1.36.1+rke2r1")

@@ -87,3 +87,21 @@ def test_report_names_what_failed_for_the_annotation() -> None:
     steps = report["steps"]
     assert isinstance(steps, list)
     assert {"step": "conformance", "status": "FAIL", "evidence": "FAIL: rke2-unit"} in steps
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(gate.VERSION_ENDPOINT_SOURCE, id="api-server-version-endpoint"),
+        pytest.param("--api-server-version", id="operator-flag"),
+        pytest.param("control-plane cp-1 kubelet; GET /version answered 403: forbidden",
+                     id="version-forbidden-control-plane-fallback"),
+    ],
+)
+def test_report_says_where_the_api_server_version_came_from(source: str) -> None:
+    facts = dataclasses.replace(GOOD, kubelet_version="v1.35.7+rke2r1", api_server_source=source)
+    report = gate.decide(facts)
+    assert report.as_dict()["api_server"] == {"version": "v1.34.3+rke2r1", "source": source}
+    [step] = [s for s in report.steps if s.step is gate.Step.KUBELET_VERSION]
+    assert step.status is CheckStatus.FAIL
+    assert f"API server v1.34.3+rke2r1 (from {source})" in step.evidence

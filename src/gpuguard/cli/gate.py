@@ -1,11 +1,13 @@
 """``gpuguard gate NODE``: the onboarding gate — read the facts, decide, untaint or report.
 
 The decision is ``policy.gate.decide``; this is its imperative shell. Facts: the Node and the
-cluster's other Nodes (lightkube), the agent's ``gpuguard_check_status`` from Prometheus (the
-agent stays read-only towards the API server: no write RBAC on a DaemonSet on every node), and
-the newest burn-in Job labelled ``gpuguard.io/burnin-node=NODE``. Applied as ONE merge patch
-guarded by the node's resourceVersion: the report annotation always, and the taint list
-without ``gpuguard.io/onboarding`` only when the gate passed; plus an Event on the Node.
+cluster's other Nodes (lightkube), the API server's ``GET /version`` (``--api-server-version``
+overrides it; the control-plane kubelet stands in only when it cannot be read), the agent's
+``gpuguard_check_status`` from Prometheus (the agent stays read-only towards the API server:
+no write RBAC on a DaemonSet on every node), and the newest burn-in Job labelled
+``gpuguard.io/burnin-node=NODE``. Applied as ONE merge patch guarded by the node's
+resourceVersion: the report annotation always, and the taint list without
+``gpuguard.io/onboarding`` only when the gate passed; plus an Event on the Node.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from gpuguard.controller import wiring
 from gpuguard.model import annotation_keys, decisions
 from gpuguard.model import metric_names as names
 from gpuguard.policy import gate as gate_policy
-from gpuguard.sources import prometheus
+from gpuguard.sources import kubernetes, prometheus
 
 EXIT_PASSED, EXIT_FAILED, EXIT_UNKNOWN = 0, 1, 2
+FLAG_SOURCE = "--api-server-version"
 
 
 # ---- facts ---------------------------------------------------------------------------------
@@ -52,17 +55,28 @@ def _tainted(node: Node) -> bool:
     return any(t.key == annotation_keys.ONBOARDING_TAINT for t in taints or [])
 
 
-def api_server_version(nodes: list[Node], given: str | None) -> tuple[str | None, str]:
-    """The flag's version, else the newest control-plane kubelet's (RKE2 servers run the
-    kubelet and the API server from one release)."""
+def api_server_version(
+    client: lightkube.Client, nodes: list[Node], given: str | None
+) -> tuple[str | None, str]:
+    """The API server's version and where it came from: the flag, else ``GET /version``, else
+    (when that cannot be read) the newest control-plane kubelet's — RKE2 servers run the
+    kubelet and the API server from one release."""
     if given:
-        return given, "--api-server-version"
+        return given, FLAG_SOURCE
+    try:
+        return kubernetes.api_server_version(client), gate_policy.VERSION_ENDPOINT_SOURCE
+    except errors.SourceError as e:
+        return control_plane_version(nodes, unreadable=str(e))
+
+
+def control_plane_version(nodes: list[Node], unreadable: str) -> tuple[str | None, str]:
+    """The newest control-plane kubelet's version; the source names why /version was not used."""
     planes = [n for n in nodes if gate_policy.is_control_plane(_labels(n)) and _kubelet(n)]
     if not planes:
-        return None, "no control-plane node and no --api-server-version:"
+        return None, f"no control-plane node to fall back to; {unreadable}"
     newest = max(planes, key=lambda n: gate_policy.parse_version(_kubelet(n)) or (0, 0, 0))
     name = newest.metadata.name if newest.metadata else "?"
-    return _kubelet(newest), f"control-plane {name} kubelet"
+    return _kubelet(newest), f"control-plane {name} kubelet; {unreadable}"
 
 
 def check_statuses(prometheus_url: str | None, node: str) -> dict[str, decisions.CheckStatus]:
@@ -113,7 +127,7 @@ def read_facts(
         _labels(n) for n in everyone
         if n.metadata and n.metadata.name != name and not _tainted(n)
     )
-    server, source = api_server_version(everyone, api_version)
+    server, source = api_server_version(client, everyone, api_version)
     facts = gate_policy.GateFacts(
         node=name,
         kubelet_version=_kubelet(node),
@@ -181,7 +195,10 @@ def exit_code(report: gate_policy.GateReport) -> int:
 NodeArg = Annotated[str, typer.Argument(help="The node to admit.")]
 ApiVersionOpt = Annotated[
     str | None,
-    typer.Option(help="The API server's version (default: the control-plane nodes' kubelet)."),
+    typer.Option(
+        help="The API server's version (default: its GET /version; when that cannot be read, "
+        "the newest control-plane node's kubelet)."
+    ),
 ]
 SkewOpt = Annotated[int, typer.Option(min=0, help="Minor versions the kubelet may lag.")]
 NamespaceOpt = Annotated[str, typer.Option(help="Namespace of the burn-in Jobs.")]
@@ -201,12 +218,13 @@ def gate(
 ) -> None:
     """Admit a new node: remove gpuguard.io/onboarding=pending:NoSchedule only if it passes.
 
-    Steps: kubelet-version (not newer than the API server; minor lag <= --max-minor-skew),
-    role-labels (the node-role label and value the existing workers carry), conformance (the
-    agent's gpuguard_check_status in Prometheus: any FAIL fails, any UNKNOWN or no agent
-    keeps the taint) and smoke (the newest burn-in Job labelled gpuguard.io/burnin-node=NODE
-    must have succeeded). WARN does not block; FAIL and UNKNOWN keep the taint. The report is
-    written to the gpuguard.io/gate-report annotation and an Event either way.
+    Steps: kubelet-version (not newer than the API server, read from its GET /version unless
+    --api-server-version is given; minor lag <= --max-minor-skew), role-labels (the node-role
+    label and value the existing workers carry), conformance (the agent's gpuguard_check_status
+    in Prometheus: any FAIL fails, any UNKNOWN or no agent keeps the taint) and smoke (the
+    newest burn-in Job labelled gpuguard.io/burnin-node=NODE must have succeeded). WARN does
+    not block; FAIL and UNKNOWN keep the taint. The report is written to the
+    gpuguard.io/gate-report annotation and an Event either way.
 
     \b
     Exit codes: 0 passed (taint removed), 1 a step failed, 2 a step unknown or bad input.
@@ -215,6 +233,7 @@ def gate(
     Examples:
       gpuguard gate gpu-node-17 --prometheus-url http://prometheus:9090
       gpuguard gate gpu-node-17 --prometheus-url http://prometheus:9090 --dry-run -o json
+      gpuguard gate gpu-node-17 --api-server-version v1.34.3+rke2r1 --dry-run
     """
     conn = guard.connection(kubeconfig, kube_server, prometheus_url)
     try:

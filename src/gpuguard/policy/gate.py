@@ -6,7 +6,8 @@ data never lets a node in. Steps:
 
 - ``kubelet-version``: the kubelet is not newer than the API server and its minor is within
   ``max_minor_skew`` of it (0 by default: seed 004's RKE2 rule, minor differs → FAIL); a patch
-  difference is a WARN.
+  difference is a WARN. The report names where the API server's version came from (its
+  ``/version``, the operator's flag, or the control-plane kubelet when ``/version`` failed).
 - ``role-labels``: the node carries the ``node-role.kubernetes.io/*`` label the cluster's
   existing workers carry, with the same value (``worker=true`` vs ``worker=""`` selects
   differently). No existing worker to compare with → WARN.
@@ -32,6 +33,7 @@ ROLE_PREFIX = "node-role.kubernetes.io/"
 CONTROL_PLANE_ROLES = frozenset({"control-plane", "master", "etcd"})
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 _PASSING = frozenset({Status.PASS, Status.WARN, Status.FIXED})
+VERSION_ENDPOINT_SOURCE = "API server /version"
 
 
 class Step(StrEnum):
@@ -62,7 +64,7 @@ class GateFacts:
     peer_labels: tuple[Mapping[str, str], ...]  # the cluster's other, onboarded nodes
     check_status: Mapping[str, decisions.CheckStatus] | None  # the agent's, by check name
     smoke: StepResult | None = None
-    api_server_source: str = "API server /version"
+    api_server_source: str = VERSION_ENDPOINT_SOURCE
     max_minor_skew: int = 0
 
 
@@ -70,6 +72,8 @@ class GateFacts:
 class GateReport:
     node: str
     steps: tuple[StepResult, ...] = field(default_factory=tuple)
+    api_server_version: str | None = None
+    api_server_source: str = VERSION_ENDPOINT_SOURCE
 
     @property
     def passed(self) -> bool:
@@ -85,6 +89,7 @@ class GateReport:
             "node": self.node,
             "passed": self.passed,
             "steps": [s.as_dict() for s in self.steps],
+            "api_server": {"version": self.api_server_version, "source": self.api_server_source},
         }
 
 
@@ -95,13 +100,16 @@ def decide(facts: GateFacts) -> GateReport:
         conformance(facts.check_status),
         facts.smoke or StepResult(Step.SMOKE, Status.UNKNOWN, "no burn-in result for this node"),
     )
-    return GateReport(facts.node, steps)
+    return GateReport(facts.node, steps, facts.api_server_version, facts.api_server_source)
 
 
 def kubelet_version(facts: GateFacts) -> StepResult:
     step = Step.KUBELET_VERSION
     kubelet, server = parse_version(facts.kubelet_version), parse_version(facts.api_server_version)
-    shown = f"kubelet {facts.kubelet_version}, {facts.api_server_source} {facts.api_server_version}"
+    shown = (
+        f"kubelet {facts.kubelet_version}, API server {facts.api_server_version} "
+        f"(from {facts.api_server_source})"
+    )
     if kubelet is None or server is None:
         return StepResult(step, Status.UNKNOWN, f"{shown}: unreadable or missing")
     if kubelet > server:

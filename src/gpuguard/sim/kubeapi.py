@@ -2,9 +2,10 @@
 
 It speaks enough of the real API (get, list, create, merge-patch, replace, delete and watch
 of Nodes, Pods, ConfigMaps, Events, Jobs and Leases, with label/field selectors,
-resourceVersion preconditions and ``Status`` errors) that the real ``lightkube`` clients, sync
-and async, work against it unchanged over loopback — so gpuguard's adapters are tested
-against the wire protocol, not against a mock of their own making.
+resourceVersion preconditions and ``Status`` errors; and ``GET /version``) that the real
+``lightkube`` clients, sync and async, work against it unchanged over loopback — so
+gpuguard's adapters are tested against the wire protocol, not against a mock of their own
+making.
 
 Start it with ``serve(store)``; point lightkube at it with ``lightkube_config(server.url)``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import select
 import socket
 import threading
@@ -24,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuguard.sim import apiaudit, apiresources, selectors, store
+from gpuguard.sim import apiaudit, apiresources, kube_objects, selectors, store
 from gpuguard.sim.apiresources import RequestRefused, Target
 
 if TYPE_CHECKING:
@@ -38,15 +40,33 @@ _WATCH_POLL_S = 0.25  # how often an idle watch checks for a stop or a vanished 
 _MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 _JOIN_TIMEOUT_S = 5.0
 _SERVER_FIELDS = ("uid", "creationTimestamp", "resourceVersion", "generation")  # ignored on create
+_VERSION_PATHS = ("/version", "/version/")
+_GIT_VERSION = re.compile(r"^v(\d+)\.(\d+)\.\d+")
 
 
 class KubeApiServer:
     """The HTTP server on a background thread; ``stop()`` ends every connection and watch."""
 
-    def __init__(self, object_store: store.ObjectStore, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        object_store: store.ObjectStore,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        version: str = kube_objects.CONTROL_PLANE_VERSION,
+    ):
         self.store = object_store
         self._httpd = _HttpServer((host, port), object_store)
         self._thread: threading.Thread | None = None
+        self.version = version
+
+    @property
+    def version(self) -> str:
+        """The ``gitVersion`` that ``GET /version`` answers (an upgrade can change it live)."""
+        return str(self._httpd.version_info["gitVersion"])
+
+    @version.setter
+    def version(self, git_version: str) -> None:
+        self._httpd.version_info = version_info(git_version)
 
     @property
     def url(self) -> str:
@@ -91,15 +111,37 @@ class KubeApiServer:
 
 @contextlib.contextmanager
 def serve(
-    object_store: store.ObjectStore, host: str = "127.0.0.1", port: int = 0
+    object_store: store.ObjectStore,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    version: str = kube_objects.CONTROL_PLANE_VERSION,
 ) -> Iterator[KubeApiServer]:
-    """Serve ``object_store`` on ``host:port`` (0 = any free port) until the block ends."""
-    server = KubeApiServer(object_store, host, port)
+    """Serve ``object_store`` on ``host:port`` (0 = any free port) until the block ends;
+    ``GET /version`` answers ``version`` (an RKE2 ``gitVersion`` such as ``v1.34.3+rke2r1``)."""
+    server = KubeApiServer(object_store, host, port, version)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+def version_info(git_version: str) -> store.Obj:
+    """The body a real API server answers on ``GET /version`` for ``git_version``."""
+    match = _GIT_VERSION.match(git_version)
+    if match is None:
+        raise ValueError(f"API server version {git_version!r} is not like v1.34.3+rke2r1")
+    return {
+        "major": match[1],
+        "minor": match[2],
+        "gitVersion": git_version,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.4 X:boringcrypto",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def lightkube_config(url: str, namespace: str = "default") -> lightkube.KubeConfig:
@@ -120,6 +162,7 @@ class _HttpServer(ThreadingHTTPServer):
         self.store = object_store
         self.stopping = threading.Event()
         self.audit = apiaudit.Audit()
+        self.version_info: store.Obj = {}
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         super().__init__(address, _Handler)
@@ -187,6 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         try:
             self._audit(method, url.path, query, content_type, raw_body)
+            if method == "GET" and url.path in _VERSION_PATHS:
+                self._send_json(200, self.server.version_info)
+                return
             target = apiresources.parse_path(url.path)
             if method == "GET" and target.name is None and query.get("watch") in ("true", "1"):
                 _Watch(self, target, query).run()

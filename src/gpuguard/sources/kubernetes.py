@@ -1,16 +1,22 @@
 """The guard's Kubernetes reader (lightkube): nodes with their GPU capacity, boot ID,
 conditions and gpuguard's annotations, and the pods that hold GPUs — turned into model types.
 
+Also the API server's own version (``GET /version``), which lightkube's ``Client`` has no call
+for: it is read with an httpx2 client that lightkube's own ``client_adapter`` builds from the
+``Client``'s public ``config`` — the same base URL, TLS and credentials, not a second stack.
+
 Lightkube's errors become ``SourceError`` here, in one place, naming what was being read.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 
 import httpx2
 import msgspec
-from lightkube import ApiError, Client
+from lightkube import ApiError, Client, ConfigError
+from lightkube.config import client_adapter
 from lightkube.models.core_v1 import Container
 from lightkube.resources.core_v1 import Node, Pod
 
@@ -20,6 +26,8 @@ from gpuguard.model import fleet
 GPU_RESOURCE = "nvidia.com/gpu"
 _UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
 _PHASES = {p.value: p for p in fleet.PodPhase}
+VERSION_PATH = "/version"
+_SHOWN_BODY = 200  # characters of an unexpected /version body quoted in the error
 
 
 class KubernetesReader:
@@ -41,6 +49,34 @@ class KubernetesReader:
             return tuple(p for p in pods if p.phase in _UNFINISHED)
         except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
             raise SourceError(f"listing Pods failed: {e}") from e
+
+
+def api_server_version(client: Client, timeout_s: float = 10.0) -> str:
+    """The API server's ``gitVersion`` (e.g. ``v1.34.3+rke2r1``) from ``GET /version``,
+    sent to ``client``'s server with its credentials."""
+    params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
+    try:
+        with client_adapter.Client(client.config, params) as http:
+            response = http.get(VERSION_PATH)
+    except (httpx2.HTTPError, ConfigError) as e:
+        raise SourceError(f"GET {VERSION_PATH} failed: {e}") from e
+    return git_version_from(response.status_code, response.content)
+
+
+def git_version_from(status_code: int, content: bytes) -> str:
+    """``gitVersion`` out of a ``GET /version`` answer; anything else is a ``SourceError``."""
+    shown = content[:_SHOWN_BODY].decode(errors="replace")
+    try:
+        body = json.loads(content)
+    except ValueError as e:
+        raise SourceError(f"GET {VERSION_PATH} answered {status_code}, not JSON: {shown}") from e
+    if status_code != 200:
+        message = body.get("message") if isinstance(body, dict) else None  # a k8s Status
+        raise SourceError(f"GET {VERSION_PATH} answered {status_code}: {message or shown}")
+    version = body.get("gitVersion") if isinstance(body, dict) else None
+    if not isinstance(version, str) or not version:
+        raise SourceError(f"GET {VERSION_PATH} answered no gitVersion: {shown}")
+    return version
 
 
 def _quantity(values: Mapping[str, str] | None, key: str) -> int:
