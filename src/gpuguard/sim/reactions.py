@@ -1,0 +1,514 @@
+"""What each scenario event does to the world: the simulator's rules, one function per event.
+
+``World`` dispatches the event of kind ``k`` to ``on_k(world, payload, node)``; the reactions
+change ``state.SimNode``/``SimGpu``, log kernel lines, record the timeline and touch the node so
+the world mirrors it into the store. They hold no product logic.
+
+The world's rules (deterministic):
+
+- ``xid``: the kernel log gets ``NVRM: GPU at PCI:...: GPU-<uuid>`` (once per GPU per boot)
+  and the Xid line; dcgm-exporter's gauge holds the code (``xid_last``). A code outside the
+  device plugin's skip list (13, 31, 43, 45, 68, 109) marks the GPU unhealthy: allocatable
+  drops, capacity stays (seed 004). Xid 79 also takes the GPU off the bus (config space all
+  ff, no dcgm series) and adds the open driver's "fallen off the bus" message.
+- ``gpu_lost``: the device plugin stops offering the GPU (allocatable -1); ``off_bus: true``
+  also takes it off the bus with the no-Xid message only.
+- ``dbe``: Xid 48, uncorrectable remapped rows +1, GPU unhealthy; ``remap: true`` adds Xid 63
+  and a pending row remap (cleared by a reset or reboot).
+- ``reboot``: a warm reboot. With a GPU off the bus it hangs (seed 004: "soft reboot stalls
+  waiting for the dead GPU"): the node stays NotReady on its old boot ID until a
+  ``power_cycle``. Otherwise, and always for ``power_cycle``: NotReady for a few minutes, then
+  a new boot ID; the loaded kernel module becomes the installed library version and a pending
+  kernel boots; ip_vs is loaded only if persisted (kube-proxy Ready only then); dcgm-exporter
+  restarts (Xid gauges empty); phantoms clear; running workloads fail. GPUs that were lost or
+  off the bus come back, unless ``stay_lost: true`` (then they are not even enumerated:
+  capacity drops). A warm reboot never brings back a GPU that fell off the bus.
+- ``gpu_reset``: fails on a GPU off the bus (config space ff); otherwise clears its phantom
+  and pending remap, and the operand cycle of the reset procedure restarts the device plugin
+  (every GPU on the bus offered again — seed 004) and dcgm-exporter (gauges empty).
+  Any device-plugin restart re-enumerates: a GPU off the bus is no longer registered, so
+  capacity drops with allocatable and "capacity > allocatable" no longer shows the loss.
+- ``driver_upgrade``: method ``host`` (unattended-upgrades): the NVML library now, the kernel
+  module at the next reboot (NVML mismatch while Ready). Method ``operator``: both at once,
+  with an allocatable dip and operand restarts.
+- ``workload``: a Pod requesting GPUs, bound to the node (there is no scheduler: a cordoned
+  node or too few free GPUs leaves it Pending for good; a GPU off the bus fails it with
+  UnexpectedAdmissionError, seed 004). It records its profile on the GPUs, clears a phantom
+  it lands on (seed 000) and ends Succeeded/Failed after ``duration``; it fails earlier when
+  its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
+- ``cordon``/``uncordon``/``annotate``: a human, through the store, like kubectl.
+- ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
+- the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
+  ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
+  ``prometheus_down``) do what their names say; see the ``on_*`` functions below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from gpuguard.model import durations
+from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state
+
+if TYPE_CHECKING:
+    from gpuguard.sim import world
+
+
+DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+WORKLOAD_KILLING_XIDS = frozenset({48, 79, 95})  # the job on that GPU dies with it
+REBOOT_DOWNTIME = timedelta(minutes=3)
+POWER_CYCLE_DOWNTIME = timedelta(minutes=6)
+_XID_NAMES = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "DBE (Double Bit Error) ECC Error",
+    63: "ECC page retirement or row remapping",
+    64: "ECC page retirement or row remapper recording failure",
+    79: "GPU has fallen off the bus",
+}
+
+
+@dataclass
+class Memory:
+    """What the reactions remember between events."""
+
+    pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (namespace, outcome)
+    boots: dict[str, int] = field(default_factory=dict)  # boots per node since the start
+    announced: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) named this boot
+
+
+# ---- GPU faults ----------------------------------------------------------------------------------
+
+
+def on_xid(w: world.World, p: scenario.XidPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    if not gpu.on_bus:
+        w.record("xid", node.name, f"GPU {gpu.index} is off the bus: no Xid {p.xid}")
+        return
+    lines = [kernel_lines.xid(gpu.pci, p.xid, p.message, pid=p.pid, process=p.process)]
+    _xid(w, node, gpu, p.xid, lines, p.message)
+
+
+def _xid(
+    w: world.World,
+    node: state.SimNode,
+    gpu: state.SimGpu,
+    code: int,
+    lines: list[str],
+    message: str | None = None,
+) -> None:
+    _announce(w, node, gpu)
+    if code == 79:
+        gpu.on_bus = False
+        lines = lines + kernel_lines.fallen_off_bus(gpu.pci, hosts.device_id(gpu.model))
+    w.log_kernel(node, lines)
+    gpu.xid_last = code
+    gpu.xid_last_msg = message or _XID_NAMES.get(code, "")
+    gpu.xid_history.append((w.clock.now(), code))
+    unhealthy = code not in DEVICE_PLUGIN_SKIPPED_XIDS
+    if unhealthy:
+        gpu.offered = False
+    if code in WORKLOAD_KILLING_XIDS:
+        _fail_workloads(w, node, gpu.index)
+    effect = "off the bus, " if code == 79 else ""
+    effect += "device plugin marks it unhealthy" if unhealthy else "user-code Xid"
+    w.record("xid", node.name, f"Xid {code} on GPU {gpu.index} ({gpu.pci}): {effect}")
+    w.touch(node)
+
+
+def on_gpu_lost(w: world.World, p: scenario.GpuLostPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    gpu.offered = False
+    detail = f"GPU {gpu.index} ({gpu.pci}) no longer offered"
+    if p.off_bus and gpu.on_bus:
+        gpu.on_bus = False
+        _fail_workloads(w, node, gpu.index)
+        w.log_kernel(node, kernel_lines.fallen_off_bus(gpu.pci, hosts.device_id(gpu.model)))
+        detail += ", off the bus (no Xid)"
+    w.record(
+        "gpu_lost", node.name, f"{detail}: allocatable {node.gpu_allocatable}/{node.gpu_capacity}"
+    )
+    w.touch(node)
+
+
+def on_dbe(w: world.World, p: scenario.DbePayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    gpu.uncorrectable_remapped_rows += 1
+    _xid(w, node, gpu, 48, [kernel_lines.xid(gpu.pci, 48)])
+    if p.remap:
+        gpu.row_remap_pending = 1
+        _xid(w, node, gpu, 63, [kernel_lines.xid(gpu.pci, 63)])
+    w.record(
+        "dbe",
+        node.name,
+        f"GPU {gpu.index}: uncorrectable remapped rows {gpu.uncorrectable_remapped_rows}",
+    )
+
+
+def on_pcie_degrade(w: world.World, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    gpu.link_width = p.width
+    gpu.link_speed_gts = p.speed or gpu.link_speed_gts
+    w.record(
+        "pcie_degrade",
+        node.name,
+        f"GPU {gpu.index} link x{gpu.link_width} {gpu.link_speed_gts:.1f} GT/s",
+    )
+    w.touch(node)
+
+
+def on_phantom(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+    node.gpu(p.gpu).phantom = True
+    w.record("phantom", node.name, f"GPU {p.gpu}: busy with no process (SM 100 %, 0 MiB)")
+
+
+def on_phantom_clear(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+    node.gpu(p.gpu).phantom = False
+    w.record("phantom_clear", node.name, f"GPU {p.gpu}: phantom utilisation gone")
+
+
+def on_gpu_reset(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    if not gpu.on_bus:
+        w.record("gpu_reset", node.name, f"GPU {gpu.index} reset failed: config space reads all ff")
+        return
+    _fail_workloads(w, node, gpu.index)
+    gpu.phantom = False
+    gpu.row_remap_pending = 0
+    _restart_device_plugin(w, node)
+    _restart_exporter(w, node)
+    w.record(
+        "gpu_reset",
+        node.name,
+        f"GPU {gpu.index} reset; operands restarted, allocatable {node.gpu_allocatable}",
+    )
+    w.touch(node)
+
+
+# ---- node lifecycle ------------------------------------------------------------------------------
+
+
+def on_reboot(w: world.World, p: scenario.RestartPayload, node: state.SimNode) -> None:
+    off_bus = [g.index for g in node.gpus if g.registered and not g.on_bus]
+    if off_bus:
+        node.reboot_hung = True
+        w.set_ready(node, False)
+        _fail_workloads(w, node)
+        w.touch(node)
+        w.record(
+            "reboot",
+            node.name,
+            f"reboot hangs: GPU {off_bus} off the bus does not "
+            "answer shutdown; needs a power cycle",
+        )
+        return
+    _restart(w, node, REBOOT_DOWNTIME, stay_lost=p.stay_lost, kind="reboot")
+
+
+def on_power_cycle(w: world.World, p: scenario.RestartPayload, node: state.SimNode) -> None:
+    _restart(w, node, POWER_CYCLE_DOWNTIME, stay_lost=p.stay_lost, kind="power_cycle")
+
+
+def _restart(
+    w: world.World, node: state.SimNode, downtime: timedelta, *, stay_lost: bool, kind: str
+) -> None:
+    _fail_workloads(w, node)
+    for gpu in node.gpus:
+        _power_on_gpu(gpu, stay_lost=stay_lost, retrain_link=kind == "power_cycle")
+    node.reboot_hung = False
+    node.allocatable_dip_until = None
+    node.down_until = w.clock.now() + downtime
+    w.set_ready(node, False)
+    w.record(
+        kind,
+        node.name,
+        f"down for {durations.format_duration(downtime)}"
+        + (" (lost GPUs stay lost)" if stay_lost else ""),
+    )
+    w.touch(node)
+
+
+def boot_complete(w: world.World, node: state.SimNode) -> None:
+    now = w.clock.now()
+    w.memory.boots[node.name] = w.memory.boots.get(node.name, 0) + 1
+    node.boot_id = state.new_boot_id(f"{node.name}/boot/{w.memory.boots[node.name]}")
+    node.booted_at = now
+    node.down_until = None
+    node.kernel_release = node.pending_kernel_release or node.kernel_release
+    node.pending_kernel_release = None
+    node.driver_module = node.driver_library
+    node.ipvs_loaded = node.ipvs_persisted and node.ipvs_module_available
+    node.kube_proxy_ready = node.ipvs_loaded
+    node.exporter_started = now
+    w.memory.announced = {a for a in w.memory.announced if a[0] != node.name}
+    w.log_kernel(
+        node,
+        [
+            kernel_lines.boot_banner(node.kernel_release),
+            kernel_lines.module_loaded(node.driver_module),
+        ],
+    )
+    w.set_ready(node, True)
+    w.record(
+        "boot_complete",
+        node.name,
+        (
+            f"boot ID {node.boot_id[:8]}, kernel {node.kernel_release}, module "
+            f"{node.driver_module}, ip_vs {'loaded' if node.ipvs_loaded else 'NOT loaded'}, "
+            f"GPUs {node.gpu_allocatable}/{node.gpu_capacity}"
+        ),
+    )
+    w.touch(node)
+
+
+def on_driver_upgrade(
+    w: world.World, p: scenario.DriverUpgradePayload, node: state.SimNode
+) -> None:
+    old = node.driver_module
+    node.driver_library = p.version
+    node.pending_kernel_release = p.kernel or node.pending_kernel_release
+    if p.method == "operator":
+        node.driver_module = p.version
+        _dip(w, node, p.dip, 0)
+        _restart_device_plugin(w, node)
+        _restart_exporter(w, node)
+        detail = f"driver {old} -> {p.version} by the GPU Operator (allocatable dip)"
+    else:
+        w.log_kernel(node, kernel_lines.api_mismatch(p.version, old))
+        kernel = f", kernel {p.kernel} at next boot" if p.kernel else ""
+        detail = f"NVML library {p.version} now, kernel module {old} until reboot{kernel}"
+    w.record("driver_upgrade", node.name, detail)
+    w.touch(node)
+
+
+def on_mig_reconfig(w: world.World, p: scenario.DipPayload, node: state.SimNode) -> None:
+    _dip(w, node, p.dip, p.gpus)
+    w.record("mig_reconfig", node.name, f"allocatable dips for {durations.format_duration(p.dip)}")
+    w.touch(node)
+
+
+def _dip(w: world.World, node: state.SimNode, length: timedelta, gpus: int) -> None:
+    node.allocatable_dip_until = w.clock.now() + length
+    node.allocatable_dip_gpus = gpus
+
+
+def on_dcgm_exporter_restart(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+    _restart_exporter(w, node)
+    w.record("dcgm_exporter_restart", node.name, "Xid gauges empty until the next Xid")
+    w.touch(node)
+
+
+def on_device_plugin_restart(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+    _restart_device_plugin(w, node)
+    w.record(
+        "device_plugin_restart",
+        node.name,
+        f"GPUs re-enumerated: allocatable {node.gpu_allocatable}/{node.gpu_capacity}",
+    )
+    w.touch(node)
+
+
+def on_gfd_restart(w: world.World, p: scenario.CountPayload, node: state.SimNode) -> None:
+    node.gfd_restarts += p.count
+    w.record(
+        "gfd_restart", node.name, f"gpu-feature-discovery restarted ({node.gfd_restarts} restarts)"
+    )
+    w.touch(node)
+
+
+def _restart_exporter(w: world.World, node: state.SimNode) -> None:
+    for gpu in node.gpus:
+        gpu.xid_last = None
+        gpu.xid_last_msg = ""
+    node.exporter_started = w.clock.now()
+    _bump_restarts(w, node, "dcgm-exporter")
+
+
+def _restart_device_plugin(w: world.World, node: state.SimNode) -> None:
+    for gpu in node.gpus:
+        gpu.registered = gpu.offered = gpu.on_bus
+    _bump_restarts(w, node, "device-plugin")
+
+
+def _bump_restarts(w: world.World, node: state.SimNode, component: str) -> None:
+    w.count_restart(node.name, component)
+
+
+# ---- host configuration --------------------------------------------------------------------------
+
+
+def on_kube_proxy_down(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+    node.kube_proxy_ready = False
+    node.ipvs_loaded = False
+    w.record("kube_proxy_down", node.name, "kube-proxy not Ready: ip_vs not loaded")
+    w.touch(node)
+
+
+def on_ipvs_unpersist(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+    node.ipvs_persisted = False
+    w.record("ipvs_unpersist", node.name, "/etc/modules-load.d/ipvs.conf removed")
+    w.touch(node)
+
+
+def on_ipvs_load(w: world.World, p: scenario.IpvsLoadPayload, node: state.SimNode) -> None:
+    if not node.ipvs_module_available:
+        w.record("ipvs_load", node.name, "modprobe ip_vs: module not found")
+        return
+    node.ipvs_loaded = node.kube_proxy_ready = True
+    node.ipvs_persisted = node.ipvs_persisted or p.persist
+    persisted = "persisted" if node.ipvs_persisted else "not persisted"
+    w.record("ipvs_load", node.name, f"modprobe ip_vs; kube-proxy Ready ({persisted})")
+    w.touch(node)
+
+
+def on_dns_upstream(w: world.World, p: scenario.DnsUpstreamPayload, node: state.SimNode) -> None:
+    node.dns_servers = tuple(p.servers)
+    if p.stub is not None:
+        node.resolv_stub = p.stub
+    w.record("dns_upstream", node.name, "upstream DNS " + ", ".join(p.servers))
+    w.touch(node)
+
+
+def on_prometheus_down(w: world.World, p: scenario.PrometheusDownPayload, _node: None) -> None:
+    w.prometheus_down_until = w.clock.now() + p.duration
+    w.record(
+        "prometheus_down",
+        None,
+        f"Prometheus unreachable for {durations.format_duration(p.duration)}",
+    )
+
+
+# ---- humans, through the API ---------------------------------------------------------------------
+
+
+def on_cordon(w: world.World, p: scenario.CordonPayload, node: state.SimNode) -> None:
+    patch: kube_objects.Obj = {"spec": {"unschedulable": True}}
+    if p.key:
+        patch["metadata"] = {"annotations": {p.key: p.value or ""}}
+    w.store.merge_patch("Node", "", node.name, patch)
+    w.record("cordon", node.name, "a human cordons" + (f" ({p.key})" if p.key else ""))
+
+
+def on_uncordon(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+    w.store.merge_patch("Node", "", node.name, {"spec": {"unschedulable": None}})
+    w.record("uncordon", node.name, "a human uncordons")
+
+
+def on_annotate(w: world.World, p: scenario.AnnotatePayload, node: state.SimNode) -> None:
+    patch = {"metadata": {"annotations": {p.key: p.value}}}
+    w.store.merge_patch("Node", "", node.name, patch)
+    action = f"{p.key}={p.value}" if p.value is not None else f"{p.key} removed"
+    w.record("annotate", node.name, f"a human annotates {action}")
+
+
+# ---- workloads -----------------------------------------------------------------------------------
+
+
+def on_workload(w: world.World, p: scenario.WorkloadPayload, node: state.SimNode) -> None:
+    name = p.name or f"{p.profile.value.replace('_', '-')}-{len(w.memory.pods):04d}"
+    count = p.gpus if isinstance(p.gpus, int) else len(p.gpus)
+    pod = kube_objects.workload_pod(name, p.namespace, count, p.profile.value, w.clock.now())
+    w.memory.pods[name] = (p.namespace, p.outcome)
+    problem = _placement_problem(w, node)
+    gpus = _free_gpus(w, node, p.gpus)
+    if problem or gpus is None:
+        reason = problem or f"0/1 nodes are available: Insufficient {kube_objects.GPU_RESOURCE}"
+        w.store.create("Pod", p.namespace, kube_objects.unschedulable(pod, reason))
+        w.record("workload", node.name, f"{name} Pending: {reason}")
+        return
+    if any(not g.on_bus for g in node.gpus if g.registered):
+        w.store.create("Pod", p.namespace, kube_objects.admission_failed(pod, node.name))
+        w.record("workload", node.name, f"{name} Failed: UnexpectedAdmissionError")
+        return
+    _start_workload(w, node, p, name, pod, gpus)
+
+
+def _placement_problem(w: world.World, node: state.SimNode) -> str | None:
+    spec = w.store.get("Node", "", node.name).get("spec", {})
+    if spec.get("unschedulable"):
+        return "0/1 nodes are available: node is unschedulable"
+    if not node.ready:
+        return "0/1 nodes are available: node is not ready"
+    return None
+
+
+def _free_gpus(
+    w: world.World, node: state.SimNode, wanted: int | list[int]
+) -> tuple[int, ...] | None:
+    free = [
+        g.index
+        for g in node.gpus
+        if g.registered and g.offered and node.workload_on(g.index) is None
+    ]
+    withheld = node.gpu_allocatable - node.gpu_allocatable_at(w.clock.now())
+    free = free[: max(0, len(free) - withheld)]
+    if isinstance(wanted, int):
+        return tuple(free[:wanted]) if len(free) >= wanted else None
+    return tuple(wanted) if set(wanted) <= set(free) else None
+
+
+def _start_workload(
+    w: world.World,
+    node: state.SimNode,
+    p: scenario.WorkloadPayload,
+    name: str,
+    pod: kube_objects.Obj,
+    gpus: tuple[int, ...],
+) -> None:
+    now = w.clock.now()
+    w.store.create("Pod", p.namespace, kube_objects.bound(pod, node.name, now))
+    ends = now + p.duration if p.duration is not None else None
+    node.workloads.append(
+        state.Workload(
+            pod=name, namespace=p.namespace, gpus=gpus, profile=p.profile, started=now, ends=ends
+        )
+    )
+    cleared = [i for i in gpus if node.gpu(i).phantom]
+    for index in cleared:
+        node.gpu(index).phantom = False
+    note = f"; phantom cleared on GPU {cleared}" if cleared else ""
+    w.record("workload", node.name, f"{name} Running on GPU {list(gpus)} ({p.profile.value}){note}")
+
+
+def finish_workload(
+    w: world.World, node: state.SimNode, workload: state.Workload, outcome: str | None = None
+) -> None:
+    node.workloads.remove(workload)
+    result = outcome or w.memory.pods.get(workload.pod, ("", "Succeeded"))[1]
+    status = kube_objects.finished_status(result, workload.started, w.clock.now())
+    w.store.merge_patch("Pod", workload.namespace, workload.pod, {"status": status})
+    w.record("workload_end", node.name, f"{workload.pod} {result}")
+
+
+def _fail_workloads(w: world.World, node: state.SimNode, gpu: int | None = None) -> None:
+    """Fail the workloads of the node, or only those holding GPU ``gpu``."""
+    for workload in [job for job in node.workloads if gpu is None or gpu in job.gpus]:
+        finish_workload(w, node, workload, outcome="Failed")
+
+
+def _announce(w: world.World, node: state.SimNode, gpu: state.SimGpu) -> None:
+    if (node.name, gpu.index) not in w.memory.announced:
+        w.memory.announced.add((node.name, gpu.index))
+        w.log_kernel(node, [kernel_lines.gpu_at(gpu.pci, gpu.uuid)])
+
+
+def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> None:
+    """A GPU after a restart: back on the bus and offered, or, if it stays lost, not enumerated.
+
+    Only a power cycle retrains a degraded PCIe link to its nominal width and speed.
+    """
+    if retrain_link:
+        gpu.link_width, gpu.link_speed_gts = gpu.link_width_max, gpu.link_speed_max_gts
+    lost = not (gpu.on_bus and gpu.offered and gpu.registered)
+    if lost and stay_lost:
+        gpu.on_bus = gpu.registered = gpu.offered = False
+    else:
+        gpu.on_bus = gpu.registered = gpu.offered = True
+    gpu.xid_last = None
+    gpu.xid_last_msg = ""
+    gpu.phantom = False
+    gpu.row_remap_pending = 0
