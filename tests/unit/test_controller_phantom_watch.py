@@ -3,6 +3,7 @@ and cordons nothing, opt-in cordons respect the breaker, the tick limit and huma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -10,6 +11,7 @@ from gpuguard.controller import phantom_watch
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, fleet, settings
 from gpuguard.policy import breaker
+from gpuguard.sources import gpu_metrics
 from tests.unit.test_policy_phantom import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
@@ -20,12 +22,13 @@ class Source:
     windows_seen: tuple[fleet.GpuWindow, ...] = ()
     error: Exception | None = None
     asked: list[datetime] = field(default_factory=list)
+    processes: Mapping[str, int] | None = None
 
-    def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]:
+    def readings(self, at: datetime) -> gpu_metrics.GpuReadings:
         self.asked.append(at)
         if self.error:
             raise self.error
-        return self.windows_seen
+        return gpu_metrics.GpuReadings(self.windows_seen, self.processes)
 
 
 def test_phantoms_are_found_once_per_interval() -> None:
@@ -79,3 +82,10 @@ def test_by_default_phantom_never_cordons() -> None:
     assert decision is not None
     assert decision.phantoms
     assert decision.actions == ()
+
+
+def test_a_gpu_the_agent_saw_a_process_on_is_never_phantom() -> None:
+    source = Source((window(gpu="5"), window(gpu="6")), processes={"GPU-5": 1, "GPU-6": 0})
+    decision = phantom_watch.PhantomWatch(source, settings.PhantomSettings()).run(NOW)
+    assert decision is not None
+    assert [p.gpu for p in decision.phantoms] == ["6"]

@@ -5,8 +5,9 @@ the GPUs it watched). The follower thread polls the kernel log (non-blocking rea
 journalctl child) every ``poll_interval_s``, counts the new lines into the ``Tally``, and only
 then saves the position with the counts (``agent.position``). The check thread runs
 ``running.run_checks`` (each check under a hard timeout, UNKNOWN on any error, no NVML, no
-nvidia-smi) every ``check_interval_s``. The HTTP server (``agent.http``) renders both on each
-scrape; ``healthy()`` turns false when either thread stops making progress.
+nvidia-smi) and then the bounded ``/proc`` scan for the processes on each GPU
+(``agent.gpu_processes``) every ``check_interval_s``. The HTTP server (``agent.http``) renders
+both on each scrape; ``healthy()`` turns false when either thread stops making progress.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from gpuguard.agent import exporter, journal, position
+from gpuguard.agent import exporter, gpu_processes, journal, position
 from gpuguard.agent.checks import result
 from gpuguard.kernlog import parse
 
@@ -39,6 +40,7 @@ class AgentConfig:
     state_dir: Path
     check_interval_s: float = 300.0
     poll_interval_s: float = 1.0
+    process_scan_budget_s: float = gpu_processes.BUDGET_S
 
 
 class Agent:
@@ -56,6 +58,7 @@ class Agent:
         self.config = config
         saved = position.load(config.state_dir)
         self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root))
+        self.cards = gpu_processes.read_cards(config.root)
         self.tally.restore(saved.counts)
         self._saved_position = saved.position
         self.follower = follower_factory(saved.position)
@@ -84,9 +87,18 @@ class Agent:
     def check_once(self) -> exporter.CheckCycle:
         self._last_check_start = started = self._monotonic()
         results = self._run_checks()
+        self.collector.processes = self.scan_processes()
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
         return cycle
+
+    def scan_processes(self) -> gpu_processes.ProcessReport:
+        found = gpu_processes.scan(
+            self.config.root, budget_s=self.config.process_scan_budget_s, monotonic=self._monotonic
+        )
+        if found.incomplete:
+            log.warning("GPU process scan incomplete after %d fds: %s", found.fds, found.incomplete)
+        return gpu_processes.report(found, self.cards)
 
     def exposition(self) -> bytes:
         return exporter.exposition(self.registry)

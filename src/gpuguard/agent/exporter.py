@@ -1,4 +1,5 @@
-"""The agent's metrics: Xid counts from the kernel log and the conformance checks' status.
+"""The agent's metrics: Xid counts from the kernel log, the conformance checks' status and
+the processes holding each GPU (``agent.gpu_processes``).
 
 ``Tally`` holds what the agent has counted since it was first installed on the node; it is
 saved with the kernel-log position (``agent.position``) and restored at start, so
@@ -24,12 +25,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuguard.agent import gpu_processes
 from gpuguard.agent.checks import nvidia, result
 from gpuguard.kernlog import messages, parse
-from gpuguard.model import decisions, pci, xid
+from gpuguard.model import decisions, xid
 from gpuguard.model import metric_names as names
 
-GPU_INFORMATION = "proc/driver/nvidia/gpus"
 XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
 CardKey = tuple[str, str]  # pci, uuid
 
@@ -125,11 +126,14 @@ class AgentCollector(Collector):
         self.node = node
         self.tally = tally
         self.cycle: CheckCycle | None = None
+        self.processes: gpu_processes.ProcessReport | None = None
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
         if self.cycle is not None:
             yield from self._checks(self.cycle)
+        if self.processes is not None:
+            yield from self._processes(self.processes)
 
     def _kernel_log(self) -> Iterator[Metric]:
         snapshot = self.tally.as_json()
@@ -191,6 +195,24 @@ class AgentCollector(Collector):
         last.add_metric([node], cycle.finished_at)
         yield from (duration, last)
 
+    def _processes(self, found: gpu_processes.ProcessReport) -> Iterator[Metric]:
+        counts = GaugeMetricFamily(
+            names.GPU_PROCESSES,
+            "Processes holding the GPU's device open (driver daemons not counted). Absent "
+            "for a GPU when the last scan was incomplete and saw none.",
+            labels=["node", "gpu", "pci", "uuid"],
+        )
+        for each in found.counts:
+            card = each.card
+            counts.add_metric([self.node, card.minor, card.pci, card.uuid], each.processes)
+        complete = GaugeMetricFamily(
+            names.GPU_PROCESS_SCAN_COMPLETE,
+            "1 when the last /proc fd scan finished within its budget and read every process.",
+            labels=["node"],
+        )
+        complete.add_metric([self.node], int(found.complete))
+        yield from (counts, complete)
+
 
 def nvml_mismatch(results: Iterable[result.CheckResult]) -> int | None:
     """1 when ``nvidia-match`` failed, 0 when it passed, None when it could not tell."""
@@ -219,26 +241,8 @@ def read_gpu_indexes(root: Path) -> dict[str, str]:
     Empty when the files are missing or unreadable (the ``gpu`` label is then ``""``).
     """
     indexes: dict[str, str] = {}
-    try:
-        folders = sorted((root / GPU_INFORMATION).iterdir())
-    except OSError:
-        return indexes
-    for folder in folders:
-        fields = _information(folder / "information")
-        minor = fields.get("Device Minor")
-        if minor is None:
-            continue
-        for key in (fields.get("GPU UUID"), fields.get("Bus Location")):
-            if key is not None:
-                indexes[pci.try_normalize_pci(key) or key] = minor
+    for card in gpu_processes.read_cards(root):
+        for key in (card.uuid, card.pci):
+            if key:
+                indexes[key] = card.minor
     return indexes
-
-
-def _information(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return {}
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key.strip(): value.strip() for key, value in pairs}
-

@@ -67,6 +67,12 @@ def fetch_windows(
     query: Query, settings: settings_model.GuardSettings
 ) -> tuple[fleet.GpuWindow, ...]:
     """Every GPU's window from Prometheus; exit 1 with the reason when it cannot answer."""
+    return fetch_readings(query, settings).windows
+
+
+def fetch_readings(query: Query, settings: settings_model.GuardSettings) -> gpu_metrics.GpuReadings:
+    """Every GPU's window and the agent's process counts from Prometheus; exit 1 with the
+    reason when it cannot answer."""
     plan = gpu_metrics.GpuQueryPlan(
         window=query.window,
         signature_lookback=settings.phantom.age_lookback,
@@ -79,7 +85,7 @@ def fetch_windows(
         with gpu_metrics.GpuMetricsSource(
             query.url, plan, staleness=staleness, timeout_s=timeout
         ) as source:
-            return source.windows(query.at)
+            return source.readings(query.at)
     except SourceError as e:
         output.errors.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1) from e
@@ -111,8 +117,9 @@ def phantom(
     settings = guard.load_settings(config)
     query = parse_query(settings, prometheus_url, since, settings.phantom.hold, at)
     hold = settings.phantom.model_copy(update={"hold": query.window})
-    windows = fetch_windows(query, settings)
-    decision = phantom_policy.decide(windows, hold, gpu_models.load_table(), query.at)
+    read = fetch_readings(query, settings)
+    models = gpu_models.load_table()
+    decision = phantom_policy.decide(read.windows, hold, models, query.at, read.processes)
     data = as_data(decision, query)
     if not output.emit(data, fmt):
         _print(decision, query)

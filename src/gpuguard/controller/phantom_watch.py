@@ -3,7 +3,9 @@ report them (findings, ``gpuguard_phantom_gpu`` = wasted watts) and, only when t
 opted in (``phantom.cordon``), cordon their node — under the same per-tick limit and circuit
 breaker as fault isolation, and never a node a human cordoned.
 
-A bad Prometheus answer means no phantom findings this time, never a cordon.
+A bad Prometheus answer means no phantom findings this time, never a cordon. The agent's
+per-GPU process counts (``gpuguard_gpu_processes``) go to the policy with the windows: a GPU
+with a process is never phantom; without an agent the pod join alone decides.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, decisions, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import breaker, phantom
+from gpuguard.sources import gpu_metrics
 
 log = logging.getLogger(__name__)
 
 
 class WindowSource(Protocol):
-    def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]: ...
+    def readings(self, at: datetime) -> gpu_metrics.GpuReadings: ...
 
 
 @dataclass
@@ -41,12 +44,12 @@ class PhantomWatch:
             return None
         self._last = at
         try:
-            windows = self.source.windows(at)
+            read = self.source.readings(at)
         except SourceError as e:
             log.warning("phantom check skipped: %s", e)
             self.last = phantom.PhantomDecision(phantoms=())
             return self.last
-        self.last = phantom.decide(windows, self.settings, self.models, at)
+        self.last = phantom.decide(read.windows, self.settings, self.models, at, read.processes)
         return self.last
 
 

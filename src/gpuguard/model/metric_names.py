@@ -63,6 +63,8 @@ ISOLATED_NODES = "gpuguard_isolated_nodes"  # gauge per {node, reason}
 RETURNED_TOTAL = "gpuguard_nodes_returned_total"  # label: node
 RETURN_CHECK_STATUS = "gpuguard_return_check_status"  # labels: node, check, status
 PHANTOM_GPUS = "gpuguard_phantom_gpu"  # labels: node, gpu; value: wasted watts
+GPU_PROCESSES = "gpuguard_gpu_processes"  # agent: processes holding {node,gpu,pci,uuid} open
+GPU_PROCESS_SCAN_COMPLETE = "gpuguard_gpu_process_scan_complete"  # agent: 1/0 per node
 
 # Derived series the guard's Prometheus source fetches once per tick (constant query count),
 # stored in FleetSnapshot.samples under these names.
@@ -91,6 +93,7 @@ GPU_TELEMETRY = (  # the dcgm fields that tell busy from idle, fetched per windo
 GPU_SEEN_AT_WINDOW_START = "gpu seen at window start"  # DCGM_FI_DEV_GPU_UTIL offset <window>
 NODE_GPU_PODS_MAX = "node gpu pods max"  # most GPUs held by live pods on a node in the window
 PHANTOM_SIGNATURE_MINUTES = "phantom signature minutes"  # util >= 95 and FB < 100, 1-min steps
+GPU_PROCESSES_MAX = "gpu processes max"  # most processes the agent saw on a GPU in the window
 
 
 def window_stat(metric: str, stat: str) -> str:

@@ -228,9 +228,11 @@ def _no_pod(window: fleet.GpuWindow, labelled_on_node: int) -> _Check:
 
 
 def _no_process(window: fleet.GpuWindow, processes: Mapping[str, int] | None) -> _Check:
-    if processes is None:
+    """No process holds the GPU. A GPU the agent did not report (no agent on the node, or an
+    incomplete scan) is "not collected" — never a zero nobody measured."""
+    count = None if processes is None else processes.get(window.uuid)
+    if count is None:
         return True, _evidence("processes on this GPU", "not collected", window)
-    count = processes.get(window.uuid, 0)
     return count == 0, _evidence("processes on this GPU", str(count), window)
 
 

@@ -4,13 +4,16 @@ A second query plan beside the guard's (``sources.prometheus``): for each dcgm-e
 that tells busy from idle (util, SM/GR engine/tensor/DRAM activity, occupancy, framebuffer,
 power, P-state, SM clock) its min, max and average over the window and its current value, plus
 whether each GPU already reported at the window's start, the most GPUs live pods held on each
-node in the window (kube-state-metrics, the alert rules' join) and the minutes the simple
-phantom signature held in a longer lookback. A constant number of instant queries, whatever
-the fleet size, evaluated at one instant (``time=``), so ``--at`` reads history as it was.
+node in the window (kube-state-metrics, the alert rules' join), the minutes the simple
+phantom signature held in a longer lookback, and the most processes the gpuguard agent saw on
+each GPU in the window (``gpuguard_gpu_processes``; absent where no agent runs: "not
+collected", never zero). A constant number of instant queries, whatever the fleet size,
+evaluated at one instant (``time=``), so ``--at`` reads history as it was.
 
 Answers are parsed and validated by ``sources.prometheus.parse_answer``; a bad answer or no
 dcgm-exporter data newer than the staleness bound is a ``SourceError`` (fail closed).
-``windows_from_samples`` folds the named samples into one ``fleet.GpuWindow`` per GPU; the
+``windows_from_samples`` folds the named samples into one ``fleet.GpuWindow`` per GPU and
+``processes_from_samples`` into the UUID -> process count map the phantom policy reads; the
 demo's world view produces the same named samples.
 """
 
@@ -76,6 +79,9 @@ class GpuQueryPlan:
             names.PHANTOM_SIGNATURE_MINUTES: (
                 f"count_over_time(({signature})[{_duration(self.signature_lookback)}:1m])"
             ),
+            names.GPU_PROCESSES_MAX: (
+                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{w}]))"
+            ),
             FRESHNESS: f"max(timestamp({names.DCGM_GPU_UTIL}))",
         }
 
@@ -86,6 +92,15 @@ def _stat_query(metric: str, stat: str, window: str) -> str:
 
 def _duration(delta: timedelta) -> str:
     return f"{int(delta.total_seconds())}s"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReadings:
+    """One evaluation: every GPU's window, and GPU UUID -> the most processes the agent saw
+    on it in the window (None: no agent reported a process list)."""
+
+    windows: tuple[fleet.GpuWindow, ...]
+    processes: Mapping[str, int] | None = None
 
 
 class GpuMetricsSource:
@@ -118,7 +133,11 @@ class GpuMetricsSource:
         self._client.close()
 
     def windows(self, at: datetime) -> tuple[fleet.GpuWindow, ...]:
-        return windows_from_samples(self.samples(at))
+        return self.readings(at).windows
+
+    def readings(self, at: datetime) -> GpuReadings:
+        samples = self.samples(at)
+        return GpuReadings(windows_from_samples(samples), processes_from_samples(samples))
 
     def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
         """Every planned series at instant ``at``; SourceError when any answer is bad or
@@ -187,6 +206,8 @@ def windows_from_samples(samples: Iterable[fleet.MetricSample]) -> tuple[fleet.G
         if s.name == names.NODE_GPU_PODS_MAX:
             node_pods[s.labels.get("node", "")] = s.value
             continue
+        if s.name == names.GPU_PROCESSES_MAX:
+            continue
         key = (node_of(s.labels), s.labels.get("UUID", ""))
         if not key[0] or not key[1]:
             continue
@@ -216,6 +237,19 @@ def windows_from_samples(samples: Iterable[fleet.MetricSample]) -> tuple[fleet.G
         )
         for node, uuid in sorted(facts)
     )
+
+
+def processes_from_samples(samples: Iterable[fleet.MetricSample]) -> dict[str, int] | None:
+    """GPU UUID -> the most processes the agent saw on it in the window; None when no agent
+    reported any (the pod join alone decides). An agent whose scan ran out of budget reports
+    only the GPUs it saw held, so a GPU missing here was not vouched for as empty."""
+    found = [s for s in samples if s.name == names.GPU_PROCESSES_MAX and s.labels.get("uuid")]
+    if not found:
+        return None
+    counts: dict[str, int] = {}
+    for s in found:
+        counts[s.labels["uuid"]] = max(counts.get(s.labels["uuid"], 0), int(s.value))
+    return counts
 
 
 def _combine(name: str, values: list[float]) -> float:
