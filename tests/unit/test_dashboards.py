@@ -9,14 +9,11 @@ kube-state-metrics emits: a misspelt metric draws an empty panel, silently.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import itertools
 import json
 import re
 import shutil
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +23,7 @@ import pytest
 import yaml
 
 from gpuguard.catalog import xid as xid_catalog
+from tests import scripts
 from tests.unit.test_rules import known_metrics, metric_names_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,14 +40,7 @@ GRID_WIDTH = 24
 
 
 def _generator() -> ModuleType:
-    path = REPO / "scripts" / "gen-dashboards"
-    loader = importlib.machinery.SourceFileLoader("gen_dashboards", str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look their module up
-    loader.exec_module(module)
-    return module
+    return scripts.load("gen-dashboards")
 
 
 @cache

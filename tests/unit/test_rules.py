@@ -10,12 +10,9 @@ tests themselves run in scripts/test (`promtool test rules rules/tests/*.yaml`).
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +23,7 @@ import yaml
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import metric_names
+from tests import scripts
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -287,14 +285,7 @@ def test_every_alert_has_a_firing_and_a_silent_case(alert: str) -> None:
 
 
 def _generator() -> ModuleType:
-    path = REPO / "scripts" / "gen-prometheusrule"
-    loader = importlib.machinery.SourceFileLoader("gen_prometheusrule", str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look their module up
-    loader.exec_module(module)
-    return module
+    return scripts.load("gen-prometheusrule")
 
 
 def test_prometheusrule_is_up_to_date(tmp_path: Path) -> None:
