@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -121,3 +122,31 @@ def test_help_teaches_with_examples() -> None:
     assert outcome.exit_code == 0
     assert "Examples:" in outcome.stdout
     assert "TENS OF MINUTES" in outcome.stdout
+
+
+def test_summary_file_is_where_the_job_leaves_its_result(tmp_path: Path) -> None:
+    from gpuguard.demo import job_commands
+
+    target = tmp_path / "termination-log"
+    result = CliRunner().invoke(
+        app,
+        [
+            "burnin",
+            "--device",
+            "cpu",
+            "--duration",
+            "0.2s",
+            "--size",
+            "16",
+            "--expected-gpus",
+            "1",
+            "--summary-file",
+            str(target),
+        ],
+    )
+    assert result.exit_code in (0, 1), result.output
+    summary = json.loads(target.read_text())
+    assert "passed" in summary
+    assert len(target.read_bytes()) <= 4000
+    argv = ["gpuguard", "burnin", "--summary"]
+    assert job_commands.termination_message(argv, "{}") == ""  # stdout is no termination log

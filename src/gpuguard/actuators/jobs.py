@@ -117,7 +117,8 @@ def burnin_job(
     run again only after another power cycle or reset; the boot ID it tests is in the
     ``gpuguard.io/boot-id`` annotation. No host path: the GPUs come from the device plugin.
     """
-    command = ["gpuguard", "burnin", "--summary", "--expected-gpus", str(gpus)]
+    command = ["gpuguard", "burnin", "--summary-file", "/dev/termination-log"]
+    command += ["--expected-gpus", str(gpus)]
     command += ["--mode", BURNIN_MODE_FLAG[mode]]
     if reason and reason.startswith("xid-"):
         command += ["--reason", reason]

@@ -8,6 +8,7 @@ compact termination message, and exits 0 (passed), 1 (not passed) or 2 (bad flag
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import rich.markup
@@ -58,7 +59,7 @@ Examples:
   gpuguard burnin --expected-gpus 8
   gpuguard burnin --duration 90s --size 8192 --dtype bf16 --floor 0.6 --json
   gpuguard burnin --mode auto --reason xid-48 --expected-gpus 8
-  GPUGUARD_EXPECTED_GPUS=8 gpuguard burnin --summary > /dev/termination-log
+  GPUGUARD_EXPECTED_GPUS=8 gpuguard burnin --summary-file /dev/termination-log
   gpuguard burnin --device cpu --size 32 --duration 1s     # tests only
 """
 
@@ -111,6 +112,10 @@ def burnin(
     dcgm_timeout: DcgmTimeoutOption = "60m",
     json_output: JsonOption = False,
     summary: SummaryOption = False,
+    summary_file: Annotated[
+        Path | None,
+        typer.Option(help="Also write the compact summary here, e.g. /dev/termination-log."),
+    ] = None,
 ) -> None:
     if json_output and summary:
         raise typer.BadParameter("choose one of --json and --summary", param_hint="--summary")
@@ -130,6 +135,8 @@ def burnin(
     except hardware.BackendUnavailable as e:
         output.errors.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_ENVIRONMENT) from e
+    if summary_file is not None:
+        output.write_summary(summary_file, result.summary())
     _render(result, Rendering.JSON if json_output else Rendering.SUMMARY if summary else None)
     raise typer.Exit(EXIT_PASSED if result.passed else EXIT_FAILED)
 

@@ -22,6 +22,7 @@ from gpuguard.agent import commands
 from gpuguard.agent.evidence import collect, kernel, smi
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import check as check_cli
+from gpuguard.cli import output
 from gpuguard.model import durations
 from gpuguard.model import evidence as evidence_model
 
@@ -130,22 +131,13 @@ def evidence(
     )
     compact = bundle.summary().to_json()
     if summary_file is not None:
-        _write_summary(summary_file, compact)
+        output.write_summary(summary_file, compact)
     if summary:
         typer.echo(compact)
     elif as_json:
         typer.echo(bundle.to_json())
     else:
         render(bundle, rich.console.Console())
-
-
-def _write_summary(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise typer.BadParameter(
-            f"cannot write {path}: {e.strerror}", param_hint="--summary-file"
-        ) from e
 
 
 # ---- the readable report ---------------------------------------------------------------------

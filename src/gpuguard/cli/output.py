@@ -9,8 +9,10 @@ import json
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
+import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -35,6 +37,14 @@ def emit(data: Any, fmt: Format) -> bool:
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
         return True
     return False
+
+
+def write_summary(path: Path, text: str, flag: str = "--summary-file") -> None:
+    """Write a Job's compact result where Kubernetes reads it (``/dev/termination-log``)."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise typer.BadParameter(f"cannot write {path}: {e.strerror}", param_hint=flag) from e
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

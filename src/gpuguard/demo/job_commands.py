@@ -87,9 +87,19 @@ def runner(
             bundle = collect.collect(
                 hosts_root / node.name, options, NoHostPrograms(), catalog, played.now
             )
-            return 0, bundle.summary().to_json()
+            return 0, termination_message(argv, bundle.summary().to_json())
         if argv[:2] == ["gpuguard", "burnin"]:
-            return _burnin(node, argv)
+            code, summary = _burnin(node, argv)
+            return code, termination_message(argv, summary)
         return 2, f"the simulated node cannot run {' '.join(argv[:2])!r}"
 
     return run
+
+
+def termination_message(argv: Sequence[str], summary: str) -> str:
+    """What Kubernetes reads as the container's termination message: only what the command
+    wrote to ``/dev/termination-log`` (stdout is the log, not the message)."""
+    return summary if _flags(argv).get("--summary-file") == TERMINATION_LOG else ""
+
+
+TERMINATION_LOG = "/dev/termination-log"
