@@ -51,7 +51,7 @@ def demo(
     if as_json:
         typer.echo(json.dumps({"scenarios": reports, "totals": score.totals(reports)}, indent=2))
         return
-    console = Console()
+    console = Console(width=max(Console().width, 120))  # a readable table when piped
     console.print(HEADER)
     for report in reports:
         _print_scenario(console, report, verbose)
