@@ -106,6 +106,9 @@ _WARNINGS = {
     decisions.Reason.PHANTOM_UTILIZATION,
     decisions.Reason.BURN_IN_FAILED,
     decisions.Reason.VERDICT_RECORDED,
+    decisions.Reason.BREAKER_TRIPPED,
+    decisions.Reason.BREAKER_RATE,
+    decisions.Reason.BREAKER_LEVEL,
 }
 
 

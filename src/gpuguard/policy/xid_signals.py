@@ -30,6 +30,7 @@ class XidSource(StrEnum):
     AGENT = "agent"
     DCGM_COUNT = "dcgm-count"
     DCGM_GAUGE = "dcgm-gauge"
+    WITHHELD = "withheld"  # kept pending by the breaker's mark on the node (model.withheld)
 
 
 @dataclass(frozen=True, slots=True)
