@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gpuguard.controller import phantom_watch
+from gpuguard.controller import fault_history, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import decisions, fleet, ports
+from gpuguard.model import decisions, faults, fleet, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
@@ -42,6 +42,7 @@ class TickResult:
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
+    recorded: tuple[faults.LedgerEntry, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -64,6 +65,7 @@ class Guard:
     recovery: recovery_step.Recovery | None = None
     restore: restore_step.Restore | None = None
     phantom: phantom_watch.PhantomWatch | None = None
+    history: fault_history.FaultHistory | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -77,6 +79,12 @@ class Guard:
         result.decision = isolate.decide(result.snapshot, self.classifier, self.settings, cordons)
         self._act(result.snapshot, result.decision.actions, result)
         self._mark(result.snapshot, result.decision.markings, result)
+        if self.history is not None:
+            result.recorded = self.history.run(
+                result.snapshot,
+                tripped=result.decision.breaker.tripped,
+                may_write=lambda: not self.dry_run and self.is_leader(),
+            )
         if self.recovery is not None:
             result.recovery = self.recovery.run(
                 result.snapshot.nodes,

@@ -14,7 +14,7 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import phantom_watch, recovery, restore, tick
+from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
@@ -94,6 +94,9 @@ def build_guard(
             ),
             phantom=phantom_watch.PhantomWatch(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
+            ),
+            history=fault_history.FaultHistory(
+                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback
             ),
         )
         yield guard, client

@@ -20,7 +20,7 @@ from datetime import datetime
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs, pci
-from gpuguard.policy import escalation
+from gpuguard.policy import admission, escalation
 
 REQUEST = annotation_keys.REQUEST
 ESCALATION = annotation_keys.ESCALATION
@@ -64,6 +64,13 @@ def decide(
         return RecoveryStep(node.name, waiting="evidence Job running")
     verdict, proof = _verdict(node, job)
     entry = _entry(node, verdict)
+    if entry is None:  # a phantom cordon: no hardware fault to record or escalate
+        return RecoveryStep(
+            node=node.name,
+            annotations={annotation_keys.VERDICT: str(verdict)},
+            verdict=verdict,
+            evidence=proof,
+        )
     recorded = [e for e in ledger if not _same_fault(e, entry)]
     history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
     level = escalation.escalate(history)
@@ -106,9 +113,12 @@ def _verdict(
     )
 
 
-def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
+def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry | None:
+    """The isolation's ledger line; None for a phantom cordon, which is no hardware fault."""
     marks = node.annotations
     reason = marks.get(annotation_keys.REASON, "")
+    if reason == str(decisions.Reason.PHANTOM_UTILIZATION):
+        return None
     code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
     return faults.LedgerEntry(
@@ -120,6 +130,9 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
         recorder=faults.Recorder.GPUGUARD,
         verdict=verdict,
         kind=kind,
+        confirmation=faults.Confirmation.EVIDENCE
+        if verdict in admission.CONFIRMING_VERDICTS
+        else faults.Confirmation.OBSERVED,
     )
 
 
@@ -135,4 +148,11 @@ def _isolated_at(text: str) -> datetime:
 
 
 def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
-    return a.node == b.node and a.at == b.at and a.recorder == b.recorder
+    """The isolation's own line (it alone carries a verdict): a fault first seen at the
+    isolation's instant has a line of its own without one."""
+    return (
+        a.node == b.node
+        and a.at == b.at
+        and a.recorder == b.recorder
+        and (a.verdict is None) == (b.verdict is None)
+    )

@@ -149,6 +149,19 @@ def on_dbe(w: world.World, p: scenario.DbePayload, node: state.SimNode) -> None:
     )
 
 
+def on_bad_metric(w: world.World, p: scenario.BadMetricPayload, node: state.SimNode) -> None:
+    """A sound GPU reported faulty: dcgm-exporter's last-Xid gauge shows the code and the
+    device plugin stops offering the GPU, with nothing in the kernel log and the card on the
+    bus. The shape of a bad telemetry rollout: the device plugin's health check watches the
+    same NVML Xid events dcgm reads (k8s-device-plugin, internal/rm/health.go), so one
+    misreading reaches both."""
+    gpu = node.gpu(p.gpu)
+    gpu.xid_last = p.xid
+    gpu.offered = False
+    w.record("bad_metric", node.name, f"GPU {gpu.index} reported Xid {p.xid}; the card is sound")
+    w.touch(node)
+
+
 def on_pcie_degrade(w: world.World, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     gpu.link_width = p.width
