@@ -41,6 +41,7 @@ class Reason(StrEnum):
     BREAKER_RATE = "breaker-rate"
     BREAKER_LEVEL = "breaker-level"
     WITHHELD_CLEARED = "withheld-cleared"
+    BREAKER_RESET = "breaker-reset"
     FAULT_RECORDED = "fault-recorded"
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"
