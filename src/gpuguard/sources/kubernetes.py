@@ -42,6 +42,18 @@ class KubernetesReader:
         except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
             raise SourceError(f"listing Nodes failed: {e}") from e
 
+    def has_node(self, name: str) -> bool:
+        """Whether the cluster has a Node of this name (one GET, not a list of every node)."""
+        try:
+            self._client.get(Node, name=name)
+        except ApiError as e:
+            if e.status is not None and e.status.code == 404:
+                return False
+            raise SourceError(f"reading Node {name} failed: {e}") from e
+        except (httpx2.HTTPError, msgspec.ValidationError) as e:
+            raise SourceError(f"reading Node {name} failed: {e}") from e
+        return True
+
     def pods(self) -> tuple[fleet.Pod, ...]:
         """Pods that are not finished (GPU pods and the node's system pods alike)."""
         try:
