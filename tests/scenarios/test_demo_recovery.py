@@ -98,4 +98,11 @@ def test_ecc_dbe_gets_the_reset_procedure_and_no_return_on_operand_restarts_alon
     (card,) = report["cards"].values()
     assert card["escalation"] == "replacement"
     assert len(report["ledger"]) >= 5
+    # the third double-bit error raises the waiting node's request to a replacement at once
+    raised = [e for e in report["timeline"] if e["kind"] == "escalated"]
+    assert [("failed 3 times" in e["detail"], "replace it" in e["detail"]) for e in raised][1] == (
+        True,
+        True,
+    )
+    assert raised[1]["t"] < 4 * 86400
     assert "reset-done" in report["held"]["gpu-node-a"]

@@ -109,6 +109,7 @@ _WARNINGS = {
     decisions.Reason.BREAKER_TRIPPED,
     decisions.Reason.BREAKER_RATE,
     decisions.Reason.BREAKER_LEVEL,
+    decisions.Reason.ESCALATED,
 }
 
 

@@ -13,34 +13,42 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller.recovery import LedgerPort
 from gpuguard.errors import GpuguardError
-from gpuguard.model import faults, fleet
-from gpuguard.policy import fault_history, xid_signals
+from gpuguard.model import annotation_keys, decisions, faults, fleet, ports
+from gpuguard.policy import fault_history, recovery, xid_signals
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    recorded: tuple[faults.LedgerEntry, ...] = ()
+    escalated: tuple[decisions.Action, ...] = ()  # nodes whose request now escalates further
 
 
 @dataclass
 class FaultHistory:
     ledger: LedgerPort
-    classifier: xid_signals.XidClassifier
+    catalog: xid_catalog.XidCatalog
     lookback: timedelta
+    writer: ports.ClusterWriter | None = None  # raises an isolated node's escalation
     _seen: fault_history.Seen | None = field(default=None, repr=False)
     _unwritten: list[faults.LedgerEntry] = field(default_factory=list, repr=False)
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, tripped: bool, may_write: Callable[[], bool]
-    ) -> tuple[faults.LedgerEntry, ...]:
-        signals = xid_signals.hardware_xids(snapshot.samples, self.classifier)
+    ) -> Outcome:
+        signals = xid_signals.hardware_xids(snapshot.samples, self.catalog)
         unchanged = self._seen is not None and fault_history.seen_now(signals) == self._seen
         if (unchanged and not self._unwritten) or not may_write():
-            return ()
+            return Outcome()
         try:
             ledger = self.ledger.entries().entries if self._seen is None else []
         except GpuguardError as e:
             log.warning("fault history waits: the ledger cannot be read: %s", e)
-            return ()
+            return Outcome()
         records = fault_history.record(
             signals,
             self._seen,
@@ -52,7 +60,50 @@ class FaultHistory:
         )
         self._seen = records.seen
         self._unwritten += records.entries
-        return self._write()
+        written = self._write()
+        escalated: tuple[decisions.Action, ...] = ()
+        if self.writer is not None and any(e.confirmed for e in written):
+            escalated = self._escalate(self.writer, snapshot, written)
+        return Outcome(written, escalated)
+
+    def _escalate(
+        self,
+        writer: ports.ClusterWriter,
+        snapshot: fleet.FleetSnapshot,
+        written: tuple[faults.LedgerEntry, ...],
+    ) -> tuple[decisions.Action, ...]:
+        """A confirmed fault on a node that already has its verdict may raise the card's
+        escalation: the node's request says so at once, with an Event."""
+        try:
+            ledger = self.ledger.entries().entries
+        except GpuguardError as e:
+            log.warning("escalation not updated (ledger unreadable): %s", e)
+            return ()
+        done = []
+        for entry in (e for e in written if e.confirmed):
+            node = snapshot.node(entry.node)
+            marks = (
+                None
+                if node is None
+                else recovery.escalation_update(node, entry, ledger, self.catalog)
+            )
+            if node is None or marks is None:
+                continue
+            action = decisions.Action(
+                kind=decisions.ActionKind.ANNOTATE,
+                node=node.name,
+                reason=decisions.Reason.ESCALATED,
+                annotations=marks,
+                detail=marks[annotation_keys.REQUEST],
+            )
+            try:
+                writer.annotate(node, dict(marks))
+                writer.record_event(action, snapshot.taken_at)
+            except GpuguardError as e:
+                log.warning("%s: escalation not updated (next fault retries): %s", node.name, e)
+                continue
+            done.append(action)
+        return tuple(done)
 
     def _write(self) -> tuple[faults.LedgerEntry, ...]:
         """Append what is pending, oldest first; what fails stays pending with its own time,

@@ -18,7 +18,7 @@ from gpuguard.controller import fault_history, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import decisions, faults, fleet, ports
+from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
@@ -42,7 +42,7 @@ class TickResult:
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
-    recorded: tuple[faults.LedgerEntry, ...] = ()
+    history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
 
     @property
     def ok(self) -> bool:
@@ -80,7 +80,7 @@ class Guard:
         self._act(result.snapshot, result.decision.actions, result)
         self._mark(result.snapshot, result.decision.markings, result)
         if self.history is not None:
-            result.recorded = self.history.run(
+            result.history = self.history.run(
                 result.snapshot,
                 tripped=result.decision.breaker.tripped,
                 may_write=lambda: not self.dry_run and self.is_leader(),

@@ -96,7 +96,7 @@ def build_guard(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback
+                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback, writer
             ),
         )
         yield guard, client

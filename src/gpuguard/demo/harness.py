@@ -122,7 +122,7 @@ def _play(
                 namespace=namespace,
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, namespace), catalog, isolation.xid_lookback
+                ledger.Ledger(client, namespace), catalog, isolation.xid_lookback, writer
             ),
         )
         _drive(run, guard, view, settings, jobs_kubelet)
@@ -200,8 +200,10 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
     t = (result.at - run.played.origin).total_seconds()
     _record_recovery(run, result, t)
     _record_returns(run, result, t)
-    for entry in result.recorded:
+    for entry in result.history.recorded:
         run.ledger.append(_line(entry, t))
+    for action in result.history.escalated:
+        run.guard_timeline.append(_entry(t, action.node, "escalated", action.reason, action.detail))
     if result.decision is not None and result.decision.breaker.tripped_now:
         run.trips.append({"at": t, "candidates": result.decision.breaker.candidates})
     for marking in result.marked:

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     BREAKER_LEVEL = "breaker-level"
     WITHHELD_CLEARED = "withheld-cleared"
     BREAKER_RESET = "breaker-reset"
+    ESCALATED = "escalated"
     FAULT_RECORDED = "fault-recorded"
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"

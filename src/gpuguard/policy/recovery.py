@@ -156,3 +156,37 @@ def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
         and a.recorder == b.recorder
         and (a.verdict is None) == (b.verdict is None)
     )
+
+
+_RANK = {
+    escalation.Escalation.NONE: 0,
+    escalation.Escalation.INSPECTION: 1,
+    escalation.Escalation.REPLACEMENT: 2,
+    escalation.Escalation.SLOT_CHECK: 3,
+}
+
+
+def escalation_update(
+    node: fleet.Node,
+    entry: faults.LedgerEntry,
+    ledger: Sequence[faults.LedgerEntry],
+    catalog: xid_catalog.XidCatalog,
+) -> dict[str, str] | None:
+    """New escalation and request marks for a node gpuguard isolated with a verdict, when a
+    fault recorded later (the same card again while it waits) raises the card's escalation —
+    so the request says "replace" on the third fault, not at the next isolation. None when
+    nothing changes or the node is not such a node."""
+    marks = node.annotations
+    if annotation_keys.VERDICT not in marks or annotation_keys.ISOLATED_AT not in marks:
+        return None
+    try:
+        verdict = decisions.Verdict(marks[annotation_keys.VERDICT])
+        current = escalation.Escalation(marks.get(ESCALATION, "none"))
+    except ValueError:
+        return None  # a mark gpuguard did not write: leave the node to people
+    history = escalation.history_for(ledger, entry.uuid, entry.node, entry.pci)
+    level = escalation.escalate(history)
+    if _RANK[level] <= _RANK[current]:
+        return None
+    request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    return {ESCALATION: str(level), REQUEST: request}
