@@ -38,9 +38,16 @@ from gpuguard.model import decisions, faults
 INSPECTION_AT = 2
 REPLACEMENT_AT = 3
 SLOT_CHECK_CARDS = 2
-# The default hold window (10 min: first sight to isolation line) plus 5 min of slack for the
-# tick interval and a slow evidence Job; see docs/ledger.md.
-DEFAULT_MERGE_WINDOW = timedelta(minutes=15)
+MERGE_SLACK = timedelta(minutes=5)  # ticks and API latency between first sight and isolation
+
+
+def merge_window_for(hold_window: timedelta) -> timedelta:
+    """How far apart the lines of one fault can be: the isolation line comes a hold window
+    after the first-seen line, plus slack (docs/ledger.md)."""
+    return hold_window + MERGE_SLACK
+
+
+DEFAULT_MERGE_WINDOW = merge_window_for(timedelta(minutes=10))  # the default hold window
 
 
 class Escalation(StrEnum):
