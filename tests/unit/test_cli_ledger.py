@@ -127,6 +127,13 @@ def test_corrections_refuse_bad_input_in_one_line(args: list[str], says: str) ->
     assert says in one_line_error(result.stderr)
 
 
+def test_a_correction_by_nobody_is_refused() -> None:
+    result = runner.invoke(ledger.app, correction("remove", "--id", "3f2a9c01b7de", "--why", "x"),
+                           env={"USER": ""})
+    assert result.exit_code == 2
+    assert "cannot tell who you are: say it with --by" in one_line_error(result.stderr)
+
+
 def test_corrections_require_why() -> None:
     for command in ("remove", "amend"):
         result = runner.invoke(ledger.app, correction(command, "--id", "3f2a9c01b7de"))

@@ -255,6 +255,14 @@ def test_lines_further_apart_than_the_merge_window_are_two_occurrences() -> None
     assert (len(wide.card_faults), len(wide.card_observed)) == (1, 0)
 
 
+def test_a_longer_hold_window_widens_the_merge_window() -> None:
+    hold = timedelta(minutes=30)
+    entries = [line(timedelta(0), faults.Confirmation.DEVICE_PLUGIN), line(hold)]  # both confirm
+    assert escalation.card_fault_count(entries, CARD_A) == 2  # the default window splits them
+    window = escalation.merge_window_for(hold)
+    assert escalation.card_fault_count(entries, CARD_A, merge_window=window) == 1
+
+
 def test_the_window_counts_from_an_occurrences_first_line_so_a_stream_does_not_chain() -> None:
     stream = [line(timedelta(minutes=10 * n), faults.Confirmation.OBSERVED) for n in range(7)]
     found = escalation.occurrences(stream)

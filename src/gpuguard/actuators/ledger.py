@@ -14,8 +14,9 @@ recorder, optional verdict, how the fault was confirmed; ``-`` for an unknown sl
 A line without the last column was written before it existed and reads as confirmed
 (``faults.Confirmation``).
 
-Nothing is ever deleted: a person's correction is an audit line in the same node's key, with
-who and why, and reading applies it (``applied``)::
+Nothing is ever deleted: a person's correction is an audit line in the same node's key (in
+the segment of the corrected line's month), with who and why, and reading applies it
+(``applied``)::
 
     2026-10-02T08:00:00Z audit {"op":"remove","target":"<the exact line>","by":"kim","why":"..."}
 
@@ -547,9 +548,10 @@ class Ledger:
         self._append_lines([(e.at, e.node, format_line(e)) for e in entries])
 
     def record_audit(self, record: AuditRecord) -> None:
-        """Record a person's correction: for amend the new line and the audit line, else the
-        audit line alone, each in the month of its own time (one write when they share it)."""
-        lines = [(record.at, record.node, format_audit(record))]
+        """Record a person's correction: the audit line in the segment of the month of the
+        line it corrects (a month's segments keep their own corrections), and for amend the
+        new line in its month (one write when the months are the same); idempotent."""
+        lines = [(record.target_entry.at, record.node, format_audit(record))]
         new = record.new_entry
         if new is not None:
             lines.append((new.at, new.node, format_line(new)))

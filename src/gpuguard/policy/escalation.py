@@ -38,9 +38,16 @@ from gpuguard.model import decisions, faults
 INSPECTION_AT = 2
 REPLACEMENT_AT = 3
 SLOT_CHECK_CARDS = 2
-# The default hold window (10 min: first sight to isolation line) plus 5 min of slack for the
-# tick interval and a slow evidence Job; see docs/ledger.md.
-DEFAULT_MERGE_WINDOW = timedelta(minutes=15)
+MERGE_SLACK = timedelta(minutes=5)  # ticks and API latency between first sight and isolation
+
+
+def merge_window_for(hold_window: timedelta) -> timedelta:
+    """How far apart the lines of one fault can be: the isolation line comes a hold window
+    after the first-seen line, plus slack (docs/ledger.md)."""
+    return hold_window + MERGE_SLACK
+
+
+DEFAULT_MERGE_WINDOW = merge_window_for(timedelta(minutes=10))  # the default hold window
 
 
 class Escalation(StrEnum):
@@ -76,16 +83,23 @@ def occurrences(
 ) -> tuple[Occurrence, ...]:
     """The ledger's lines grouped into fault occurrences (see the module docstring), in order
     of their first line."""
-    runs: dict[tuple[object, ...], list[list[faults.LedgerEntry]]] = {}
+    runs: dict[_Key, list[list[faults.LedgerEntry]]] = {}
     for entry in sorted(entries, key=_line_order):
-        key = (entry.node, entry.uuid or entry.pci, entry.xid, entry.kind)
-        same = runs.setdefault(key, [])
+        same = runs.setdefault(_key(entry), [])
         if same and entry.at - same[-1][0].at <= merge_window:
             same[-1].append(entry)
         else:
             same.append([entry])
     found = (Occurrence(tuple(run)) for group in runs.values() for run in group)
     return tuple(sorted(found, key=lambda o: _line_order(o.lines[0])))
+
+
+_Key = tuple[str, str | None, int | None, faults.FaultKind]
+
+
+def _key(entry: faults.LedgerEntry) -> _Key:
+    """Lines of one occurrence share node, card (UUID, else slot) and fault."""
+    return entry.node, entry.uuid or entry.pci, entry.xid, entry.kind
 
 
 def _line_order(entry: faults.LedgerEntry) -> tuple[datetime, str, str, str]:
@@ -125,7 +139,7 @@ def card_fault_count(
     merge_window: timedelta = DEFAULT_MERGE_WINDOW,
 ) -> int:
     """How many confirmed faults the ledger holds for this card, across all nodes and slots."""
-    return card_fault_counts(entries, merge_window)[uuid]
+    return card_fault_counts((e for e in entries if e.uuid == uuid), merge_window)[uuid]
 
 
 def history_for(
@@ -138,19 +152,24 @@ def history_for(
 ) -> CardHistory:
     """The card's occurrences by UUID (none when the card is unknown) and the slot's by PCI
     address on ``node`` (none when the slot is unknown), confirmed and observed apart."""
-    found = occurrences(entries, merge_window)
-    card = [o for o in found if uuid is not None and any(e.uuid == uuid for e in o.lines)]
-    slot = [o for o in found if pci is not None and _in_slot(o, node, pci)]
+    lines = list(entries)
+
+    def card_line(e: faults.LedgerEntry) -> bool:
+        return uuid is not None and e.uuid == uuid
+
+    def slot_line(e: faults.LedgerEntry) -> bool:
+        return pci is not None and (e.node, e.pci) == (node, pci)
+
+    wanted = {_key(e) for e in lines if card_line(e) or slot_line(e)}  # the rest cannot merge in
+    found = occurrences((e for e in lines if _key(e) in wanted), merge_window)
+    card = [o for o in found if any(card_line(e) for e in o.lines)]
+    slot = [o for o in found if any(slot_line(e) for e in o.lines)]
     return CardHistory(
         card_faults=_speakers(card, confirmed=True),
         slot_faults=_speakers(slot, confirmed=True),
         card_observed=_speakers(card, confirmed=False),
         slot_observed=_speakers(slot, confirmed=False),
     )
-
-
-def _in_slot(occurrence: Occurrence, node: str, pci: str) -> bool:
-    return any(e.node == node and e.pci == pci for e in occurrence.lines)
 
 
 def _speakers(found: Sequence[Occurrence], *, confirmed: bool) -> tuple[faults.LedgerEntry, ...]:
