@@ -26,7 +26,7 @@ from gpuguard.model import metric_names
 from tests import scripts
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+REFERENCE = REPO / "tests" / "data" / "reference"
 RULES = REPO / "rules" / "gpuguard-alerts.yaml"
 RULE_TESTS = REPO / "rules" / "tests"
 PROMETHEUSRULE = REPO / "deploy" / "helm" / "gpuguard" / "templates" / "prometheusrule.yaml"
@@ -113,7 +113,7 @@ def _constant_metric_names() -> set[str]:
 
 
 def _dcgm_exporter_names() -> set[str]:
-    text = (SHARED / "data" / "dcgm_exporter_counters.md").read_text(encoding="utf-8")
+    text = (REFERENCE / "dcgm_exporter_counters.md").read_text(encoding="utf-8")
     rows = (
         line for line in text.splitlines() if line.startswith("|") and "does not exist" not in line
     )
@@ -122,7 +122,7 @@ def _dcgm_exporter_names() -> set[str]:
 
 def _kube_state_metrics_names() -> set[str]:
     names = set()
-    for line in (SHARED / "data" / "kube_state_metrics_sample.txt").read_text().splitlines():
+    for line in (REFERENCE / "kube_state_metrics_sample.txt").read_text().splitlines():
         if line.startswith(("# HELP ", "# TYPE ")):
             names.add(line.split()[2])
         elif line and not line.startswith("#"):
@@ -133,7 +133,6 @@ def _kube_state_metrics_names() -> set[str]:
 @cache
 def known_metrics() -> frozenset[str]:
     """Every metric gpuguard, dcgm-exporter or kube-state-metrics emits, as far as we know."""
-    assert SHARED.is_dir(), f"shared/ is expected beside the repository, at {SHARED}"
     return frozenset(
         _constant_metric_names() | _dcgm_exporter_names() | _kube_state_metrics_names()
     )

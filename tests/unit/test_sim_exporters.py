@@ -13,7 +13,7 @@ from gpuguard.model import metric_names as mn
 from gpuguard.sim import exporters, metrics_server, profiles, state, store
 
 NOW = datetime(2026, 9, 21, 3, 0, tzinfo=UTC)
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data"
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "reference"
 H100 = "NVIDIA H100 80GB HBM3"
 
 

@@ -62,8 +62,8 @@ SPECS: tuple[GpuSpec, ...] = (
     # and phantom ~90 W are assumptions.
     GpuSpec("A100", 81920, 600, 55.0, 400.0, 90.0, 210, 1410, 1593, 1593),
     # L40S: idle 35.7 W, 210/405 MHz idle clocks and 45459 + 608 MiB from the real dcgm-exporter
-    # sample (shared/data, sample 3); 350 W, 2520/9001 MHz max from NVIDIA's datasheet; phantom
-    # ~95 W an assumption.
+    # sample (tests/data/reference/dcgm_exporter_sample_metrics.txt, sample 3); 350 W,
+    # 2520/9001 MHz max from NVIDIA's datasheet; phantom ~95 W an assumption.
     GpuSpec("L40S", 46067, 608, 35.7, 350.0, 95.0, 210, 2520, 405, 9001),
     # L4: idle 16.4 W, 210/405 MHz idle and 22563 + 470 MiB from the real sample (sample 2);
     # 72 W, 2040/6251 MHz max from the datasheet; phantom ~35 W an assumption.
