@@ -171,7 +171,13 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             isolated = wait_for(
                 lambda: bool(sim.node("gpu-node-b")["spec"].get("unschedulable")), sim, 45
             )
-            time.sleep(2)  # let both replicas tick a few more times
+            ticked = sum(guard_metrics(port).get("gpuguard_ticks_total", 0) for port in ports)
+            more_ticks = wait_for(  # three more ticks in which a second replica could act
+                lambda: sum(guard_metrics(p).get("gpuguard_ticks_total", 0) for p in ports)
+                >= ticked + 3,
+                sim,
+                30,
+            )
             seen = [guard_metrics(port) for port in ports]
         finally:
             for proc in procs:
@@ -182,6 +188,7 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             if r.method == "PATCH" and r.path == "/api/v1/nodes/gpu-node-b"
         ]
     assert isolated, f"no isolation; replica logs: {logs}"
+    assert more_ticks, f"no further ticks; replica logs: {logs}"
     assert sorted(m.get("gpuguard_leader") for m in seen) == [0, 1], seen
     (leader,) = [m for m in seen if m["gpuguard_leader"] == 1]
     (standby,) = [m for m in seen if m["gpuguard_leader"] == 0]
