@@ -1,4 +1,4 @@
-"""Decide which nodes to auto-cordon this tick (DESIGN §5, seed 004 "격리").
+"""Decide which nodes to auto-cordon this tick (docs/design.md#isolation).
 
 A node is isolated when a hardware Xid coincides with GPU loss (capacity > allocatable) held
 through the hold window; unambiguous faults (Xid 79, the kernel's "fallen off the bus") with the
