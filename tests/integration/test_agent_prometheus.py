@@ -1,9 +1,9 @@
 """The node agent over simulated host trees, scraped by a real Prometheus.
 
-Seed 004's two agent-side stories, end to end: an Xid 79 in a node's kernel log becomes
-``gpuguard_xid_total{xid="79"}`` (and survives an agent restart without double counting, so
-``increase()`` stays right), and the May 21 unattended-upgrades incident — NVML library
-replaced under the running module while the node stays Ready — shows as
+The lifecycle report's [docs/design.md#incidents] two agent-side stories, end to end: an Xid 79 in a
+node's kernel log becomes ``gpuguard_xid_total{xid="79"}`` (and survives an agent restart without
+double counting, so ``increase()`` stays right), and the May 21 unattended-upgrades incident — NVML
+library replaced under the running module while the node stays Ready — shows as
 ``gpuguard_check_status{check="nvidia-match",status="FAIL"} == 1`` within one check interval.
 """
 
@@ -143,7 +143,7 @@ def test_xid_counter_survives_restart_and_nvml_mismatch_shows_while_ready(tmp_pa
             assert value(prom, peak) == 2
             assert value(prom, 'resets(gpuguard_xid_total{node="gpu-node-b"}[1m])') == 0
 
-        # Seed 004, May 21: unattended-upgrades swaps NVML under the running module.
+        # The lifecycle report, May 21: unattended-upgrades swaps NVML under the running module.
         nvidia = 'gpuguard_check_status{node="gpu-node-a",check="nvidia-match",status="%s"} == 1'
         prom.wait_until(nvidia % "PASS")
         world.step_to(timedelta(minutes=35))

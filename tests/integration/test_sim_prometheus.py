@@ -26,7 +26,8 @@ GPU_MISSING = (
 )
 GPU_LOSS = f"{GPU_MISSING} > 0"
 GPU_LOSS_HELD = f"min_over_time(({GPU_MISSING})[10m:1m]) > 0"
-# Seed 004's guard: a hardware Xid and a GPU loss on the same node (Hostname -> node).
+# The lifecycle report's [docs/design.md#incidents] guard: a hardware Xid and a GPU loss on the same
+# node (Hostname -> node).
 SEED_RULE = (
     "max by (node) (label_replace(DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43 != 45 != 68"
     ' != 109, "node", "$1", "Hostname", "(.*)"))'
@@ -34,7 +35,8 @@ SEED_RULE = (
     ' - max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"}) > 0)'
 )
 
-# Seed 004's guard verbatim: hardware Xid, GPU loss held through 10 min, not yet cordoned.
+# The lifecycle report's guard verbatim: hardware Xid, GPU loss held through 10 min, not yet
+# cordoned.
 SEED_GUARD = """
 (max by (node) (label_replace(DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43 != 45 != 68 != 109,
     "node", "$1", "Hostname", "(.*)")))

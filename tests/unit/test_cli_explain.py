@@ -1,5 +1,6 @@
 """`gpuguard explain` tells a human why a node is where it is — including the GPUs on it that
-are busy with nothing and the commands to take the evidence (seed 000)."""
+are busy with nothing and the commands to take the evidence (the phantom incident
+(docs/design.md#incidents))."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The return-to-pool step applied through fakes: seed 004's 9/22 return, now with the whole
-checklist and a burn-in; holds stay, a failed burn-in is annotated once, dry-run writes
-nothing, missing facts never return a node."""
+"""The return-to-pool step applied through fakes: the lifecycle report's [docs/design.md#incidents]
+9/22 return, now with the whole checklist and a burn-in; holds stay, a failed burn-in is annotated
+once, dry-run writes nothing, missing facts never return a node."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The agent's process counts reach the phantom policy through Prometheus: a GPU with a
-process is never phantom (DESIGN §9), and with no agent the pod join alone decides and the
-finding says the process list was not collected."""
+process is never phantom (docs/design.md#phantom-utilization), and with no agent the pod join alone
+decides and the finding says the process list was not collected."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def agent(gpu: str) -> dict[str, str]:
 
 
 def seed_phantoms(*gpus: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Seed 000's gpu-node-1: the given GPUs busy with nothing and no GPU pod on the node."""
+    """The phantom incident's [docs/design.md#incidents] gpu-node-1: the given GPUs busy with
+    nothing and no GPU pod on the node."""
     answers: dict[str, list[tuple[dict[str, str], float]]] = {
         mn.window_stat(metric, stat): [(dcgm(g), value) for g in gpus]
         for metric, value in SEED_PHANTOM.items()

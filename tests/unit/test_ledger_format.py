@@ -1,5 +1,6 @@
-"""The ledger's line format (seed 004's columns), strict parsing that reports and skips bad
-lines, segment filling under the size cap, and the retry policy for 409s."""
+"""The ledger's line format (the lifecycle report's [docs/design.md#incidents] columns), strict
+parsing that reports and skips bad lines, segment filling under the size cap, and the retry policy
+for 409s."""
 
 from __future__ import annotations
 

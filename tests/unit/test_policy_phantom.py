@@ -1,4 +1,5 @@
-"""Phantom utilization (seed 000): busy with nothing, held, and no pod — the pod join decides."""
+"""Phantom utilization (the phantom incident [docs/design.md#incidents]): busy with nothing, held,
+and no pod — the pod join decides."""
 
 from __future__ import annotations
 
@@ -181,8 +182,8 @@ def sample(name: str, value: float, **labels: str) -> fleet.MetricSample:
 
 
 def test_a_phantom_gpu_that_gets_a_new_workload_clears() -> None:
-    """Seed 000: a new workload on a phantom GPU ended it. Its pod-labelled series joins the
-    window, so the GPU is not phantom for as long as that series is in the window."""
+    """The phantom incident: a new workload on a phantom GPU ended it. Its pod-labelled series joins
+    the window, so the GPU is not phantom for as long as that series is in the window."""
     phantom_only = [
         sample(mn.window_stat(m, s), v) for m, v in SEED_PHANTOM.items() for s in mn.WINDOW_STATS
     ]

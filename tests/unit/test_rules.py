@@ -2,10 +2,11 @@
 
 What promtool cannot see: every alert carries severity and the three annotations an on-call
 needs; every metric a rule reads is one that gpuguard, dcgm-exporter or kube-state-metrics
-emits (a typo in a metric name makes an alert silent forever, the failure mode of seed 004);
-the user-Xid set is the catalog's everywhere; every alert has a firing and a silent promtool
-case; the PrometheusRule is up to date and renders back to the rule file. The promtool unit
-tests themselves run in scripts/test (`promtool test rules rules/tests/*.yaml`).
+emits (a typo in a metric name makes an alert silent forever, the failure mode of the lifecycle
+report (docs/design.md#incidents)); the user-Xid set is the catalog's everywhere; every alert has a
+firing and a silent promtool case; the PrometheusRule is up to date and renders back to the rule
+file. The promtool unit tests themselves run in scripts/test (`promtool test rules
+rules/tests/*.yaml`).
 """
 
 from __future__ import annotations

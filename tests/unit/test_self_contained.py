@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from pathlib import Path, PurePath
 from types import ModuleType
 
@@ -70,9 +71,7 @@ def test_the_audit_hook_records_a_read_beside_the_repository() -> None:
     ("relative", "line", "flagged"),
     [
         pytest.param("tests/unit/t.py", f"X = {HERE}.resolve().parents[2]", False, id="root"),
-        pytest.param(
-            "tests/unit/t.py", f"X = {HERE}.resolve().parents[3]", True, id="above-root"
-        ),
+        pytest.param("tests/unit/t.py", f"X = {HERE}.resolve().parents[3]", True, id="above-root"),
         pytest.param(
             "tests/unit/t.py", f"X = {HERE}.resolve().parents[2].parent", True, id="mixed"
         ),
@@ -102,3 +101,18 @@ def test_references_beside_the_repository_are_recognised(
 )
 def test_paths_beside_the_repository_are_recognised(path: Path, beside: bool) -> None:
     assert selfcontained.beside_repository(path) is beside
+
+
+ABSENT_CITATIONS = re.compile("DESIGN" + r" §\d|\b[Ss]eed" + r" 00\d")  # documents users lack
+
+
+def test_code_and_docs_cite_only_what_the_repository_or_the_public_has() -> None:
+    tops = ("src", "tests", "docs")
+    citing = {
+        str(path.relative_to(REPO)): found
+        for path in selfcontained.content_files()
+        if path.relative_to(REPO).parts[0] in tops
+        and (text := selfcontained.text_of(path))
+        and (found := [line for line in text.splitlines() if ABSENT_CITATIONS.search(line)])
+    }
+    assert citing == {}

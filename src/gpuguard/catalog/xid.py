@@ -107,7 +107,7 @@ _VERDICT_BY_CODE: Mapping[int, decisions.Verdict] = MappingProxyType(
 def default_verdict(code: int) -> decisions.Verdict:
     """The repair a hardware fault with this Xid needs, judged from the code alone.
 
-    DESIGN §6 (seed 004 "복구"): 79 -> power cycle; 48/94/95/119/120 -> GPU reset procedure;
+    docs/design.md#evidence-and-verdict: 79 -> power cycle; 48/94/95/119/120 -> GPU reset procedure;
     143 -> RMA; anything else -> human diagnosis. Evidence that outranks the code (PCI config
     space reading all ff -> power cycle) is the recovery policy's to add.
     """

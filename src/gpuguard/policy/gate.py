@@ -1,13 +1,15 @@
-"""The onboarding gate (DESIGN §8, seed 004 "온보딩 게이트"): may a new node lose its taint?
+"""The onboarding gate (docs/design.md#host-conformance-and-onboarding): may a new node lose its
+taint?
 
 A node registers with ``gpuguard.io/onboarding=pending:NoSchedule``; the gate removes it only
 when every step passes (WARN does not block). Any FAIL or UNKNOWN keeps the taint: missing
 data never lets a node in. Steps:
 
 - ``kubelet-version``: the kubelet is not newer than the API server and its minor is within
-  ``max_minor_skew`` of it (0 by default: seed 004's RKE2 rule, minor differs → FAIL); a patch
-  difference is a WARN. The report names where the API server's version came from (its
-  ``/version``, the operator's flag, or the control-plane kubelet when ``/version`` failed).
+  ``max_minor_skew`` of it (0 by default: the lifecycle report's [docs/design.md#incidents] RKE2
+  rule, minor differs → FAIL); a patch difference is a WARN. The report names where the API server's
+  version came from (its ``/version``, the operator's flag, or the control-plane kubelet when
+  ``/version`` failed).
 - ``role-labels``: the node carries the ``node-role.kubernetes.io/*`` label the cluster's
   existing workers carry, with the same value (``worker=true`` vs ``worker=""`` selects
   differently). No existing worker to compare with → WARN.

@@ -5,8 +5,8 @@ It must look like the real exporter where it matters to detection
 ``hostname``, the 8-digit-domain ``pci_bus_id``, pod labels only on GPUs a pod holds), the XID
 series as a sticky *gauge* of the last Xid with ``err_code``/``err_msg`` labels that is absent
 until the first Xid after the exporter started, and no telemetry for a GPU that fell off the
-bus (only its last Xid series stays, as in seed 004's Xid 79 incident). Rendering is pure:
-(state, pods, now) in, families out.
+bus (only its last Xid series stays, as in the lifecycle report's [docs/design.md#incidents] Xid 79
+incident). Rendering is pure: (state, pods, now) in, families out.
 """
 
 from __future__ import annotations
@@ -211,8 +211,8 @@ def dcgm_families(
 ) -> list[exposition.Family]:
     """Every dcgm-exporter family of ``node`` at ``now``.
 
-    A GPU off the bus has no telemetry; only its Xid series may remain (sticky, seed 004),
-    unless the node says DCGM cannot report it (``dcgm_keeps_lost_gpu_xid``).
+    A GPU off the bus has no telemetry; only its Xid series may remain (sticky, the lifecycle
+    report), unless the node says DCGM cannot report it (``dcgm_keeps_lost_gpu_xid``).
     """
     views = [_view(node, g, pods.get(g.index), now) for g in node.gpus]
     on_bus = [v for v in views if v.gpu.on_bus]

@@ -9,13 +9,15 @@ The world's rules (deterministic):
 - ``xid``: the kernel log gets ``NVRM: GPU at PCI:...: GPU-<uuid>`` (once per GPU per boot)
   and the Xid line; dcgm-exporter's gauge holds the code (``xid_last``). A code outside the
   device plugin's skip list (13, 31, 43, 45, 68, 109) marks the GPU unhealthy: allocatable
-  drops, capacity stays (seed 004). Xid 79 also takes the GPU off the bus (config space all
-  ff, no dcgm series) and adds the open driver's "fallen off the bus" message.
+  drops, capacity stays (the lifecycle report [docs/design.md#incidents]). Xid 79 also takes the GPU
+  off the bus (config space all ff, no dcgm series) and adds the open driver's "fallen off the bus"
+  message.
 - ``gpu_lost``: the device plugin stops offering the GPU (allocatable -1); ``off_bus: true``
   also takes it off the bus with the no-Xid message only.
 - ``dbe``: Xid 48, uncorrectable remapped rows +1, GPU unhealthy; ``remap: true`` adds Xid 63
   and a pending row remap (cleared by a reset or reboot).
-- ``reboot``: a warm reboot. With a GPU off the bus it hangs (seed 004: "soft reboot stalls
+- ``reboot``: a warm reboot. With a GPU off the bus it hangs (the lifecycle report: "soft reboot
+stalls
   waiting for the dead GPU"): the node stays NotReady on its old boot ID until a
   ``power_cycle``. Otherwise, and always for ``power_cycle``: NotReady for a few minutes, then
   a new boot ID; the loaded kernel module becomes the installed library version and a pending
@@ -25,7 +27,7 @@ The world's rules (deterministic):
   capacity drops). A warm reboot never brings back a GPU that fell off the bus.
 - ``gpu_reset``: fails on a GPU off the bus (config space ff); otherwise clears its phantom
   and pending remap, and the operand cycle of the reset procedure restarts the device plugin
-  (every GPU on the bus offered again — seed 004) and dcgm-exporter (gauges empty).
+  (every GPU on the bus offered again — the lifecycle report) and dcgm-exporter (gauges empty).
   Any device-plugin restart re-enumerates: a GPU off the bus is no longer registered, so
   capacity drops with allocatable and "capacity > allocatable" no longer shows the loss.
 - ``driver_upgrade``: method ``host`` (unattended-upgrades): the NVML library now, the kernel
@@ -33,9 +35,9 @@ The world's rules (deterministic):
   with an allocatable dip and operand restarts.
 - ``workload``: a Pod requesting GPUs, bound to the node (there is no scheduler: a cordoned
   node or too few free GPUs leaves it Pending for good; a GPU off the bus fails it with
-  UnexpectedAdmissionError, seed 004). It records its profile on the GPUs, clears a phantom
-  it lands on (seed 000) and ends Succeeded/Failed after ``duration``; it fails earlier when
-  its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
+  UnexpectedAdmissionError, the lifecycle report). It records its profile on the GPUs, clears a
+  phantom it lands on (the phantom incident) and ends Succeeded/Failed after ``duration``; it fails
+  earlier when its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
 - ``cordon``/``uncordon``/``annotate``: a human, through the store, like kubectl.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,

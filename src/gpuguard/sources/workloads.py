@@ -1,6 +1,6 @@
-"""Workload objects for the hygiene review (seed 000's defence layers): GPU pods and Ray's
-RayJobs, as plain Kubernetes JSON. A cluster without the Ray operator has no RayJob type:
-that is "no RayJobs", not an error."""
+"""Workload objects for the hygiene review (the phantom incident's [docs/design.md#incidents]
+defence layers): GPU pods and Ray's RayJobs, as plain Kubernetes JSON. A cluster without the Ray
+operator has no RayJob type: that is "no RayJobs", not an error."""
 
 from __future__ import annotations
 
