@@ -204,3 +204,17 @@ def test_a_record_survives_the_round_trip_to_microseconds(
     written = leases.create(leader.LeaseRecord("guard-a", 15, at, at, 3))
     assert leases.read() == written
     assert written.record == leader.LeaseRecord("guard-a", 15, at, at, 3)
+
+
+def test_a_lease_the_client_cannot_decode_is_a_lease_error_naming_it(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    spec = {"holderIdentity": "guard-x", "leaseDurationSeconds": "fifteen"}
+    sim_api.store.create("Lease", NAMESPACE, {"metadata": {"name": NAME}, "spec": spec})
+    a, _ = pair(clients)
+
+    with pytest.raises(leader.LeaseError, match=f"Lease {NAMESPACE}/{NAME}") as caught:
+        a.try_acquire_or_renew()
+
+    assert type(caught.value.__cause__).__name__ == "ValidationError"
+    assert not a.is_leader()

@@ -68,7 +68,6 @@ DEFAULT_USER_CODES: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 FAST_PATH_CODES: frozenset[int] = frozenset({79})
 """Codes unambiguous enough that, with the GPU gone, isolation need not wait the hold window."""
 
-HIGHEST_CATALOGUED_CODE = 172
 PACKAGED_RESOURCE = "data/xid_catalog.json"
 
 

@@ -14,7 +14,7 @@ import typer
 from gpuguard.cli import output, return_checklist
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError
-from gpuguard.model import decisions, fleet
+from gpuguard.model import fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import lifecycle
 
@@ -49,10 +49,6 @@ def run_tick(
 ) -> tick.TickResult:
     with wiring.build_guard(load_settings(config), conn, dry_run=dry_run) as (guard, _):
         return guard.tick()
-
-
-def evidence_text(evidence: tuple[decisions.Evidence, ...]) -> str:
-    return "\n".join(e.describe() for e in evidence)
 
 
 def decision_rows(result: tick.TickResult) -> list[dict[str, Any]]:

@@ -327,17 +327,13 @@ def _restart_exporter(w: world.World, node: state.SimNode) -> None:
         gpu.xid_last = None
         gpu.xid_last_msg = ""
     node.exporter_started = w.clock.now()
-    _bump_restarts(w, node, "dcgm-exporter")
+    w.count_restart(node.name, "dcgm-exporter")
 
 
 def _restart_device_plugin(w: world.World, node: state.SimNode) -> None:
     for gpu in node.gpus:
         gpu.registered = gpu.offered = gpu.on_bus
-    _bump_restarts(w, node, "device-plugin")
-
-
-def _bump_restarts(w: world.World, node: state.SimNode, component: str) -> None:
-    w.count_restart(node.name, component)
+    w.count_restart(node.name, "device-plugin")
 
 
 # ---- host configuration --------------------------------------------------------------------------
