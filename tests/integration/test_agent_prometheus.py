@@ -22,8 +22,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from gpuguard import metrics_http
 from gpuguard.agent import commands, daemon, exporter, journal
-from gpuguard.agent import http as agent_http
 from gpuguard.agent.checks import result, rke2_release, running, settings
 from gpuguard.cli import gate as gate_cli
 from gpuguard.model import annotation_keys
@@ -65,7 +65,7 @@ def agent_running(
     kern_log = root / "var/log/kern.log"
     agent = daemon.Agent(config, lambda start: journal.FileFollower(kern_log, start), run_checks)
     stop = threading.Event()
-    with agent_http.serve(agent.exposition, agent.healthy, "127.0.0.1", port):
+    with metrics_http.serve(agent.exposition, agent.healthy, "127.0.0.1", port):
         loop = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}")
         loop.start()
         try:

@@ -6,8 +6,9 @@ polls the kernel log (non-blocking reads, or a journalctl child) every ``poll_in
 the new lines into the ``Tally``, and only then saves the position with the counts
 (``agent.position``). The check thread runs ``running.run_checks`` (each check under a hard timeout,
 UNKNOWN on any error, no NVML, no nvidia-smi) and then the bounded ``/proc`` scan for the processes
-on each GPU (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server (``agent.http``)
-renders both on each scrape; ``healthy()`` turns false when either thread stops making progress.
+on each GPU (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server
+(``gpuguard.metrics_http``) renders both on each scrape; ``healthy()`` turns false when either
+thread stops making progress.
 """
 
 from __future__ import annotations
