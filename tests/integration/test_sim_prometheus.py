@@ -15,6 +15,7 @@ import pytest
 from gpuguard.model import metric_names as mn
 from gpuguard.sim import clock, history, metrics_server, scenario, state, store
 from gpuguard.sim import world as simworld
+from tests import tools
 from tests.integration import prometheus
 
 pytestmark = pytest.mark.integration
@@ -160,13 +161,13 @@ def test_backfilled_history_answers_in_the_simulated_past(tmp_path: Path) -> Non
 def test_a_missing_prometheus_skips_locally_and_fails_in_ci(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(prometheus.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(tools.shutil, "which", lambda _name: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI must have it"):
-        prometheus.require("prometheus")
+        tools.require("prometheus")
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
-        prometheus.require("prometheus")
+        tools.require("prometheus")
 
 
 def test_seed_004_rule_fires_on_the_xid79_scenario_after_the_hold_window(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from gpuguard.cli.main import app
 from gpuguard.controller import tick, wiring
 from gpuguard.model import fleet, settings
 from gpuguard.policy import breaker, isolate, phantom
-from tests.unit.test_policy_phantom import window
+from tests.builders import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from gpuguard.model import metric_names as mn
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom
 from gpuguard.sources import gpu_metrics
-from tests.unit.test_policy_phantom import SEED_PHANTOM
+from tests.builders import PHANTOM_READINGS
 
 NOW = datetime(2026, 4, 21, 5, 0, tzinfo=UTC)
 PLAN = gpu_metrics.GpuQueryPlan(window=timedelta(minutes=15))
@@ -38,7 +38,7 @@ def seed_phantoms(*gpus: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     nothing and no GPU pod on the node."""
     answers: dict[str, list[tuple[dict[str, str], float]]] = {
         mn.window_stat(metric, stat): [(dcgm(g), value) for g in gpus]
-        for metric, value in SEED_PHANTOM.items()
+        for metric, value in PHANTOM_READINGS.items()
         for stat in mn.WINDOW_STATS
     }
     answers[mn.GPU_SEEN_AT_WINDOW_START] = [(dcgm(g), 100.0) for g in gpus]

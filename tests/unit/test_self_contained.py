@@ -116,3 +116,19 @@ def test_code_and_docs_cite_only_what_the_repository_or_the_public_has() -> None
         and (found := [line for line in text.splitlines() if ABSENT_CITATIONS.search(line)])
     }
     assert citing == {}
+
+
+TEST_MODULE_IMPORT = re.compile(
+    r"^\s*(?:from|import)\s+tests\.\w+\.test_\w+|^\s*from\s+tests\.\w+\s+import\s+test_", re.M
+)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in helper modules (tests/builders.py and the like), so running or
+    changing one test module never depends on another."""
+    importing = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if TEST_MODULE_IMPORT.search(path.read_text(encoding="utf-8"))
+    ]
+    assert importing == []
