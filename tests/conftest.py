@@ -20,11 +20,15 @@ fail with a Kubernetes ``Status``; ``sim_api.server.requests`` lists what was as
 
 Servers, their connections and any open watches are stopped at teardown; close your own
 lightkube clients (``with`` / ``async with``).
+
+Every test also fails if it opened or listed a path beside the repository (an audit hook,
+``tests.selfcontained``): a clone with nothing beside it must pass.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -32,6 +36,24 @@ import lightkube
 import pytest
 
 from gpuguard.sim import kubeapi, store
+from tests import selfcontained
+
+sys.addaudithook(selfcontained.watch_reads)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collection (module imports, parametrisation) must not read beside the repository."""
+    reads = selfcontained.take_reads_beside()
+    if reads:
+        raise pytest.UsageError(f"collecting tests read beside the repository: {reads}")
+
+
+@pytest.fixture(autouse=True)
+def _reads_stay_in_repository() -> Iterator[None]:
+    """Fail the test that opened or listed a path beside the repository."""
+    yield
+    reads = selfcontained.take_reads_beside()
+    assert not reads, f"the test read beside the repository: {reads}"
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,8 @@ class FakeMetrics:
 class FakeCluster:
     node_list: list[fleet.Node] = field(default_factory=list)
     pod_list: list[fleet.Pod] = field(default_factory=list)
-    error: Exception | None = None
 
     def nodes(self) -> tuple[fleet.Node, ...]:
-        if self.error is not None:
-            raise self.error
         return tuple(self.node_list)
 
     def pods(self) -> tuple[fleet.Pod, ...]:

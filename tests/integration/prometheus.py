@@ -8,13 +8,11 @@ blocks with a long retention, so queries can look days into (simulated) past. Te
 stops the process and closes its log and HTTP client (warnings are errors in this suite).
 
 Missing binaries skip the test locally but fail it in CI (``CI`` set), where scripts/test
-installs them.
+installs them (``tests.tools.require``, the one rule for external programs).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,22 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
+
+from tests import tools
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
-
-
-def require(binary: str) -> str:
-    """The path of ``binary``; skip the test when it is missing, fail when running in CI."""
-    path = shutil.which(binary)
-    if path is None:
-        message = f"{binary} is not installed (Debian package 'prometheus')"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI must have it (scripts/test installs it)")
-        pytest.skip(message)
-    return path
 
 
 def free_port() -> int:
@@ -125,7 +113,7 @@ def running(
 
     A port taken between choosing and binding makes Prometheus exit; that is retried.
     """
-    binary = require("prometheus")
+    binary = tools.require("prometheus")
     data_dir.mkdir(parents=True, exist_ok=True)
     config_path = data_dir.parent / f"{data_dir.name}-prometheus.yml"
     config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
@@ -195,7 +183,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def backfill(openmetrics: Path, data_dir: Path) -> str:
     """``promtool tsdb create-blocks-from openmetrics FILE DIR``; returns promtool's report."""
-    promtool = require("promtool")
+    promtool = tools.require("promtool")
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data_dir)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)

@@ -12,11 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -29,76 +25,13 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
 from gpuguard.controller import tick, wiring
 from gpuguard.model import annotation_keys, settings
-from gpuguard.sim import clock, kubeapi, metrics_server, scenario, store, world
+from gpuguard.sim import kubeapi
 from gpuguard.sources import kubernetes, prometheus
 from tests.conftest import SimApi
 from tests.integration import prometheus as prom_helper
+from tests.integration.livesim import FAULT_AFTER, LiveSim, live_sim, wait_for
 
 pytestmark = pytest.mark.integration
-FAULT_AFTER = timedelta(seconds=3)
-
-
-@dataclass
-class LiveSim:
-    world: world.World
-    api: kubeapi.KubeApiServer
-    prom: prom_helper.Prometheus
-
-    def catch_up(self) -> None:
-        """Step the simulated world to the wall clock (the live world runs in real time)."""
-        self.world.step_to(max(self.world.elapsed, datetime.now(UTC) - self.world.origin))
-
-    def node(self, name: str) -> dict[str, object]:
-        return self.world.store.get("Node", "", name)
-
-
-def xid79_now() -> scenario.Scenario:
-    start = datetime.now(UTC).replace(microsecond=0)
-    return scenario.from_mapping(
-        {
-            "name": "e2e-xid79",
-            "start": start.isoformat(),
-            "duration": "1h",
-            "fleet": {"nodes": ["gpu-node-a", "gpu-node-b"], "gpus_per_node": 8,
-                      "model": "NVIDIA GeForce RTX 5090", "driver": "580.126.09"},
-            "events": [
-                {"at": "3s", "xid": {"node": "gpu-node-b", "gpu": 4, "xid": 79}},
-            ],
-        },
-        source="e2e",
-    )
-
-
-@contextmanager
-def live_sim(tmp_path: Path) -> Iterator[LiveSim]:
-    spec = xid79_now()
-    objects = store.ObjectStore()
-    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
-    with ExitStack() as stack:
-        api = stack.enter_context(kubeapi.serve(objects))
-        metrics = stack.enter_context(metrics_server.serve(played))
-        config |= metrics_server.scrape_config(metrics.url, played.nodes)
-        prom = stack.enter_context(prom_helper.running(config, tmp_path / "prom"))
-        prom.wait_for_targets(3)
-        yield LiveSim(played, api, prom)
-
-
-def wait_for(
-    predicate: Callable[[], bool],
-    sim: LiveSim,
-    timeout_s: float,
-    step: Callable[[], object] | None = None,
-) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        sim.catch_up()
-        if step is not None:
-            step()
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def test_xid79_is_isolated_with_annotations_and_an_event(tmp_path: Path) -> None:
@@ -171,7 +104,13 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             isolated = wait_for(
                 lambda: bool(sim.node("gpu-node-b")["spec"].get("unschedulable")), sim, 45
             )
-            time.sleep(2)  # let both replicas tick a few more times
+            ticked = sum(guard_metrics(port).get("gpuguard_ticks_total", 0) for port in ports)
+            more_ticks = wait_for(  # three more ticks in which a second replica could act
+                lambda: sum(guard_metrics(p).get("gpuguard_ticks_total", 0) for p in ports)
+                >= ticked + 3,
+                sim,
+                30,
+            )
             seen = [guard_metrics(port) for port in ports]
         finally:
             for proc in procs:
@@ -182,6 +121,7 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             if r.method == "PATCH" and r.path == "/api/v1/nodes/gpu-node-b"
         ]
     assert isolated, f"no isolation; replica logs: {logs}"
+    assert more_ticks, f"no further ticks; replica logs: {logs}"
     assert sorted(m.get("gpuguard_leader") for m in seen) == [0, 1], seen
     (leader,) = [m for m in seen if m["gpuguard_leader"] == 1]
     (standby,) = [m for m in seen if m["gpuguard_leader"] == 0]

@@ -1,11 +1,11 @@
-"""Two electors against one Lease on the simulator's API server, over real HTTP, with real
-monotonic time and short durations (1 s lease, 0.5 s renew deadline)."""
+"""Two electors against one Lease on the simulator's API server, over real HTTP, with short
+durations (1 s lease, 0.5 s renew deadline); where time matters, both electors read one
+injected monotonic clock that the test advances."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -32,19 +32,32 @@ def clients(sim_api: SimApi) -> Iterator[tuple[lightkube.Client, lightkube.Clien
         yield one, two
 
 
-def elector(leases: leader.LeaseStore, identity: str) -> leader.LeaseElector:
-    return leader.LeaseElector(
-        leases, identity, lease_duration=LEASE, renew_deadline=DEADLINE, retry_period=RETRY
-    )
+class SteppedClock:
+    """A monotonic clock that moves only when the test says: ``steps`` retry periods so far."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def __call__(self) -> float:
+        return self.steps * RETRY / timedelta(seconds=1)
+
+
+def elector(
+    leases: leader.LeaseStore, identity: str, clock: SteppedClock | None = None
+) -> leader.LeaseElector:
+    timing = {"lease_duration": LEASE, "renew_deadline": DEADLINE, "retry_period": RETRY}
+    if clock is None:
+        return leader.LeaseElector(leases, identity, **timing)
+    return leader.LeaseElector(leases, identity, **timing, monotonic=clock)
 
 
 def pair(
-    clients: tuple[lightkube.Client, lightkube.Client],
+    clients: tuple[lightkube.Client, lightkube.Client], clock: SteppedClock | None = None
 ) -> tuple[leader.LeaseElector, leader.LeaseElector]:
     one, two = clients
     return (
-        elector(leader.KubeLeases(one, NAME, NAMESPACE), "guard-a"),
-        elector(leader.KubeLeases(two, NAME, NAMESPACE), "guard-b"),
+        elector(leader.KubeLeases(one, NAME, NAMESPACE), "guard-a", clock),
+        elector(leader.KubeLeases(two, NAME, NAMESPACE), "guard-b", clock),
     )
 
 
@@ -72,17 +85,20 @@ def test_exactly_one_leader_across_alternating_attempts(
 def test_standby_takes_over_a_paused_leader_only_after_the_lease_duration(
     sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
 ) -> None:
-    a, b = pair(clients)
+    clock = SteppedClock()
+    a, b = pair(clients, clock)
     assert a.try_acquire_or_renew()
-    assert not b.try_acquire_or_renew()
-    paused_at = time.monotonic()  # a stops renewing from here on
-    while not b.try_acquire_or_renew():
+    assert not b.try_acquire_or_renew()  # b first sees a's record now; a stops renewing
+    believed, took_over_after = [], None
+    while took_over_after is None and clock.steps < 100:
+        clock.steps += 1
+        believed.append(a.is_leader())
+        if b.try_acquire_or_renew():
+            took_over_after = clock.steps * RETRY
         assert len(leaders(a, b)) <= 1
-        time.sleep(RETRY.total_seconds())
-    waited = time.monotonic() - paused_at
-    assert waited >= LEASE.total_seconds()
-    assert waited < LEASE.total_seconds() + 1.0
-    assert leaders(a, b) == ["guard-b"]  # a stopped believing at its renew deadline
+    assert took_over_after == LEASE  # the first attempt once a was silent a lease duration
+    assert believed.count(True) == DEADLINE // RETRY - 1  # a stopped believing at its deadline
+    assert leaders(a, b) == ["guard-b"]
     assert stored_holder(sim_api) == "guard-b"
     assert not a.try_acquire_or_renew()  # a wakes up: it sees b and stands by
     assert sim_api.store.get("Lease", NAMESPACE, NAME)["spec"]["leaseTransitions"] == 1
@@ -188,3 +204,17 @@ def test_a_record_survives_the_round_trip_to_microseconds(
     written = leases.create(leader.LeaseRecord("guard-a", 15, at, at, 3))
     assert leases.read() == written
     assert written.record == leader.LeaseRecord("guard-a", 15, at, at, 3)
+
+
+def test_a_lease_the_client_cannot_decode_is_a_lease_error_naming_it(
+    sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
+) -> None:
+    spec = {"holderIdentity": "guard-x", "leaseDurationSeconds": "fifteen"}
+    sim_api.store.create("Lease", NAMESPACE, {"metadata": {"name": NAME}, "spec": spec})
+    a, _ = pair(clients)
+
+    with pytest.raises(leader.LeaseError, match=f"Lease {NAMESPACE}/{NAME}") as caught:
+        a.try_acquire_or_renew()
+
+    assert type(caught.value.__cause__).__name__ == "ValidationError"
+    assert not a.is_leader()

@@ -34,8 +34,8 @@ from gpuguard.sim import (
     world,
 )
 from gpuguard.sources import kubernetes
-from tests.integration import test_guard_e2e as e2e
-from tests.unit.test_controller_restore import burnin_summary
+from tests.builders import burnin_summary
+from tests.integration import livesim as e2e
 
 pytestmark = pytest.mark.integration
 STEP = timedelta(seconds=15)

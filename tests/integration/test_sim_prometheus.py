@@ -15,6 +15,7 @@ import pytest
 from gpuguard.model import metric_names as mn
 from gpuguard.sim import clock, history, metrics_server, scenario, state, store
 from gpuguard.sim import world as simworld
+from tests import tools
 from tests.integration import prometheus
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,8 @@ GPU_MISSING = (
 )
 GPU_LOSS = f"{GPU_MISSING} > 0"
 GPU_LOSS_HELD = f"min_over_time(({GPU_MISSING})[10m:1m]) > 0"
-# Seed 004's guard: a hardware Xid and a GPU loss on the same node (Hostname -> node).
+# The lifecycle report's [docs/design.md#incidents] guard: a hardware Xid and a GPU loss on the same
+# node (Hostname -> node).
 SEED_RULE = (
     "max by (node) (label_replace(DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43 != 45 != 68"
     ' != 109, "node", "$1", "Hostname", "(.*)"))'
@@ -34,7 +36,8 @@ SEED_RULE = (
     ' - max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"}) > 0)'
 )
 
-# Seed 004's guard verbatim: hardware Xid, GPU loss held through 10 min, not yet cordoned.
+# The lifecycle report's guard verbatim: hardware Xid, GPU loss held through 10 min, not yet
+# cordoned.
 SEED_GUARD = """
 (max by (node) (label_replace(DCGM_FI_DEV_XID_ERRORS > 0 != 13 != 31 != 43 != 45 != 68 != 109,
     "node", "$1", "Hostname", "(.*)")))
@@ -158,13 +161,13 @@ def test_backfilled_history_answers_in_the_simulated_past(tmp_path: Path) -> Non
 def test_a_missing_prometheus_skips_locally_and_fails_in_ci(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(prometheus.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(tools.shutil, "which", lambda _name: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI must have it"):
-        prometheus.require("prometheus")
+        tools.require("prometheus")
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
-        prometheus.require("prometheus")
+        tools.require("prometheus")
 
 
 def test_seed_004_rule_fires_on_the_xid79_scenario_after_the_hold_window(tmp_path: Path) -> None:

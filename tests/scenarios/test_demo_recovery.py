@@ -11,7 +11,7 @@ import pytest
 from gpuguard.demo import harness, score
 from gpuguard.model import annotation_keys, settings
 from gpuguard.sim import scenario
-from tests.unit.test_admission_policy import IMAGE, failed_rules
+from tests.admission import IMAGE, failed_rules
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""Seed 000 end to end in the simulator: the 14 phantom GPUs of 32, the small compute-bound
-job that only looks phantom, and a phantom GPU cleared by a new workload."""
+"""The phantom incident (docs/design.md#incidents) end to end in the simulator: the 14 phantom GPUs
+of 32, the small compute-bound job that only looks phantom, and a phantom GPU cleared by a new
+workload."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from gpuguard.sim import clock, prometheus_view, scenario, store, world
 from gpuguard.sources import gpu_metrics
 
 SETTINGS = settings_model.GuardSettings()
-# Seed 000's table: gpu-node-1: 1,3,4,5,7; gpu-node-2: 5,6; gpu-node-3: 3,5,6,7; gpu-node-4: 1,2,4.
+# The phantom incident's table: gpu-node-1: 1,3,4,5,7; gpu-node-2: 5,6; gpu-node-3: 3,5,6,7;
+# gpu-node-4: 1,2,4.
 SEED_PHANTOMS = {
     ("gpu-node-1", "1"), ("gpu-node-1", "3"), ("gpu-node-1", "4"), ("gpu-node-1", "5"),
     ("gpu-node-1", "7"), ("gpu-node-2", "5"), ("gpu-node-2", "6"), ("gpu-node-3", "3"),

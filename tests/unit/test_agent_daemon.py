@@ -8,9 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuguard import errors
+from gpuguard import errors, metrics_http
 from gpuguard.agent import daemon, journal, position
-from gpuguard.agent import http as agent_http
 from gpuguard.agent.checks import result
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
@@ -120,7 +119,7 @@ def nvidia_mismatch() -> list[result.CheckResult]:
 def test_run_serves_counts_and_check_status_until_stopped(tmp_path: Path, log: Path) -> None:
     agent = make_agent(tmp_path, log, nvidia_mismatch)
     stop = threading.Event()
-    with agent_http.serve(agent.exposition, agent.healthy, "127.0.0.1", 0) as server:
+    with metrics_http.serve(agent.exposition, agent.healthy, "127.0.0.1", 0) as server:
         runner = threading.Thread(target=agent.run, args=(stop,))
         runner.start()
         url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from gpuguard.model import onboarding
 from gpuguard.model.decisions import CheckStatus
+from gpuguard.model.jobs import JobState
 from gpuguard.policy import gate
 
 WORKER = {"node-role.kubernetes.io/worker": "true", "nvidia.com/gpu.present": "true"}
@@ -105,3 +107,93 @@ def test_report_says_where_the_api_server_version_came_from(source: str) -> None
     [step] = [s for s in report.steps if s.step is gate.Step.KUBELET_VERSION]
     assert step.status is CheckStatus.FAIL
     assert f"API server v1.34.3+rke2r1 (from {source})" in step.evidence
+
+
+# ---- from what was read to the facts ----------------------------------------------------------
+
+ONBOARDING_TAINT = {"key": "gpuguard.io/onboarding", "value": "pending", "effect": "NoSchedule"}
+NEW = onboarding.GateNode(
+    "gpu-node-new", "7", "v1.34.3+rke2r1", WORKER, (ONBOARDING_TAINT,)
+)
+
+
+def view(**changes: object) -> onboarding.GateView:
+    base = onboarding.GateView(
+        node=NEW,
+        others=(
+            onboarding.GateNode("cp-1", kubelet_version="v1.34.1+rke2r1", labels=CONTROL_PLANE),
+            onboarding.GateNode("cp-2", kubelet_version="v1.34.3+rke2r1", labels=CONTROL_PLANE),
+            onboarding.GateNode("gpu-1", kubelet_version="v1.34.3+rke2r1", labels=WORKER),
+            onboarding.GateNode("gpu-2", labels={"odd": "x"}, taints=(ONBOARDING_TAINT,)),
+        ),
+        burnin_jobs=(),
+        check_status=ALL_PASS,
+        api_server_version="v1.34.3+rke2r1",
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def facts(v: onboarding.GateView, api_version: str | None = None) -> gate.GateFacts:
+    return gate.facts_from(v, api_version=api_version, max_minor_skew=0, namespace="gpuguard")
+
+
+def test_peers_are_the_other_onboarded_nodes() -> None:
+    assert facts(view()).peer_labels == (CONTROL_PLANE, CONTROL_PLANE, WORKER)
+
+
+@pytest.mark.parametrize(
+    ("changes", "flag", "expected"),
+    [
+        pytest.param({}, "v1.33.0", ("v1.33.0", gate.FLAG_SOURCE), id="flag-first"),
+        pytest.param({}, None, ("v1.34.3+rke2r1", gate.VERSION_ENDPOINT_SOURCE), id="version"),
+        pytest.param(
+            {"api_server_version": None, "version_unreadable": "GET /version failed: 403"},
+            None,
+            ("v1.34.3+rke2r1", "control-plane cp-2 kubelet; GET /version failed: 403"),
+            id="newest-control-plane",
+        ),
+        pytest.param(
+            {"api_server_version": None, "version_unreadable": "refused", "others": ()},
+            None,
+            (None, "no control-plane node to fall back to; refused"),
+            id="nothing-to-fall-back-to",
+        ),
+    ],
+)
+def test_the_api_server_version_and_where_it_came_from(
+    changes: dict[str, object], flag: str | None, expected: tuple[str | None, str]
+) -> None:
+    found = facts(view(**changes), flag)
+    assert (found.api_server_version, found.api_server_source) == expected
+
+
+@pytest.mark.parametrize(
+    ("burnin_jobs", "expected"),
+    [
+        pytest.param((), CheckStatus.UNKNOWN, id="none"),
+        pytest.param(
+            (
+                onboarding.BurnInJob("burnin-1", "2026-09-01T10:00:00+00:00", JobState.FAILED),
+                onboarding.BurnInJob("burnin-2", "2026-09-02T10:00:00+00:00", JobState.SUCCEEDED),
+            ),
+            CheckStatus.PASS,
+            id="the-newest-decides",
+        ),
+        pytest.param(
+            (onboarding.BurnInJob("burnin-3", "2026-09-03T10:00:00+00:00", JobState.RUNNING),),
+            CheckStatus.UNKNOWN,
+            id="running",
+        ),
+        pytest.param(
+            (onboarding.BurnInJob("burnin-4", "2026-09-03T10:00:00+00:00", JobState.FAILED),),
+            CheckStatus.FAIL,
+            id="failed",
+        ),
+    ],
+)
+def test_the_newest_burn_in_job_is_the_smoke_step(
+    burnin_jobs: tuple[onboarding.BurnInJob, ...], expected: CheckStatus
+) -> None:
+    smoke = facts(view(burnin_jobs=burnin_jobs)).smoke
+    assert smoke is not None
+    assert smoke.status is expected

@@ -1,6 +1,7 @@
-"""The processes on each GPU, from /proc fd links only (seed 000: the phantom GPUs had none;
-seed 003: never touch the GPU you watch): counts per GPU, driver daemons left out, and a scan
-that ran out of budget or could not read a process never exports a zero."""
+"""The processes on each GPU, from /proc fd links only (the phantom incident
+(docs/design.md#incidents): the phantom GPUs had none; the incident library: never touch the GPU you
+watch): counts per GPU, driver daemons left out, and a scan that ran out of budget or could not read
+a process never exports a zero."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def add_cards(root: Path) -> None:
 
 @pytest.fixture
 def host(tmp_path: Path) -> Path:
-    """Seed 000's node: a trainer on GPU 0 (two fds, one process), one on GPU 3, a CUDA
+    """The phantom incident's node: a trainer on GPU 0 (two fds, one process), one on GPU 3, a CUDA
     control-only process, nvidia-persistenced on every GPU, and one PID with no fd folder
     (exited between listing /proc and reading it)."""
     add_cards(tmp_path)

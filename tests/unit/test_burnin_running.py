@@ -15,44 +15,7 @@ from gpuguard.agent.burnin import cpu, dcgm, hardware, measuring, report, runnin
 from gpuguard.catalog import gpu_models
 from gpuguard.model import ports
 from gpuguard.policy import burnin
-
-H100 = "NVIDIA H100 80GB HBM3"
-HEALTHY = 740.0
-
-
-@dataclass
-class FakeBackend:
-    """A node of GPUs: per-index TFLOPS, errors and memory mismatches; records each call."""
-
-    tflops: Sequence[float]
-    name: str = H100
-    errors: dict[int, str] = field(default_factory=dict)
-    mismatches: dict[int, int] = field(default_factory=dict)
-    kind: str = "cuda"
-    calls: list[tuple[str, int]] = field(default_factory=list)
-
-    def devices(self) -> list[hardware.DeviceInfo]:
-        return [hardware.DeviceInfo(i, self.name, f"GPU-{i:04d}") for i in range(len(self.tflops))]
-
-    def matmul_tflops(
-        self,
-        device: hardware.DeviceInfo,
-        size: int,
-        dtype: gpu_models.Dtype,
-        duration_s: float,
-    ) -> float:
-        self.calls.append(("matmul", device.index))
-        self._maybe_fail(device)
-        return self.tflops[device.index]
-
-    def pattern_errors(self, device: hardware.DeviceInfo, fraction: float) -> int:
-        self.calls.append(("pattern", device.index))
-        self._maybe_fail(device)
-        return self.mismatches.get(device.index, 0)
-
-    def _maybe_fail(self, device: hardware.DeviceInfo) -> None:
-        if device.index in self.errors:
-            raise hardware.DeviceError(self.errors[device.index])
+from tests.builders import H100, HEALTHY, FakeBackend
 
 
 @dataclass

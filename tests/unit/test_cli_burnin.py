@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpuguard.agent.burnin import cuda, hardware
 from gpuguard.cli import burnin
-from tests.unit.test_burnin_running import HEALTHY, FakeBackend
+from tests.builders import HEALTHY, FakeBackend
 
 app = typer.Typer()
 app.command("burnin")(burnin.burnin)

@@ -1,5 +1,6 @@
 """`gpuguard explain` tells a human why a node is where it is — including the GPUs on it that
-are busy with nothing and the commands to take the evidence (seed 000)."""
+are busy with nothing and the commands to take the evidence (the phantom incident
+(docs/design.md#incidents))."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from gpuguard.cli.main import app
 from gpuguard.controller import tick, wiring
 from gpuguard.model import fleet, settings
 from gpuguard.policy import admission, isolate, phantom
-from tests.unit.test_policy_phantom import window
+from tests.builders import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
 

@@ -3,33 +3,16 @@ and cordons nothing, opt-in cordons respect the breaker, the tick limit and huma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from gpuguard.controller import phantom_watch
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, fleet, settings
 from gpuguard.policy import isolate
-from gpuguard.sources import gpu_metrics
-from tests.unit.test_policy_isolate import Classifier
-from tests.unit.test_policy_phantom import window
+from tests.builders import Classifier, window
+from tests.builders import PhantomSource as Source
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
-
-
-@dataclass
-class Source:
-    windows_seen: tuple[fleet.GpuWindow, ...] = ()
-    error: Exception | None = None
-    asked: list[datetime] = field(default_factory=list)
-    processes: Mapping[str, int] | None = None
-
-    def readings(self, at: datetime) -> gpu_metrics.GpuReadings:
-        self.asked.append(at)
-        if self.error:
-            raise self.error
-        return gpu_metrics.GpuReadings(self.windows_seen, self.processes)
 
 
 def test_phantoms_are_found_once_per_interval() -> None:

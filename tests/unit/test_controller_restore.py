@@ -1,6 +1,6 @@
-"""The return-to-pool step applied through fakes: seed 004's 9/22 return, now with the whole
-checklist and a burn-in; holds stay, a failed burn-in is annotated once, dry-run writes
-nothing, missing facts never return a node."""
+"""The return-to-pool step applied through fakes: the lifecycle report's [docs/design.md#incidents]
+9/22 return, now with the whole checklist and a burn-in; holds stay, a failed burn-in is annotated
+once, dry-run writes nothing, missing facts never return a node."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuguard.actuators import ledger as ledger_store
-from gpuguard.agent.burnin import hardware, running
-from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
 from gpuguard.controller import restore, telemetry, tick
@@ -24,8 +22,8 @@ from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, jobs, settings
 from gpuguard.model import metric_names as names
 from gpuguard.model import restore as model
-from gpuguard.policy import burnin
 from tests import fakes
+from tests.builders import burnin_summary
 
 Step = model.RestoreStep
 ISOLATED_AT = "2026-09-21T05:53:30Z"
@@ -36,41 +34,6 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 # --- a burn-in summary exactly as `gpuguard burnin --summary` prints it ----------------------
-
-
-@dataclass
-class FakeGpus:
-    """A node's GPUs for the real burn-in run: per-GPU TFLOPS, no CUDA needed."""
-
-    tflops: Sequence[float]
-    kind: str = "cuda"
-
-    def devices(self) -> list[hardware.DeviceInfo]:
-        return [hardware.DeviceInfo(i, H100, f"GPU-{i:04d}") for i in range(len(self.tflops))]
-
-    def matmul_tflops(
-        self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, d: float
-    ) -> float:
-        return self.tflops[device.index]
-
-    def pattern_errors(self, device: hardware.DeviceInfo, fraction: float) -> int:
-        return 0
-
-
-def burnin_summary(argv: Sequence[str], tflops: Sequence[float]) -> tuple[int, str]:
-    """Run the real burn-in (evaluation, report) for the Job's ``gpuguard burnin`` argv over
-    fake GPUs; the exit code and the termination message, as the container would give."""
-    flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-    request = running.BurninRequest(
-        mode=burnin.Mode(flags["--mode"]),
-        expected_gpus=int(flags["--expected-gpus"]),
-        xid=burnin.parse_reason(flags.get("--reason")),
-        duration_s=1.0,
-        size=64,
-    )
-    env = running.Environment(load_backend=lambda kind: FakeGpus(tflops), which=lambda _: None)
-    result = running.run(request, env)
-    return (0 if result.passed else 1), result.summary()
 
 
 # --- fakes of the step's ports ---------------------------------------------------------------

@@ -119,8 +119,8 @@ def test_a_failed_metrics_read_still_keeps_the_nodes_for_explain() -> None:
 
 def test_opt_in_phantom_cordon_waits_when_the_tick_already_isolated_one() -> None:
     from gpuguard.controller import phantom_watch
-    from tests.unit.test_controller_phantom_watch import Source
-    from tests.unit.test_policy_phantom import window
+    from tests.builders import PhantomSource as Source
+    from tests.builders import window
 
     watch = phantom_watch.PhantomWatch(
         Source((window(gpu="5"),)), settings.PhantomSettings(cordon=True)

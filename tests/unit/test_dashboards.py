@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -23,8 +22,8 @@ import pytest
 import yaml
 
 from gpuguard.catalog import xid as xid_catalog
-from tests import scripts
-from tests.unit.test_rules import known_metrics, metric_names_in
+from tests import scripts, tools
+from tests.known_metrics import known_metrics, metric_names_in
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "deploy" / "dashboards"
@@ -177,7 +176,6 @@ def test_expected_panels_are_there() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not on PATH")
 def test_every_panel_query_parses(tmp_path: Path) -> None:
     """promtool parses each query (Grafana variables replaced) as a recording rule."""
     exprs = [t["expr"] for n in NAMES for t in _targets(_load(n))]
@@ -188,7 +186,7 @@ def test_every_panel_query_parses(tmp_path: Path) -> None:
     path = tmp_path / "queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = subprocess.run(
-        ["promtool", "check", "rules", str(path)],
+        [tools.require("promtool"), "check", "rules", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,6 +1,6 @@
 """The agent's process counts reach the phantom policy through Prometheus: a GPU with a
-process is never phantom (DESIGN §9), and with no agent the pod join alone decides and the
-finding says the process list was not collected."""
+process is never phantom (docs/design.md#phantom-utilization), and with no agent the pod join alone
+decides and the finding says the process list was not collected."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpuguard.model import metric_names as mn
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom
 from gpuguard.sources import gpu_metrics
-from tests.unit.test_policy_phantom import SEED_PHANTOM
+from tests.builders import PHANTOM_READINGS
 
 NOW = datetime(2026, 4, 21, 5, 0, tzinfo=UTC)
 PLAN = gpu_metrics.GpuQueryPlan(window=timedelta(minutes=15))
@@ -34,10 +34,11 @@ def agent(gpu: str) -> dict[str, str]:
 
 
 def seed_phantoms(*gpus: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Seed 000's gpu-node-1: the given GPUs busy with nothing and no GPU pod on the node."""
+    """The phantom incident's [docs/design.md#incidents] gpu-node-1: the given GPUs busy with
+    nothing and no GPU pod on the node."""
     answers: dict[str, list[tuple[dict[str, str], float]]] = {
         mn.window_stat(metric, stat): [(dcgm(g), value) for g in gpus]
-        for metric, value in SEED_PHANTOM.items()
+        for metric, value in PHANTOM_READINGS.items()
         for stat in mn.WINDOW_STATS
     }
     answers[mn.GPU_SEEN_AT_WINDOW_START] = [(dcgm(g), 100.0) for g in gpus]

@@ -15,8 +15,8 @@ from gpuguard.errors import InputError
 from gpuguard.kernlog import parse, scan
 from gpuguard.model import xid
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL_LINES = SHARED_DATA / "kernel_xid_lines.txt"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
+REAL_LINES = REFERENCE / "kernel_xid_lines.txt"
 MIXED_JOURNAL = Path(__file__).resolve().parents[1] / "data" / "kernlog" / "mixed_journal.log"
 
 UUID_A = "GPU-509665ad-b600-ac93-3616-d754b23d636d"
@@ -32,7 +32,7 @@ def only_event(line: str, year: int | None = None) -> xid.KernelEvent:
     return events[0]
 
 
-# --- every Xid line of the shared file of real lines --------------------------------------------
+# --- every Xid line of the reference file of real lines -----------------------------------------
 
 
 def real_line_groups() -> dict[str, list[str]]:

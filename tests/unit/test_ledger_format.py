@@ -1,6 +1,6 @@
-"""The ledger's line format (seed 004's columns and the confirmation column), strict parsing
-that reports and skips bad lines, audit lines and how reading applies them, segment filling
-under the size cap, and the retry policy for 409s."""
+"""The ledger's line format (the lifecycle report's [docs/design.md#incidents] columns and the
+confirmation column), strict parsing that reports and skips bad lines, audit lines and how
+reading applies them, segment filling under the size cap, and the retry policy for 409s."""
 
 from __future__ import annotations
 

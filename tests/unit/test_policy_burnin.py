@@ -1,4 +1,5 @@
-"""The burn-in verdict (seed 004 plus its gaps): count, errors, balance, floor per model."""
+"""The burn-in verdict (the lifecycle report [docs/design.md#incidents] plus its gaps): count,
+errors, balance, floor per model."""
 
 from __future__ import annotations
 

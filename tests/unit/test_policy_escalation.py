@@ -1,4 +1,4 @@
-"""Escalation from the fault ledger (seed 004 "장애 원장"): a card's 2nd fault asks for an
+"""Escalation from the fault ledger (docs/design.md#fault-ledger): a card's 2nd fault asks for an
 inspection, its 3rd for a replacement, and a slot where a new card fails again asks for a
 riser/slot/power check; the drafted request names the history it rests on. What counts is
 confirmed fault occurrences: the lines one fault leaves within the merge window are one, and

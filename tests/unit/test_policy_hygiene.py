@@ -1,4 +1,5 @@
-"""Workload hygiene from seed 000's defence layers: no orphaned CUDA contexts after a failure."""
+"""Workload hygiene from the phantom incident's [docs/design.md#incidents] defence layers: no
+orphaned CUDA contexts after a failure."""
 
 from __future__ import annotations
 

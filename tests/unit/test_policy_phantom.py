@@ -1,9 +1,8 @@
-"""Phantom utilization (seed 000): busy with nothing, held, and no pod — the pod join decides."""
+"""Phantom utilization (the phantom incident [docs/design.md#incidents]): busy with nothing, held,
+and no pod — the pod join decides."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,45 +14,16 @@ from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom
 from gpuguard.sim import profiles
 from gpuguard.sources import gpu_metrics
+from tests.builders import PHANTOM_READINGS, stats, window
 
 NOW = datetime(2026, 4, 21, 5, 0, tzinfo=UTC)
 SETTINGS = settings_model.PhantomSettings()
 MODELS = gpu_models.load_table()
 PROFILING = (mn.DCGM_SM_ACTIVE, mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_DRAM_ACTIVE)
 
-# gpu-node-1 GPU 5 in the seed's dmon: SM 100 %, mem 0 %, 0 MiB, P0, 2940 MHz, 113 W.
-SEED_PHANTOM = {
-    mn.DCGM_GPU_UTIL: 100.0,
-    mn.DCGM_SM_ACTIVE: 0.99,
-    mn.DCGM_GR_ENGINE_ACTIVE: 0.99,
-    mn.DCGM_DRAM_ACTIVE: 0.0,
-    mn.DCGM_FB_USED: 0.0,
-    mn.DCGM_PSTATE: 0.0,
-    mn.DCGM_SM_CLOCK: 2940.0,
-    mn.DCGM_POWER: 113.0,
-}
-
-
-def stats(values: Mapping[str, float]) -> dict[str, float]:
-    return {mn.window_stat(m, s): v for m, v in values.items() for s in mn.WINDOW_STATS}
-
-
-def window(gpu: str = "5", **changes: object) -> fleet.GpuWindow:
-    base = fleet.GpuWindow(
-        node="gpu-node-1",
-        gpu=gpu,
-        uuid=f"GPU-{gpu}",
-        model="NVIDIA GeForce RTX 5090",
-        stats=stats(SEED_PHANTOM),
-        node_gpu_pods=0,
-        seen_at_start=True,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
-
-
 def with_values(drop: tuple[str, ...] = (), **values: float) -> dict[str, float]:
     named = {getattr(mn, k): v for k, v in values.items()}
-    return stats({m: v for m, v in (SEED_PHANTOM | named).items() if m not in drop})
+    return stats({m: v for m, v in (PHANTOM_READINGS | named).items() if m not in drop})
 
 
 CASES = [
@@ -181,10 +151,12 @@ def sample(name: str, value: float, **labels: str) -> fleet.MetricSample:
 
 
 def test_a_phantom_gpu_that_gets_a_new_workload_clears() -> None:
-    """Seed 000: a new workload on a phantom GPU ended it. Its pod-labelled series joins the
-    window, so the GPU is not phantom for as long as that series is in the window."""
+    """The phantom incident: a new workload on a phantom GPU ended it. Its pod-labelled series joins
+    the window, so the GPU is not phantom for as long as that series is in the window."""
     phantom_only = [
-        sample(mn.window_stat(m, s), v) for m, v in SEED_PHANTOM.items() for s in mn.WINDOW_STATS
+        sample(mn.window_stat(m, s), v)
+        for m, v in PHANTOM_READINGS.items()
+        for s in mn.WINDOW_STATS
     ]
     phantom_only += [sample(mn.GPU_SEEN_AT_WINDOW_START, 1)]
     phantom_only += [fleet.MetricSample(mn.NODE_GPU_PODS_MAX, {"node": "gpu-node-1"}, 0, NOW)]

@@ -1,4 +1,5 @@
-"""The return-to-pool policy, table-driven with seed 004's 9/22 return and its known gaps."""
+"""The return-to-pool policy, table-driven with the lifecycle report's [docs/design.md#incidents]
+9/22 return and its known gaps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What busy GPUs really do (seed 002 "7.3.3"): util is never called efficiency."""
+"""What busy GPUs really do (docs/design.md#what-utilisation-means): util is never called
+efficiency."""
 
 from __future__ import annotations
 

@@ -2,16 +2,16 @@
 
 What promtool cannot see: every alert carries severity and the three annotations an on-call
 needs; every metric a rule reads is one that gpuguard, dcgm-exporter or kube-state-metrics
-emits (a typo in a metric name makes an alert silent forever, the failure mode of seed 004);
-the user-Xid set is the catalog's everywhere; every alert has a firing and a silent promtool
-case; the PrometheusRule is up to date and renders back to the rule file. The promtool unit
-tests themselves run in scripts/test (`promtool test rules rules/tests/*.yaml`).
+emits (a typo in a metric name makes an alert silent forever, the failure mode of the lifecycle
+report (docs/design.md#incidents)); the user-Xid set is the catalog's everywhere; every alert has a
+firing and a silent promtool case; the PrometheusRule is up to date and renders back to the rule
+file. The promtool unit tests themselves run in scripts/test (`promtool test rules
+rules/tests/*.yaml`).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.model import metric_names
-from tests import scripts
+from tests import scripts, tools
+from tests.known_metrics import known_metrics, metric_names_in
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+REFERENCE = REPO / "tests" / "data" / "reference"
 RULES = REPO / "rules" / "gpuguard-alerts.yaml"
 RULE_TESTS = REPO / "rules" / "tests"
 PROMETHEUSRULE = REPO / "deploy" / "helm" / "gpuguard" / "templates" / "prometheusrule.yaml"
@@ -54,90 +54,6 @@ REQUIRED_ALERTS = {
 }
 SEVERITIES = {"critical", "warning", "info"}
 ANNOTATIONS = ("summary", "description", "runbook")
-
-# --------------------------------------------------------------------------- PromQL names
-
-_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
-_VARIABLE = re.compile(r"\$\{?\w+\}?")  # Grafana: $node, ${datasource}, $__range
-_MATCHERS = re.compile(r"\{[^{}]*\}")
-_RANGE = re.compile(r"\[[^\]]*\]")
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
-_NUMBER = re.compile(r"(?<![\w:])\d[\w.]*")  # 0.95, 1e3, and durations: 10m, 24h, 1h30m
-_IDENT = re.compile(r"[A-Za-z_:][\w:]*")
-_KEYWORDS = frozenset(
-    {
-        "and",
-        "or",
-        "unless",
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "offset",
-        "bool",
-        "inf",
-        "nan",
-        "Inf",
-        "NaN",
-    }
-)
-
-
-def metric_names_in(expr: str) -> set[str]:
-    """Metric names a PromQL expression selects (functions, keywords, labels, literals dropped)."""
-    text = _STRING.sub(" ", expr)
-    text = _VARIABLE.sub(" ", text)
-    text = _MATCHERS.sub(" ", text)
-    text = _RANGE.sub(" ", text)
-    text = _GROUPING.sub(" ", text)
-    text = _NUMBER.sub(" ", text)
-    names = set()
-    for match in _IDENT.finditer(text):
-        word = match.group(0)
-        follows = text[match.end() :].lstrip()[:1]
-        if word in _KEYWORDS or follows == "(":
-            continue
-        names.add(word)
-    return names
-
-
-def _constant_metric_names() -> set[str]:
-    values = (
-        v
-        for k, v in vars(metric_names).items()
-        if k.isupper() and not k.endswith("_LABEL") and isinstance(v, str)
-    )
-    return {v for v in values if re.fullmatch(r"[A-Za-z_:][\w:]*", v)}
-
-
-def _dcgm_exporter_names() -> set[str]:
-    text = (SHARED / "data" / "dcgm_exporter_counters.md").read_text(encoding="utf-8")
-    rows = (
-        line for line in text.splitlines() if line.startswith("|") and "does not exist" not in line
-    )
-    return {name for row in rows for name in re.findall(r"\b(DCGM_(?:FI|EXP)_[A-Z0-9_]+)\b", row)}
-
-
-def _kube_state_metrics_names() -> set[str]:
-    names = set()
-    for line in (SHARED / "data" / "kube_state_metrics_sample.txt").read_text().splitlines():
-        if line.startswith(("# HELP ", "# TYPE ")):
-            names.add(line.split()[2])
-        elif line and not line.startswith("#"):
-            names.add(re.split(r"[{\s]", line, maxsplit=1)[0])
-    return names
-
-
-@cache
-def known_metrics() -> frozenset[str]:
-    """Every metric gpuguard, dcgm-exporter or kube-state-metrics emits, as far as we know."""
-    assert SHARED.is_dir(), f"shared/ is expected beside the repository, at {SHARED}"
-    return frozenset(
-        _constant_metric_names() | _dcgm_exporter_names() | _kube_state_metrics_names()
-    )
-
 
 @pytest.mark.parametrize(
     ("expr", "expected"),
@@ -368,12 +284,11 @@ def test_helm_values_switch_the_rule_on_and_take_labels() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not on PATH")
 def test_promtool_accepts_the_rule_file_and_the_generated_spec(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(_generator().spec_of(PROMETHEUSRULE.read_text(encoding="utf-8")))
     result = subprocess.run(
-        ["promtool", "check", "rules", str(RULES), str(spec)],
+        [tools.require("promtool"), "check", "rules", str(RULES), str(spec)],
         capture_output=True,
         text=True,
         timeout=60,

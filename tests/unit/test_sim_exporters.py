@@ -13,7 +13,7 @@ from gpuguard.model import metric_names as mn
 from gpuguard.sim import exporters, metrics_server, profiles, state, store
 
 NOW = datetime(2026, 9, 21, 3, 0, tzinfo=UTC)
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data"
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "reference"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -171,7 +171,7 @@ def test_a_gpu_off_the_bus_keeps_only_its_last_xid_series() -> None:
     node.gpu(1).xid_history.append((NOW - timedelta(minutes=1), 79))
     node.gpu(1).on_bus = False
     fams = dcgm(node, xid_count_metric=True)
-    ((labels, value),) = fams[mn.DCGM_XID_LAST]  # seed 004: "a series with value 79 appears"
+    ((labels, value),) = fams[mn.DCGM_XID_LAST]  # "a series with value 79 appears"
     assert (labels["UUID"], value) == (node.gpu(1).uuid, 79)
     assert [s[0]["gpu"] for s in fams[mn.DCGM_GPU_UTIL]] == ["0"]
     assert {s[0]["gpu"]: s[1] for s in fams[mn.DCGM_XID_COUNT] if "xid" in s[0]} == {"1": 1}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuguard.sim import clock, scenario, store, world
+from gpuguard.sim import clock, reactions, scenario, store, world
 
 FLEET = """\
 name: t
@@ -350,3 +350,7 @@ fleet: {nodes: 2, model: NVIDIA H100 80GB HBM3, kernel_release: 5.15.0-171-gener
     assert w.node(0).gpus[0].model == "NVIDIA H100 80GB HBM3"
     assert node_obj(w, "gpu-node-000")["status"]["nodeInfo"]["kernelVersion"] == (
         "5.15.0-171-generic")
+
+
+def test_every_event_kind_has_exactly_one_reaction() -> None:
+    assert set(reactions.REACTIONS) == set(scenario.PAYLOADS)

@@ -1,6 +1,11 @@
-"""lightkube's errors as gpuguard's, in one place: 409 → ConflictError (re-read, decide
-again), 404 → NotFoundError, anything else from the API or the transport → the caller's
-error type. Always chained, always naming the object."""
+"""lightkube's errors as gpuguard's, in one place for every Kubernetes adapter (sources,
+actuators, the Lease elector, the onboarding gate): 409 → ConflictError (re-read, decide
+again), 404 → NotFoundError, anything else from the API, the transport or the decoding of an
+object the API sent → the caller's error type. Always chained, always naming the object.
+
+Modelled on kopf's ``check_response``: the adapters never catch a client library's
+exception themselves, so a new failure mode is handled once, here.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,14 @@ import contextlib
 from collections.abc import Iterator
 
 import httpx2
+import msgspec
 from lightkube import ApiError
 
 from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
+
+# lightkube sends requests with httpx2 and decodes objects with msgspec: an object that does
+# not fit its model (``leaseDurationSeconds: "fifteen"``) raises msgspec's ValidationError.
+_NOT_API_ERRORS = (httpx2.HTTPError, msgspec.ValidationError)
 
 
 def from_api_error(
@@ -28,9 +38,10 @@ def from_api_error(
 
 @contextlib.contextmanager
 def translated(what: str, fallback: type[GpuguardError] = GpuguardError) -> Iterator[None]:
+    """Run the block; raise its lightkube, transport or decoding error as gpuguard's."""
     try:
         yield
     except ApiError as e:
         raise from_api_error(e, what, fallback) from e
-    except httpx2.HTTPError as e:
-        raise fallback(f"{what}: {e}") from e
+    except _NOT_API_ERRORS as e:
+        raise fallback(f"{what}: {type(e).__name__}: {e}") from e

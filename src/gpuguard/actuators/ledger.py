@@ -3,8 +3,8 @@ never near an object size limit.
 
 Layout. One ConfigMap per month and segment, ``gpuguard-ledger-<YYYY-MM>-<n>`` in gpuguard's
 namespace, labelled ``app.kubernetes.io/part-of=gpuguard``, ``gpuguard.io/ledger=v1`` and
-``gpuguard.io/ledger-month=<YYYY-MM>``. As in seed 004's ``gpu-fault-ledger``, each data key is
-a node name and its value holds one line per fault::
+``gpuguard.io/ledger-month=<YYYY-MM>``. As in the lifecycle report's [docs/design.md#incidents]
+``gpu-fault-ledger``, each data key is a node name and its value holds one line per fault::
 
     2026-09-10T13:03:59Z xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d manual \
         confirmed-by-person

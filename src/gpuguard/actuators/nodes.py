@@ -84,20 +84,39 @@ class NodeWriter:
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         """An Event on the Node, as ``kubectl describe node`` shows it."""
-        stamp = now.strftime("%Y%m%d%H%M%S%f")
-        event = Event(
-            metadata=ObjectMeta(name=f"{action.node}.gpuguard.{stamp}"),
-            involvedObject=ObjectReference(kind="Node", name=action.node, apiVersion="v1"),
-            reason=_camel(str(action.reason)),
-            message=event_message(action),
-            type="Warning" if action.reason in _WARNINGS else "Normal",
-            source=EventSource(component=COMPONENT),
-            firstTimestamp=now,
-            lastTimestamp=now,
-            count=1,
+        event = node_event(
+            action.node,
+            _camel(str(action.reason)),
+            event_message(action),
+            warning=action.reason in _WARNINGS,
+            now=now,
         )
-        with api_errors.translated(f"recording an Event for Node {action.node}"):
-            self._client.create(event, namespace=self._events_namespace)
+        record(self._client, event, self._events_namespace)
+
+
+def node_event(
+    node: str, reason: str, message: str, *, warning: bool, now: datetime, by: str = COMPONENT
+) -> Event:
+    """A Kubernetes Event about a Node (``kubectl describe node`` lists it), named uniquely
+    by ``by`` (the part of gpuguard that acted) and the time."""
+    return Event(
+        metadata=ObjectMeta(name=f"{node}.{by}.{now:%Y%m%d%H%M%S%f}"),
+        involvedObject=ObjectReference(kind="Node", name=node, apiVersion="v1"),
+        reason=reason,
+        message=message[:1024],
+        type="Warning" if warning else "Normal",
+        source=EventSource(component=COMPONENT),
+        firstTimestamp=now,
+        lastTimestamp=now,
+        count=1,
+    )
+
+
+def record(client: Client, event: Event, namespace: str) -> None:
+    """Create the Event; API errors as gpuguard's."""
+    name = event.involvedObject.name if event.involvedObject else "?"
+    with api_errors.translated(f"recording an Event for Node {name}"):
+        client.create(event, namespace=namespace)
 
 
 _WARNINGS = {

@@ -1,9 +1,10 @@
 """The real CommandRunner: run a program with a hard timeout, never raise, never hang.
 
 ``subprocess.run(timeout=...)`` kills the child on timeout but then waits for it without a
-limit; a process stuck in D state (nvidia-smi on a hung driver, seed 003/004) would hang the
-agent with it. Here the child gets its own process group, the whole group is killed on timeout,
-and the final wait is itself bounded: a child that will not die is abandoned, not waited for.
+limit; a process stuck in D state (nvidia-smi on a hung driver, the incident library and the
+lifecycle report) would hang the agent with it. Here the child gets its own process group, the whole
+group is killed on timeout, and the final wait is itself bounded: a child that will not die is
+abandoned, not waited for.
 """
 
 from __future__ import annotations

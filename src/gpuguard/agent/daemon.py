@@ -1,13 +1,14 @@
 """The node agent's loop: follow the kernel log, count Xids, run the conformance checks.
 
-Two threads and nothing that can hang on the GPU driver (seed 003: a monitoring script locked
-the GPUs it watched). The follower thread polls the kernel log (non-blocking reads, or a
-journalctl child) every ``poll_interval_s``, counts the new lines into the ``Tally``, and only
-then saves the position with the counts (``agent.position``). The check thread runs
-``running.run_checks`` (each check under a hard timeout, UNKNOWN on any error, no NVML, no
-nvidia-smi) and then the bounded ``/proc`` scan for the processes on each GPU
-(``agent.gpu_processes``) every ``check_interval_s``. The HTTP server (``agent.http``) renders
-both on each scrape; ``healthy()`` turns false when either thread stops making progress.
+Two threads and nothing that can hang on the GPU driver (the incident library
+(docs/design.md#incidents): a monitoring script locked the GPUs it watched). The follower thread
+polls the kernel log (non-blocking reads, or a journalctl child) every ``poll_interval_s``, counts
+the new lines into the ``Tally``, and only then saves the position with the counts
+(``agent.position``). The check thread runs ``running.run_checks`` (each check under a hard timeout,
+UNKNOWN on any error, no NVML, no nvidia-smi) and then the bounded ``/proc`` scan for the processes
+on each GPU (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server
+(``gpuguard.metrics_http``) renders both on each scrape; ``healthy()`` turns false when either
+thread stops making progress.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Which processes hold each GPU open, read from ``/proc`` without NVML or nvidia-smi.
 
-The phantom signature needs "no process on that GPU" (seed 000), and monitoring must never
-touch the GPUs it watches (seed 003): so this never opens a device, it only reads the
-``/proc/<pid>/fd/*`` symlinks (``readlink``) and counts, per device minor, the processes with
-an fd on ``/dev/nvidia<minor>`` (``/dev/nvidiactl``, ``/dev/nvidia-uvm`` are not a GPU). The
-driver's own helpers hold every GPU all the time (seed 000: ``lsof`` showed
-nvidia-persistenced on ``/dev/nvidia0``..``7``), so those are not counted (``INFRASTRUCTURE``).
+The phantom signature needs "no process on that GPU" (the phantom incident
+(docs/design.md#incidents)), and monitoring must never touch the GPUs it watches (the incident
+library): so this never opens a device, it only reads the ``/proc/<pid>/fd/*`` symlinks
+(``readlink``) and counts, per device minor, the processes with an fd on ``/dev/nvidia<minor>``
+(``/dev/nvidiactl``, ``/dev/nvidia-uvm`` are not a GPU). The driver's own helpers hold every GPU all
+the time (the phantom incident: ``lsof`` showed nvidia-persistenced on ``/dev/nvidia0``..``7``), so
+those are not counted (``INFRASTRUCTURE``).
 
 A host can have 100k fds: the scan stops at a time and fd budget and then says it is
 incomplete, and so does a process whose fds cannot be read (EACCES) — an incomplete scan only

@@ -68,7 +68,6 @@ DEFAULT_USER_CODES: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 FAST_PATH_CODES: frozenset[int] = frozenset({79})
 """Codes unambiguous enough that, with the GPU gone, isolation need not wait the hold window."""
 
-HIGHEST_CATALOGUED_CODE = 172
 PACKAGED_RESOURCE = "data/xid_catalog.json"
 
 
@@ -107,7 +106,7 @@ _VERDICT_BY_CODE: Mapping[int, decisions.Verdict] = MappingProxyType(
 def default_verdict(code: int) -> decisions.Verdict:
     """The repair a hardware fault with this Xid needs, judged from the code alone.
 
-    DESIGN §6 (seed 004 "복구"): 79 -> power cycle; 48/94/95/119/120 -> GPU reset procedure;
+    docs/design.md#evidence-and-verdict: 79 -> power cycle; 48/94/95/119/120 -> GPU reset procedure;
     143 -> RMA; anything else -> human diagnosis. Evidence that outranks the code (PCI config
     space reading all ff -> power cycle) is the recovery policy's to add.
     """

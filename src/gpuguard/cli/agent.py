@@ -1,7 +1,7 @@
 """``gpuguard agent``: the node DaemonSet — Xid counters from the kernel log, checks as metrics.
 
 Parses the flags, builds the kernel-log follower and the check run, and hands them to
-``agent.daemon.Agent`` with the /metrics + /healthz server of ``agent.http``.
+``agent.daemon.Agent`` with the /metrics + /healthz server of ``gpuguard.metrics_http``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Annotated
 
 import typer
 
-from gpuguard import errors
+from gpuguard import errors, metrics_http
 from gpuguard.agent import commands, daemon, journal, position
-from gpuguard.agent import http as agent_http
 from gpuguard.agent.checks import running, settings
 from gpuguard.cli import check as check_cli
 from gpuguard.model import durations
@@ -133,6 +132,6 @@ def agent(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with agent_http.serve(the_agent.exposition, the_agent.healthy, listen, port) as server:
+    with metrics_http.serve(the_agent.exposition, the_agent.healthy, listen, port) as server:
         logging.info("gpuguard agent for %s on :%d", name, server.server_address[1])
         the_agent.run(stop)

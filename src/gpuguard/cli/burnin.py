@@ -1,4 +1,5 @@
-"""``gpuguard burnin``: the burn-in a validation Job runs on an isolated node (DESIGN §7).
+"""``gpuguard burnin``: the burn-in a validation Job runs on an isolated node
+(docs/design.md#return-to-pool).
 
 Parses the flags into a ``BurninRequest``, runs ``gpuguard.agent.burnin.running.run`` with the
 real backend, command runner and packaged throughput table, prints a table, JSON or the
@@ -32,14 +33,14 @@ class Rendering(StrEnum):
 
 HELP = f"""Burn in this node's GPUs before it returns to the pool; exit 0 only if it passed.
 
-Matmul mode (seed 004): a square matmul on every visible GPU at once for --duration, warm-up
-excluded. It passes only when all four checks PASS: gpu-count (found = --expected-gpus),
-gpu-errors (no CUDA error on any GPU; a failing GPU fails with its text, the others are still
-measured), throughput-balance (slowest/fastest >= {burnin_policy.SEED_MIN_MAX_RATIO}) and
-throughput-floor (each GPU >= --floor of its model's dense {"/".join(gpu_models.Dtype)}
-throughput from the packaged datasheet table, so a uniformly slow node fails; a model the table
-does not know makes it UNKNOWN, never PASS). A real 8192² matmul reaches well below datasheet
-peak on many cards: tune --floor per fleet.
+Matmul mode (docs/design.md#return-to-pool): a square matmul on every visible GPU at once for
+--duration, warm-up excluded. It passes only when all four checks PASS: gpu-count (found =
+--expected-gpus), gpu-errors (no CUDA error on any GPU; a failing GPU fails with its text, the
+others are still measured), throughput-balance (slowest/fastest >=
+{burnin_policy.SEED_MIN_MAX_RATIO}) and throughput-floor (each GPU >= --floor of its model's dense
+{"/".join(gpu_models.Dtype)} throughput from the packaged datasheet table, so a uniformly slow node
+fails; a model the table does not know makes it UNKNOWN, never PASS). A real 8192² matmul reaches
+well below datasheet peak on many cards: tune --floor per fleet.
 
 Memory mode, for memory-class Xids ({", ".join(map(str, sorted(burnin_policy.MEMORY_FAULT_XIDS)))};
 chosen by --mode auto from --reason xid-NN): `dcgmi diag -r 4` when dcgmi is on PATH. It

@@ -1,4 +1,5 @@
-"""``gpuguard check``: host conformance checks (DESIGN §8), as a table or JSON, with exit codes.
+"""``gpuguard check``: host conformance checks (docs/design.md#host-conformance-and-onboarding), as
+a table or JSON, with exit codes.
 
 Parses and validates the flags into ``CheckSettings``, runs ``running.run_checks`` with the real
 ``SubprocessRunner`` and renders the results. The checks themselves live in

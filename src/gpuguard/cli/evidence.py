@@ -1,4 +1,5 @@
-"""``gpuguard evidence``: what the evidence Job runs on an isolated node (DESIGN §6).
+"""``gpuguard evidence``: what the evidence Job runs on an isolated node
+(docs/design.md#evidence-and-verdict).
 
 Parses the flags, runs ``agent.evidence.collect.collect`` with the real ``SubprocessRunner``
 and prints the bundle: a readable report, the full JSON (``--json``) or the compact summary
@@ -46,7 +47,7 @@ Run by the evidence Job pinned to an isolated node (host mounted read-only at /h
 Every item is PASS, FAIL or UNKNOWN (unreadable or malformed input: never PASS).
 
 \b
-Verdict, first rule that matches (seed 004 "복구"):
+Verdict, first rule that matches (docs/design.md#evidence-and-verdict):
   config space all ff             -> power-cycle
   Xid 79 or fallen off the bus    -> power-cycle
   Xid 48/94/95/119/120, config ok -> gpu-reset

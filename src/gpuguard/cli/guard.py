@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import lightkube
 import typer
 
 from gpuguard.cli import output, return_checklist
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError
-from gpuguard.model import decisions, fleet
+from gpuguard.model import fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import lifecycle
 
@@ -49,10 +48,6 @@ def run_tick(
 ) -> tick.TickResult:
     with wiring.build_guard(load_settings(config), conn, dry_run=dry_run) as (guard, _):
         return guard.tick()
-
-
-def evidence_text(evidence: tuple[decisions.Evidence, ...]) -> str:
-    return "\n".join(e.describe() for e in evidence)
 
 
 def decision_rows(result: tick.TickResult) -> list[dict[str, Any]]:
@@ -243,16 +238,16 @@ def status(
     conn = connection(kubeconfig, kube_server, prometheus_url)
     with wiring.build_guard(settings, conn, dry_run=True) as (built, client):
         result = built.tick()
-        lease = _lease(client, settings)
+        c = settings.controller
+        lease = _lease(leader.KubeLeases(client, c.lease_name, c.namespace))
     data = _status(result, lease)
     if not output.emit(data, fmt):
         _print_status(data)
 
 
-def _lease(client: lightkube.Client, settings: settings_model.GuardSettings) -> dict[str, Any]:
-    c = settings.controller
+def _lease(leases: leader.LeaseStore) -> dict[str, Any]:
     try:
-        stored = leader.KubeLeases(client, c.lease_name, c.namespace).read()
+        stored = leases.read()
     except GpuguardError as e:
         return {"error": str(e)}
     if stored is None:

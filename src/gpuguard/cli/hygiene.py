@@ -1,4 +1,5 @@
-"""``gpuguard hygiene``: workload settings that leave GPUs busy with nothing (seed 000)."""
+"""``gpuguard hygiene``: workload settings that leave GPUs busy with nothing (the phantom incident
+(docs/design.md#incidents))."""
 
 from __future__ import annotations
 

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from lightkube import Client, KubeConfig
-from lightkube.core.exceptions import ConfigError
 from rich import markup
 
 from gpuguard.actuators import ledger as ledger_store
@@ -95,11 +93,12 @@ def _connected(
     kubeconfig: Path | None,
     server: str | None,
     namespace: str | None,
-) -> Iterator[tuple[ledger_store.Ledger, Client]]:
+) -> Iterator[tuple[ledger_store.Ledger, kubernetes.KubernetesReader]]:
     """The ledger over a lightkube client; any API failure -> exit 1 with the error."""
     try:
         with wiring.kube_client(guard.connection(kubeconfig, server, None)) as client:
-            yield ledger_store.Ledger(client, namespace or settings.controller.namespace), client
+            ledger = ledger_store.Ledger(client, namespace or settings.controller.namespace)
+            yield ledger, kubernetes.KubernetesReader(client)
     except GpuguardError as e:
         output.errors.print(f"[red]error:[/red] {markup.escape(str(e))}")
         raise typer.Exit(1) from e
@@ -293,8 +292,8 @@ def ledger_add(
         raise typer.BadParameter(str(e), param_hint="--node") from e
     settings = guard.load_settings(config)
     _check_recordable(entry, settings, force=force)
-    with _connected(settings, kubeconfig, kube_server, namespace) as (store, client):
-        _check_node_known(client, node, force=force)
+    with _connected(settings, kubeconfig, kube_server, namespace) as (store, reader):
+        _check_node_known(reader, node, force=force)
         store.append(entry)
         entries = _read(store).entries
     sys.stdout.write(f"recorded on {node}: {line}\n{_drafted(entry, entries)}\n")
@@ -328,8 +327,8 @@ def _check_recordable(
         )
 
 
-def _check_node_known(client: Client, node: str, *, force: bool) -> None:
-    if force or kubernetes.KubernetesReader(client).has_node(node):
+def _check_node_known(reader: kubernetes.KubernetesReader, node: str, *, force: bool) -> None:
+    if force or reader.has_node(node):
         return
     raise _refuse(
         f"node {node} is not in the cluster: check the name (kubectl get nodes), "
@@ -512,19 +511,10 @@ def _who(by: str | None, why: str, kubeconfig: Path | None, server: str | None) 
         if not by.strip():
             raise _refuse("--by is empty: say who")
         return by
-    who = (None if server else _kube_user(kubeconfig)) or os.environ.get("USER")
+    who = (None if server else wiring.kubeconfig_user(kubeconfig)) or os.environ.get("USER")
     if not who:
         raise _refuse("cannot tell who you are: say it with --by")
     return who
-
-
-def _kube_user(kubeconfig: Path | None) -> str | None:
-    try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-        single = config.get()
-    except (ConfigError, OSError, ValueError):
-        return None
-    return single.context.user if single is not None else None
 
 
 def _audit(

@@ -1,6 +1,6 @@
 """Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics.
 
-Two guard replicas must never act at once (DESIGN §10), so:
+Two guard replicas must never act at once (docs/design.md#invariants), so:
 
 - A candidate takes a Lease held by someone else only once the holder's record has not
   changed for the Lease's ``leaseDurationSeconds``, timed on the candidate's own MONOTONIC

@@ -1,5 +1,5 @@
 """The return-to-pool step of a tick: for each node gpuguard isolated, gather the facts, let
-``policy.restore`` decide, and apply its step (DESIGN §7, seed 004 "풀 복귀").
+``policy.restore`` decide, and apply its step (docs/design.md#return-to-pool).
 
 - ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot and
   reset, so a burn-in that failed runs again only after another power cycle or reset);

@@ -1,4 +1,5 @@
-"""The guard's own metrics and its /metrics + /healthz endpoint (the agent's small server).
+"""The guard's own metrics and its /metrics + /healthz endpoint (``gpuguard.metrics_http``, shared
+with the agent).
 
 A registry per guard (no global registry, nothing at import time). Names come from
 ``model.metric_names``; prometheus-client adds ``_total`` to counters.
@@ -12,7 +13,7 @@ from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from gpuguard.agent import http as metrics_http
+from gpuguard import metrics_http
 from gpuguard.controller import tick
 from gpuguard.model import annotation_keys
 from gpuguard.model import metric_names as names

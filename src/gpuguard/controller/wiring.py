@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lightkube import Client, KubeConfig
+from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
@@ -43,6 +43,17 @@ def kube_client(connection: Connection) -> Client:
     else:
         config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
     return Client(config=config, field_manager="gpuguard")
+
+
+def kubeconfig_user(kubeconfig: Path | None) -> str | None:
+    """The user of the kubeconfig's current context (who a person is, for audit lines); None
+    when there is no readable kubeconfig."""
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        single = config.get()
+    except (ConfigError, OSError, ValueError):
+        return None
+    return single.context.user if single is not None else None
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """Findings the demo reports beside isolations: phantom GPUs standing at a scenario's end.
 
-Phantom utilization is waste, not a fault (seed 000): the guard never cordons for it, so a
-scenario's score would show nothing. The demo asks the world's Prometheus view for the GPU
-window plan (``sources.gpu_metrics``) at the scenario's last instant and runs the phantom
-policy on it, reporting each phantom GPU with its wasted watts. GPUs that were phantom and
-cleared earlier (a new workload) are not listed: the list is what an operator would see now.
+Phantom utilization is waste, not a fault (the phantom incident [docs/design.md#incidents]): the
+guard never cordons for it, so a scenario's score would show nothing. The demo asks the world's
+Prometheus view for the GPU window plan (``sources.gpu_metrics``) at the scenario's last instant and
+runs the phantom policy on it, reporting each phantom GPU with its wasted watts. GPUs that were
+phantom and cleared earlier (a new workload) are not listed: the list is what an operator would see
+now.
 """
 
 from __future__ import annotations

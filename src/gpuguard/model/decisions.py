@@ -60,7 +60,8 @@ class Reason(StrEnum):
     BURN_IN_RUNNING = "burn-in-running"
     BURN_IN_PASSED = "burn-in-passed"
     BURN_IN_FAILED = "burn-in-failed"
-    # Utilization diagnosis of GPUs held by pods (seed 002 "7.3.3"; policy.utilization)
+    # Utilization diagnosis of GPUs held by pods (docs/design.md#what-utilisation-means;
+    # policy.utilization)
     TENSOR_IDLE = "tensor-idle"
     MEMORY_BOUND = "memory-bound"
     LOW_OCCUPANCY = "low-occupancy"
@@ -68,7 +69,8 @@ class Reason(StrEnum):
     LIGHTLY_USED = "lightly-used"
     IDLE_EXPENSIVE = "idle-expensive"
     PROFILING_METRICS_MISSING = "profiling-metrics-missing"
-    # Workload hygiene against orphaned CUDA contexts (seed 000's defence layers; policy.hygiene)
+    # Workload hygiene against orphaned CUDA contexts (the phantom incident's defence layers,
+    # docs/design.md#incidents; policy.hygiene)
     RAYJOB_KEEPS_CLUSTER = "rayjob-keeps-cluster"
     SHORT_GRACE_PERIOD = "short-grace-period"
     NCCL_HANG_UNBOUNDED = "nccl-hang-unbounded"

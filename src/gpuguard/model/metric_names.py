@@ -6,7 +6,7 @@ Alert rules, dashboards, sources and the simulator all use these.
 
 from __future__ import annotations
 
-# dcgm-exporter (see shared/data/dcgm_exporter_counters.md)
+# dcgm-exporter (see tests/data/reference/dcgm_exporter_counters.md)
 DCGM_XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the LAST Xid value, not a count
 DCGM_XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # optional: count per xid label in a window
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -33,7 +33,7 @@ DCGM_FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 DCGM_PCIE_MAX_LINK_GEN = "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"  # DCGM field 235 (custom CSV)
 DCGM_PCIE_MAX_LINK_WIDTH = "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"  # DCGM field 236 (custom CSV)
 
-# kube-state-metrics (see shared/data/kube_state_metrics_sample.txt)
+# kube-state-metrics (see tests/data/reference/kube_state_metrics_sample.txt)
 KSM_NODE_CAPACITY = "kube_node_status_capacity"
 KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
 KSM_NODE_UNSCHEDULABLE = "kube_node_spec_unschedulable"

@@ -1,4 +1,4 @@
-"""Inputs and outputs of the return-to-pool decision (DESIGN §7, seed 004 "풀 복귀").
+"""Inputs and outputs of the return-to-pool decision (docs/design.md#return-to-pool).
 
 The controller gathers ``RestoreFacts`` for one isolated node (pods, Xid signals, the ledger's
 count for the card, agent reports, the burn-in Job's result); ``policy.restore.decide`` turns

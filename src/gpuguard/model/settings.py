@@ -34,7 +34,7 @@ class _Section(BaseModel):
 
 
 class IsolationSettings(_Section):
-    """When a node is auto-cordoned (DESIGN §5)."""
+    """When a node is auto-cordoned (docs/design.md#isolation)."""
 
     hold_window: Duration = Field(
         default=timedelta(minutes=10),
@@ -151,15 +151,16 @@ class NotificationSettings(_Section):
 
 
 class PhantomSettings(_Section):
-    """When a GPU counts as phantom-busy (DESIGN §9, seed 000): busy with nothing, held.
+    """When a GPU counts as phantom-busy (docs/design.md#phantom-utilization): busy with nothing,
+held.
 
     Phantom is waste to report, not a fault: by default gpuguard never cordons for it.
     """
 
     hold: Duration = Field(
         default=timedelta(minutes=15),
-        description="The signature must hold this long (seed 000's draft rule: for: 15m; the "
-        "incident's GPUs stayed stuck for hours).",
+        description="The signature must hold this long (the phantom incident's draft rule: "
+        "for: 15m; the incident's GPUs stayed stuck for hours; docs/design.md#incidents).",
     )
     sm_active_min: float = Field(
         default=0.95, ge=0.0, le=1.0,
@@ -196,7 +197,8 @@ class PhantomSettings(_Section):
 
 
 class UtilizationSettings(_Section):
-    """How a busy GPU's telemetry is read (seed 002 "7.3.3": util is not efficiency)."""
+    """How a busy GPU's telemetry is read (docs/design.md#what-utilisation-means: util is not
+efficiency)."""
 
     window: Duration = Field(default=timedelta(hours=1), description="Diagnosis window.")
     busy_util_pct: float = Field(
@@ -227,12 +229,12 @@ class HygieneSettings(_Section):
     min_grace_period: Duration = Field(
         default=timedelta(seconds=60),
         description="GPU pods with a shorter terminationGracePeriodSeconds are reported "
-        "(Kubernetes' default is 30 s; cleanup needs time before SIGKILL, seed 000).",
+        "(Kubernetes' default is 30 s; cleanup needs time before SIGKILL, the phantom incident).",
     )
 
 
 class ReturnSettings(_Section):
-    """When an isolated node may go back to the pool (DESIGN §7, seed 004 "풀 복귀")."""
+    """When an isolated node may go back to the pool (docs/design.md#return-to-pool)."""
 
     max_card_faults: int = Field(
         default=2,

@@ -1,8 +1,8 @@
 """Pass or fail of a burn-in, as a pure function of what each GPU measured.
 
-Seed 004 ("적합성 검사와 풀 복귀"): every GPU present, no error, min/max throughput >= 0.8.
-Its own list of gaps says a ratio between cards passes a node that is slow as a whole, so each
-card must also reach a floor fraction of its model's expected throughput (the packaged table);
+The return to pool (docs/design.md#return-to-pool): every GPU present, no error, min/max throughput
+>= 0.8. Its own list of gaps says a ratio between cards passes a node that is slow as a whole, so
+each card must also reach a floor fraction of its model's expected throughput (the packaged table);
 a model the table does not know makes that check UNKNOWN, never PASS. Memory-class Xids get a
 memory test instead of a matmul (the seed's 5th ECC fault passed the matmul, failed memtest).
 """

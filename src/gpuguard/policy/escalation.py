@@ -1,5 +1,5 @@
 """Escalation from the fault ledger: how often this card and this slot have failed, what to ask
-the infra team for, and the drafted request text (seed 004 "장애 원장", DESIGN §6).
+the infra team for, and the drafted request text (docs/design.md#fault-ledger).
 
 A card's history is counted by GPU UUID across every node (it follows the card when it moves);
 a slot's history by PCI address within one node. The histories include the fault being

@@ -1,13 +1,15 @@
-"""The onboarding gate (DESIGN §8, seed 004 "온보딩 게이트"): may a new node lose its taint?
+"""The onboarding gate (docs/design.md#host-conformance-and-onboarding): may a new node lose its
+taint?
 
 A node registers with ``gpuguard.io/onboarding=pending:NoSchedule``; the gate removes it only
 when every step passes (WARN does not block). Any FAIL or UNKNOWN keeps the taint: missing
 data never lets a node in. Steps:
 
 - ``kubelet-version``: the kubelet is not newer than the API server and its minor is within
-  ``max_minor_skew`` of it (0 by default: seed 004's RKE2 rule, minor differs → FAIL); a patch
-  difference is a WARN. The report names where the API server's version came from (its
-  ``/version``, the operator's flag, or the control-plane kubelet when ``/version`` failed).
+  ``max_minor_skew`` of it (0 by default: the lifecycle report's [docs/design.md#incidents] RKE2
+  rule, minor differs → FAIL); a patch difference is a WARN. The report names where the API server's
+  version came from (its ``/version``, the operator's flag, or the control-plane kubelet when
+  ``/version`` failed).
 - ``role-labels``: the node carries the ``node-role.kubernetes.io/*`` label the cluster's
   existing workers carry, with the same value (``worker=true`` vs ``worker=""`` selects
   differently). No existing worker to compare with → WARN.
@@ -15,7 +17,8 @@ data never lets a node in. Steps:
   NVIDIA module = NVML, ip_vs, DNS, ...). Not reported → UNKNOWN.
 - ``smoke``: the GPU burn-in's result. None yet → UNKNOWN.
 
-Pure: facts in, report out; the CLI reads the facts and applies the report.
+Pure: what was read in (``model.onboarding.GateView``, turned into ``GateFacts`` by
+``facts_from``), report out; ``sources.onboarding`` reads, ``actuators.onboarding`` applies.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuguard.model import decisions
+from gpuguard.model import annotation_keys, decisions, jobs, onboarding
 
 Status = decisions.CheckStatus
 ROLE_PREFIX = "node-role.kubernetes.io/"
@@ -34,6 +37,7 @@ CONTROL_PLANE_ROLES = frozenset({"control-plane", "master", "etcd"})
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 _PASSING = frozenset({Status.PASS, Status.WARN, Status.FIXED})
 VERSION_ENDPOINT_SOURCE = "API server /version"
+FLAG_SOURCE = "--api-server-version"
 
 
 class Step(StrEnum):
@@ -161,3 +165,61 @@ def _roles(labels: Mapping[str, str]) -> dict[str, str]:
 
 def is_control_plane(labels: Mapping[str, str]) -> bool:
     return any(key.removeprefix(ROLE_PREFIX) in CONTROL_PLANE_ROLES for key in _roles(labels))
+
+
+# ---- from what was read to the facts ----------------------------------------------------------
+
+
+def facts_from(
+    view: onboarding.GateView, *, api_version: str | None, max_minor_skew: int, namespace: str
+) -> GateFacts:
+    """The gate's facts from what was read; ``api_version`` is the operator's, if given."""
+    server, source = api_server(view, api_version)
+    peers = tuple(n.labels for n in view.others if not n.onboarding)
+    return GateFacts(
+        node=view.node.name,
+        kubelet_version=view.node.kubelet_version,
+        api_server_version=server,
+        api_server_source=source,
+        labels=view.node.labels,
+        peer_labels=peers,
+        check_status=view.check_status,
+        smoke=smoke(view.burnin_jobs, view.node.name, namespace),
+        max_minor_skew=max_minor_skew,
+    )
+
+
+def api_server(view: onboarding.GateView, given: str | None) -> tuple[str | None, str]:
+    """The API server's version and where it came from: the operator's flag, else its
+    ``GET /version``, else (when that could not be read) the newest control-plane kubelet's —
+    RKE2 servers run the kubelet and the API server from one release."""
+    if given:
+        return given, FLAG_SOURCE
+    if view.api_server_version:
+        return view.api_server_version, VERSION_ENDPOINT_SOURCE
+    unreadable = view.version_unreadable or "GET /version not read"
+    planes = [
+        n for n in (view.node, *view.others) if is_control_plane(n.labels) and n.kubelet_version
+    ]
+    if not planes:
+        return None, f"no control-plane node to fall back to; {unreadable}"
+    newest = max(planes, key=lambda n: parse_version(n.kubelet_version) or (0, 0, 0))
+    return newest.kubelet_version, f"control-plane {newest.name} kubelet; {unreadable}"
+
+
+def smoke(burnin_jobs: tuple[onboarding.BurnInJob, ...], node: str, namespace: str) -> StepResult:
+    """The newest burn-in Job labelled for the node decides the smoke step."""
+    if not burnin_jobs:
+        label = annotation_keys.BURNIN_NODE_LABEL
+        return StepResult(
+            Step.SMOKE, Status.UNKNOWN, f"no burn-in Job labelled {label}={node} in {namespace}"
+        )
+    job = max(burnin_jobs, key=lambda j: j.created)
+    status, said = _JOB_OUTCOME.get(job.state, (Status.UNKNOWN, "not done"))
+    return StepResult(Step.SMOKE, status, f"Job {job.name} {said}")
+
+
+_JOB_OUTCOME = {
+    jobs.JobState.SUCCEEDED: (Status.PASS, "succeeded"),
+    jobs.JobState.FAILED: (Status.FAIL, "failed"),
+}

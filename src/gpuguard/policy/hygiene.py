@@ -1,10 +1,10 @@
 """Workload hygiene: settings that decide whether a failed GPU job leaves orphaned CUDA contexts.
 
-Seed 000's defence layers: a worker blocked in an NCCL collective ignores SIGTERM; after the
-grace period the kubelet sends SIGKILL; no cleanup runs and the GPU can stay phantom-busy. And
-a RayJob without ``shutdownAfterJobFinishes: true`` keeps its RayCluster (and GPUs) after the
-job ends. Read from Kubernetes objects as plain JSON dicts (Pods, and RayJobs as generic
-custom resources), one finding per object and problem:
+The phantom incident's [docs/design.md#incidents] defence layers: a worker blocked in an NCCL
+collective ignores SIGTERM; after the grace period the kubelet sends SIGKILL; no cleanup runs and
+the GPU can stay phantom-busy. And a RayJob without ``shutdownAfterJobFinishes: true`` keeps its
+RayCluster (and GPUs) after the job ends. Read from Kubernetes objects as plain JSON dicts (Pods,
+and RayJobs as generic custom resources), one finding per object and problem:
 
 - ``rayjob-keeps-cluster`` — RayJob without ``spec.shutdownAfterJobFinishes: true``;
 - ``short-grace-period`` — a GPU pod whose ``terminationGracePeriodSeconds`` (Kubernetes'
@@ -99,7 +99,7 @@ def _grace_finding(pod: Obj, minimum: timedelta) -> decisions.Finding | None:
         Reason.SHORT_GRACE_PERIOD,
         _evidence("Pod", pod, "spec.terminationGracePeriodSeconds", shown),
         f"grace period {shown} < {minimum.total_seconds():g}s: SIGKILL may come before CUDA "
-        "cleanup (orphaned contexts, seed 000)",
+        "cleanup (orphaned contexts, the phantom incident)",
     )
 
 
@@ -120,8 +120,9 @@ def _nccl_finding(pod: Obj) -> decisions.Finding | None:
         Reason.NCCL_HANG_UNBOUNDED,
         _evidence("Pod", pod, "env", "none of " + ", ".join(sorted(NCCL_ABORT_ENV))),
         "distributed training without NCCL async error handling or blocking wait: a hung "
-        "collective ignores SIGTERM until SIGKILL (seed 000; set TORCH_NCCL_ASYNC_ERROR_HANDLING "
-        "and an init_process_group timeout — unverified in the seed)",
+        "collective ignores SIGTERM until SIGKILL (the phantom incident; set "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING and an init_process_group timeout — unverified in the "
+        "incident report)",
     )
 
 

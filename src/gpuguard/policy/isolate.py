@@ -1,4 +1,4 @@
-"""Decide which nodes to auto-cordon this tick (docs/breaker.md for the breaker).
+"""Decide which nodes to auto-cordon this tick (docs/design.md#isolation, docs/breaker.md).
 
 A node is isolated when a hardware Xid coincides with GPU loss (capacity > allocatable) held
 through the hold window; unambiguous faults (Xid 79, the kernel's "fallen off the bus") with the

@@ -1,4 +1,4 @@
-"""A node's lifecycle state, derived — never stored twice (DESIGN §2).
+"""A node's lifecycle state, derived — never stored twice (docs/design.md#lifecycle).
 
 From ``spec.unschedulable``, gpuguard's annotations and readiness: gpuguard's own cordon
 (isolated), a human's cordon (never touched), onboarding (registration taint, later), or

@@ -1,4 +1,5 @@
-"""Phantom utilization: GPUs that look fully busy while doing nothing (seed 000, DESIGN §9).
+"""Phantom utilization: GPUs that look fully busy while doing nothing
+(docs/design.md#phantom-utilization).
 
 The signature, every part held over the whole window (``settings.phantom.hold``, 15 min):
 SM (or graphics engine) active > 0.95 — GPU util >= 95 % where DCGM profiling metrics are
@@ -272,7 +273,8 @@ def _phantom(
 
 
 def evidence_commands(node: str, gpu: str) -> tuple[EvidenceCommand, ...]:
-    """Seed 000's "collect next time" list, ready to run for ``node`` and GPU index ``gpu``."""
+    """The phantom incident's [docs/design.md#incidents] "collect next time" list, ready to run for
+    ``node`` and GPU index ``gpu``."""
     exits = (
         f"kubectl get pods -A --field-selector spec.nodeName={node} -o json | jq -r "
         "'.items[] | [.metadata.namespace, .metadata.name, (.status.containerStatuses[]? "

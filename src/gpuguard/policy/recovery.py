@@ -1,4 +1,5 @@
-"""After an isolation: evidence, verdict, ledger line and the drafted request (DESIGN §6).
+"""After an isolation: evidence, verdict, ledger line and the drafted request
+(docs/design.md#evidence-and-verdict).
 
 For a node gpuguard isolated that has no verdict yet: no evidence Job → start one; Job
 running → wait; Job done → read its compact evidence summary (the verdict was computed on

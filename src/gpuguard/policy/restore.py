@@ -1,4 +1,4 @@
-"""Decide whether a node gpuguard isolated may go back to the pool (DESIGN §7, seed 004).
+"""Decide whether a node gpuguard isolated may go back to the pool (docs/design.md#return-to-pool).
 
 The eleven return conditions (``policy.return_checks``) are checked in order and all reported.
 All PASS starts a burn-in; its pass returns the node, its failure keeps it isolated with the

@@ -1,4 +1,4 @@
-"""What a GPU held by a pod really does over a window (seed 002 "7.3.3", DESIGN §9).
+"""What a GPU held by a pod really does over a window (docs/design.md#what-utilisation-means).
 
 GPU util is the share of time *a* kernel ran; it says nothing about efficiency. The seed's
 table reads the deeper DCGM profiling fields instead: SM occupancy low → occupancy problem;

@@ -1,4 +1,5 @@
-"""The repair an isolated node needs, judged from its evidence bundle (DESIGN §6, seed 004 "복구").
+"""The repair an isolated node needs, judged from its evidence bundle
+(docs/design.md#evidence-and-verdict).
 
 Pure: ``decide(bundle, catalog)`` reads what the evidence Job collected and returns the verdict,
 the rule that fired and the evidence it rests on. Rules, first match wins:

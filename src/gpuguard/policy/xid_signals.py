@@ -1,7 +1,7 @@
 """Which GPUs carry a current hardware Xid, read from the best source each node has.
 
-Best first (DESIGN §4): the agent's ``gpuguard_xid_total`` counter (every occurrence, no
-masking problem); dcgm-exporter's ``DCGM_EXP_XID_ERRORS_COUNT`` per ``xid``; else the
+Best first (docs/design.md#detection): the agent's ``gpuguard_xid_total`` counter (every occurrence,
+no masking problem); dcgm-exporter's ``DCGM_EXP_XID_ERRORS_COUNT`` per ``xid``; else the
 ``DCGM_FI_DEV_XID_ERRORS`` gauge, which holds only the LAST Xid value. On the gauge, a value is
 current unless the value 24 h ago is *the same* value — so a user Xid yesterday never masks a
 hardware Xid today (the seed's ``unless … offset 24h`` blind spot). User-class codes never

@@ -1,12 +1,12 @@
 """The simulator's dcgm-exporter: a node's GPUs rendered as dcgm /metrics.
 
 It must look like the real exporter where it matters to detection
-(shared/data/dcgm_exporter_counters.md): dcgm's exact label set (``Hostname`` or ``hostname``,
-the 8-digit-domain ``pci_bus_id``, pod labels only on GPUs a pod holds), the XID series as a
-sticky *gauge* of the last Xid with ``err_code``/``err_msg`` labels that is absent until the
-first Xid after the exporter started, and no telemetry for a GPU that fell off the bus (only
-its last Xid series stays, as in seed 004's Xid 79 incident). Rendering is pure: (state, pods,
-now) in, families out.
+(tests/data/reference/dcgm_exporter_counters.md): dcgm's exact label set (``Hostname`` or
+``hostname``, the 8-digit-domain ``pci_bus_id``, pod labels only on GPUs a pod holds), the XID
+series as a sticky *gauge* of the last Xid with ``err_code``/``err_msg`` labels that is absent
+until the first Xid after the exporter started, and no telemetry for a GPU that fell off the
+bus (only its last Xid series stays, as in the lifecycle report's [docs/design.md#incidents] Xid 79
+incident). Rendering is pure: (state, pods, now) in, families out.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class PodRef:
     container: str
 
 
-# dcgm-exporter's err_msg texts (xidErrCodeToText at HEAD, shared/data/dcgm_exporter_counters.md).
+# dcgm-exporter's err_msg texts (xidErrCodeToText in NVIDIA/dcgm-exporter xid_errors.go).
 XID_ERR_MSG: Mapping[int, str] = {
     0: "No Error", 13: "Graphics Engine Exception", 31: "GPU memory page fault",
     43: "GPU stopped processing",
@@ -211,8 +211,8 @@ def dcgm_families(
 ) -> list[exposition.Family]:
     """Every dcgm-exporter family of ``node`` at ``now``.
 
-    A GPU off the bus has no telemetry; only its Xid series may remain (sticky, seed 004),
-    unless the node says DCGM cannot report it (``dcgm_keeps_lost_gpu_xid``).
+    A GPU off the bus has no telemetry; only its Xid series may remain (sticky, the lifecycle
+    report), unless the node says DCGM cannot report it (``dcgm_keeps_lost_gpu_xid``).
     """
     views = [_view(node, g, pods.get(g.index), now) for g in node.gpus]
     on_bus = [v for v in views if v.gpu.on_bus]
@@ -271,7 +271,7 @@ def _base_labels(node: state.SimNode, gpu: state.SimGpu) -> exposition.Labels:
 
 
 def _pod_attrs(node: state.SimNode, pod: PodRef | None) -> dict[str, str]:
-    if pod is not None:  # the GPU Operator's exporter adds pod_uid="" (shared/data sample 1)
+    if pod is not None:  # the GPU Operator's exporter adds pod_uid="" (reference sample 1)
         return {"container": pod.container, "namespace": pod.namespace, "pod": pod.pod,
                 "pod_uid": ""}  # fmt: skip
     if node.dcgm_empty_pod_labels:

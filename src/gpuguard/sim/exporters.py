@@ -1,7 +1,7 @@
 """The simulator's dcgm-exporter and kube-state-metrics: world state rendered as /metrics.
 
 gpuguard reads the world only through these (and the API server), so they must look like the
-real exporters where it matters to detection (shared/data/dcgm_exporter_counters.md,
+real exporters where it matters to detection (tests/data/reference/dcgm_exporter_counters.md,
 kube_state_metrics_sample.txt). This module is the public entry point; the work is in
 ``sim.dcgm`` (dcgm-exporter: label set, sticky XID gauge, GPUs off the bus), ``sim.ksm``
 (kube-state-metrics: sanitised resources, conditions, annotations) and ``sim.exposition``

@@ -1,6 +1,6 @@
 """Kernel log lines the simulated world writes, in the real NVIDIA driver's formats.
 
-Every format here is copied from real logs in ``shared/data/kernel_xid_lines.txt`` so the
+Every format here is copied from real logs in ``tests/data/reference/kernel_xid_lines.txt`` so the
 agent's kernel-log reader is tested against what hosts actually print: the PCI->UUID line
 (``NVRM: GPU at PCI:0000:99:00: GPU-<uuid>``, once per GPU per boot, before its first Xid),
 Xid lines (``NVRM: Xid (PCI:0000:99:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen

@@ -1,7 +1,7 @@
 """The simulator's kube-state-metrics: the API server's Nodes and Pods rendered as /metrics.
 
 It must look like the real ksm where gpuguard reads it
-(shared/data/kube_state_metrics_sample.txt): the sanitised
+(tests/data/reference/kube_state_metrics_sample.txt): the sanitised
 ``resource="nvidia_com_gpu",unit="integer"``, one series per condition status, node
 annotations only for the allow-listed ``gpuguard.io/`` prefix. Rendering is pure: (store, now)
 in, families out.

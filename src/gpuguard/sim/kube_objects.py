@@ -208,7 +208,8 @@ def admission_failed(pod: Obj, node: str) -> Obj:
 
 
 def finished_status(outcome: str, started: datetime, ended: datetime) -> Obj:
-    """Pod status at the end: Succeeded (exit 0) or Failed (exit 137, the SIGKILL of seed 000)."""
+    """Pod status at the end: Succeeded (exit 0) or Failed (exit 137, the SIGKILL of the phantom
+    incident (docs/design.md#incidents))."""
     exit_code, reason = (0, "Completed") if outcome == "Succeeded" else (137, "Error")
     return {
         "phase": outcome,

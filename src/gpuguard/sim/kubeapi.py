@@ -102,6 +102,7 @@ class KubeApiServer:
     def stop(self) -> None:
         self._httpd.stopping.set()
         self.store.wake_watchers()
+        self._httpd.wait_for_watches(_JOIN_TIMEOUT_S)  # each ends with its terminating chunk
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
@@ -165,7 +166,26 @@ class _HttpServer(ThreadingHTTPServer):
         self.version_info: store.Obj = {}
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
+        self._watches = 0
+        self._watches_changed = threading.Condition(self._lock)
         super().__init__(address, _Handler)
+
+    @contextlib.contextmanager
+    def watch_open(self) -> Iterator[None]:
+        """Count a watch while it streams, so ``stop`` can let it end cleanly first."""
+        with self._watches_changed:
+            self._watches += 1
+        try:
+            yield
+        finally:
+            with self._watches_changed:
+                self._watches -= 1
+                self._watches_changed.notify_all()
+
+    def wait_for_watches(self, timeout: float) -> None:
+        """Wait until every open watch has ended (they end on ``stopping``)."""
+        with self._watches_changed:
+            self._watches_changed.wait_for(lambda: self._watches == 0, timeout)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -235,7 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             target = apiresources.parse_path(url.path)
             if method == "GET" and target.name is None and query.get("watch") in ("true", "1"):
-                _Watch(self, target, query).run()
+                with self.server.watch_open():
+                    _Watch(self, target, query).run()
                 return
             request = _Request(self.server.store, target, query, _json(raw_body), content_type)
             self._send_json(*_verb(method, target)(request))
@@ -453,6 +474,9 @@ class _Watch:
         self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
 
     def run(self) -> None:
+        """Stream events until the client leaves, the timeout passes or the server stops; then
+        end the response with the terminating chunk, as the API server ends a watch it closes
+        (a client sees a clean end of stream, not a broken connection)."""
         self._handler.start_stream()
         last = self._send_current_state() if self._since is None else self._since
         while self._should_continue():

@@ -1,11 +1,11 @@
 """Metric shapes: what dcgm-exporter reports for a GPU, given what runs on it.
 
 The simulator needs believable telemetry for each kind of activity, because gpuguard's
-diagnosis reads the *relations* between metrics (seed 002: util vs SM activity vs tensor vs
-DRAM; seed 000: phantom = util 100 %, 0 MiB, P0, clocks at max, ~114 W, no process). A shape is
-a pure function of (activity, GPU model, GPU uuid, time): values wobble a little around the
-profile's centre, seeded by a hash of uuid and the 15 s time bucket, so renders are
-reproducible and tests can assert ranges.
+diagnosis reads the *relations* between metrics (the telemetry notes [docs/design.md#incidents]:
+util vs SM activity vs tensor vs DRAM; the phantom incident: phantom = util 100 %, 0 MiB, P0, clocks
+at max, ~114 W, no process). A shape is a pure function of (activity, GPU model, GPU uuid, time):
+values wobble a little around the profile's centre, seeded by a hash of uuid and the 15 s time
+bucket, so renders are reproducible and tests can assert ranges.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Activity(StrEnum):
     IDLE_POD = "idle_pod"  # a pod holds it but runs no kernels (CUDA context only)
     TRAINING = "training"
     SMALL_COMPUTE = "small_compute"  # tiny compute-bound kernel: busy, no memory
-    PHANTOM = "phantom"  # busy with nothing: util 100 %, 0 MiB, P0 (seed 000)
+    PHANTOM = "phantom"  # busy with nothing: util 100 %, 0 MiB, P0 (the phantom incident)
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,8 @@ class GpuSpec:
 
 # Most specific first: spec_for() takes the first whose ``match`` is in the model name.
 SPECS: tuple[GpuSpec, ...] = (
-    # Seed 000 (the phantom incident, 8x RTX 5090 per node): idle P8 3-23 W (~15 W), phantom
-    # 108-127 W (~114 W), clocks 210/405 MHz idle, 2940/14001 MHz max. 575 W and 32 GiB are
+    # The phantom incident (the phantom incident, 8x RTX 5090 per node): idle P8 3-23 W (~15 W),
+    # phantom 108-127 W (~114 W), clocks 210/405 MHz idle, 2940/14001 MHz max. 575 W and 32 GiB are
     # NVIDIA's published board power and memory; reserved FB is an assumption.
     GpuSpec("RTX 5090", 32607, 500, 15.0, 575.0, 117.5, 210, 2940, 405, 14001),
     # H200 SXM: 700 W and 141 GB (143771 MiB as nvidia-smi shows it) from NVIDIA's datasheet;
@@ -62,8 +62,8 @@ SPECS: tuple[GpuSpec, ...] = (
     # and phantom ~90 W are assumptions.
     GpuSpec("A100", 81920, 600, 55.0, 400.0, 90.0, 210, 1410, 1593, 1593),
     # L40S: idle 35.7 W, 210/405 MHz idle clocks and 45459 + 608 MiB from the real dcgm-exporter
-    # sample (shared/data, sample 3); 350 W, 2520/9001 MHz max from NVIDIA's datasheet; phantom
-    # ~95 W an assumption.
+    # sample (tests/data/reference/dcgm_exporter_sample_metrics.txt, sample 3); 350 W,
+    # 2520/9001 MHz max from NVIDIA's datasheet; phantom ~95 W an assumption.
     GpuSpec("L40S", 46067, 608, 35.7, 350.0, 95.0, 210, 2520, 405, 9001),
     # L4: idle 16.4 W, 210/405 MHz idle and 22563 + 470 MiB from the real sample (sample 2);
     # 72 W, 2040/6251 MHz max from the datasheet; phantom ~35 W an assumption.
@@ -185,7 +185,8 @@ def _small_compute(spec: GpuSpec, seed: str, now: datetime) -> Shape:
 
 
 def _phantom(spec: GpuSpec, seed: str, now: datetime) -> Shape:
-    # Seed 000: each phantom card holds its own level (108-127 W around ~117 W) and barely moves.
+    # The phantom incident: each phantom card holds its own level (108-127 W around ~117 W) and
+    # barely moves.
     level = spec.phantom_power_w - 9.5 + 19.0 * constant(seed, "phantom-power")
     return Shape(
         util_pct=100, sm_active=round(_between(0.985, 0.995, seed, "sm", now), 6),

@@ -1,22 +1,25 @@
 """What each scenario event does to the world: the simulator's rules, one function per event.
 
-``World`` dispatches the event of kind ``k`` to ``on_k(world, payload, node)``; the reactions
-change ``state.SimNode``/``SimGpu``, log kernel lines, record the timeline and touch the node so
-the world mirrors it into the store. They hold no product logic.
+``REACTIONS`` maps each event kind to its reaction, ``reaction(stage, payload, node)``; the
+world calls it. A reaction sees the world only as a ``Stage`` (what it may do: change
+``state.SimNode``/``SimGpu``, log kernel lines, record the timeline, touch the node so the world
+mirrors it into the store), so this module does not import ``sim.world``. It holds no product
+logic.
 
 The world's rules (deterministic):
 
 - ``xid``: the kernel log gets ``NVRM: GPU at PCI:...: GPU-<uuid>`` (once per GPU per boot)
   and the Xid line; dcgm-exporter's gauge holds the code (``xid_last``). A code outside the
   device plugin's skip list (13, 31, 43, 45, 68, 109) marks the GPU unhealthy: allocatable
-  drops, capacity stays (seed 004). Xid 79 also takes the GPU off the bus (config space all
-  ff, no dcgm series) and adds the open driver's "fallen off the bus" message.
+  drops, capacity stays (the lifecycle report [docs/design.md#incidents]). Xid 79 also takes the GPU
+  off the bus (config space all ff, no dcgm series) and adds the open driver's "fallen off the bus"
+  message.
 - ``gpu_lost``: the device plugin stops offering the GPU (allocatable -1); ``off_bus: true``
   also takes it off the bus with the no-Xid message only.
 - ``dbe``: Xid 48, uncorrectable remapped rows +1, GPU unhealthy; ``remap: true`` adds Xid 63
   and a pending row remap (cleared by a reset or reboot).
-- ``reboot``: a warm reboot. With a GPU off the bus it hangs (seed 004: "soft reboot stalls
-  waiting for the dead GPU"): the node stays NotReady on its old boot ID until a
+- ``reboot``: a warm reboot. With a GPU off the bus it hangs (the lifecycle report: "soft
+  reboot stalls waiting for the dead GPU"): the node stays NotReady on its old boot ID until a
   ``power_cycle``. Otherwise, and always for ``power_cycle``: NotReady for a few minutes, then
   a new boot ID; the loaded kernel module becomes the installed library version and a pending
   kernel boots; ip_vs is loaded only if persisted (kube-proxy Ready only then); dcgm-exporter
@@ -25,7 +28,7 @@ The world's rules (deterministic):
   capacity drops). A warm reboot never brings back a GPU that fell off the bus.
 - ``gpu_reset``: fails on a GPU off the bus (config space ff); otherwise clears its phantom
   and pending remap, and the operand cycle of the reset procedure restarts the device plugin
-  (every GPU on the bus offered again — seed 004) and dcgm-exporter (gauges empty).
+  (every GPU on the bus offered again — the lifecycle report) and dcgm-exporter (gauges empty).
   Any device-plugin restart re-enumerates: a GPU off the bus is no longer registered, so
   capacity drops with allocatable and "capacity > allocatable" no longer shows the loss.
 - ``driver_upgrade``: method ``host`` (unattended-upgrades): the NVML library now, the kernel
@@ -33,28 +36,27 @@ The world's rules (deterministic):
   with an allocatable dip and operand restarts.
 - ``workload``: a Pod requesting GPUs, bound to the node (there is no scheduler: a cordoned
   node or too few free GPUs leaves it Pending for good; a GPU off the bus fails it with
-  UnexpectedAdmissionError, seed 004). It records its profile on the GPUs, clears a phantom
-  it lands on (seed 000) and ends Succeeded/Failed after ``duration``; it fails earlier when
-  its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
+  UnexpectedAdmissionError, the lifecycle report). It records its profile on the GPUs, clears a
+  phantom it lands on (the phantom incident) and ends Succeeded/Failed after ``duration``; it fails
+  earlier when its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
 - ``cordon``/``uncordon``/``annotate``: a human, through the store, like kubectl.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
-  ``prometheus_down``) do what their names say; see the ``on_*`` functions below.
+  ``prometheus_down``) do what their names say; see the ``on_*`` functions and ``REACTIONS``
+  below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from gpuguard.model import durations
-from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state
-
-if TYPE_CHECKING:
-    from gpuguard.sim import world
-
+from gpuguard.sim import clock as simclock
+from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state, store
 
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WORKLOAD_KILLING_XIDS = frozenset({48, 79, 95})  # the job on that GPU dies with it
@@ -81,10 +83,27 @@ class Memory:
     announced: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) named this boot
 
 
+class Stage(Protocol):
+    """The world as a reaction sees it (``sim.world.World`` is one)."""
+
+    clock: simclock.SimClock
+    store: store.ObjectStore
+    memory: Memory
+    prometheus_down_until: datetime | None
+
+    def record(self, kind: str, node: str | None, detail: str) -> None: ...
+    def touch(self, node: state.SimNode) -> None: ...
+    def set_ready(self, node: state.SimNode, ready: bool) -> None: ...
+    def log_kernel(
+        self, node: state.SimNode, lines: list[str], at: datetime | None = None
+    ) -> None: ...
+    def count_restart(self, node: str, component: str) -> None: ...
+
+
 # ---- GPU faults ----------------------------------------------------------------------------------
 
 
-def on_xid(w: world.World, p: scenario.XidPayload, node: state.SimNode) -> None:
+def on_xid(w: Stage, p: scenario.XidPayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     if not gpu.on_bus:
         w.record("xid", node.name, f"GPU {gpu.index} is off the bus: no Xid {p.xid}")
@@ -94,7 +113,7 @@ def on_xid(w: world.World, p: scenario.XidPayload, node: state.SimNode) -> None:
 
 
 def _xid(
-    w: world.World,
+    w: Stage,
     node: state.SimNode,
     gpu: state.SimGpu,
     code: int,
@@ -120,7 +139,7 @@ def _xid(
     w.touch(node)
 
 
-def on_gpu_lost(w: world.World, p: scenario.GpuLostPayload, node: state.SimNode) -> None:
+def on_gpu_lost(w: Stage, p: scenario.GpuLostPayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     gpu.offered = False
     detail = f"GPU {gpu.index} ({gpu.pci}) no longer offered"
@@ -135,7 +154,7 @@ def on_gpu_lost(w: world.World, p: scenario.GpuLostPayload, node: state.SimNode)
     w.touch(node)
 
 
-def on_dbe(w: world.World, p: scenario.DbePayload, node: state.SimNode) -> None:
+def on_dbe(w: Stage, p: scenario.DbePayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     gpu.uncorrectable_remapped_rows += 1
     _xid(w, node, gpu, 48, [kernel_lines.xid(gpu.pci, 48)])
@@ -149,7 +168,7 @@ def on_dbe(w: world.World, p: scenario.DbePayload, node: state.SimNode) -> None:
     )
 
 
-def on_bad_metric(w: world.World, p: scenario.BadMetricPayload, node: state.SimNode) -> None:
+def on_bad_metric(w: Stage, p: scenario.BadMetricPayload, node: state.SimNode) -> None:
     """A sound GPU reported faulty: dcgm-exporter's last-Xid gauge shows the code and the
     device plugin stops offering the GPU, with nothing in the kernel log and the card on the
     bus. The shape of a bad telemetry rollout: the device plugin's health check watches the
@@ -162,7 +181,7 @@ def on_bad_metric(w: world.World, p: scenario.BadMetricPayload, node: state.SimN
     w.touch(node)
 
 
-def on_pcie_degrade(w: world.World, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
+def on_pcie_degrade(w: Stage, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     gpu.link_width = p.width
     gpu.link_speed_gts = p.speed or gpu.link_speed_gts
@@ -174,17 +193,17 @@ def on_pcie_degrade(w: world.World, p: scenario.PcieDegradePayload, node: state.
     w.touch(node)
 
 
-def on_phantom(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+def on_phantom(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     node.gpu(p.gpu).phantom = True
     w.record("phantom", node.name, f"GPU {p.gpu}: busy with no process (SM 100 %, 0 MiB)")
 
 
-def on_phantom_clear(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+def on_phantom_clear(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     node.gpu(p.gpu).phantom = False
     w.record("phantom_clear", node.name, f"GPU {p.gpu}: phantom utilisation gone")
 
 
-def on_gpu_reset(w: world.World, p: scenario.GpuPayload, node: state.SimNode) -> None:
+def on_gpu_reset(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     if not gpu.on_bus:
         w.record("gpu_reset", node.name, f"GPU {gpu.index} reset failed: config space reads all ff")
@@ -205,7 +224,7 @@ def on_gpu_reset(w: world.World, p: scenario.GpuPayload, node: state.SimNode) ->
 # ---- node lifecycle ------------------------------------------------------------------------------
 
 
-def on_reboot(w: world.World, p: scenario.RestartPayload, node: state.SimNode) -> None:
+def on_reboot(w: Stage, p: scenario.RestartPayload, node: state.SimNode) -> None:
     off_bus = [g.index for g in node.gpus if g.registered and not g.on_bus]
     if off_bus:
         node.reboot_hung = True
@@ -222,12 +241,12 @@ def on_reboot(w: world.World, p: scenario.RestartPayload, node: state.SimNode) -
     _restart(w, node, REBOOT_DOWNTIME, stay_lost=p.stay_lost, kind="reboot")
 
 
-def on_power_cycle(w: world.World, p: scenario.RestartPayload, node: state.SimNode) -> None:
+def on_power_cycle(w: Stage, p: scenario.RestartPayload, node: state.SimNode) -> None:
     _restart(w, node, POWER_CYCLE_DOWNTIME, stay_lost=p.stay_lost, kind="power_cycle")
 
 
 def _restart(
-    w: world.World, node: state.SimNode, downtime: timedelta, *, stay_lost: bool, kind: str
+    w: Stage, node: state.SimNode, downtime: timedelta, *, stay_lost: bool, kind: str
 ) -> None:
     _fail_workloads(w, node)
     for gpu in node.gpus:
@@ -245,7 +264,7 @@ def _restart(
     w.touch(node)
 
 
-def boot_complete(w: world.World, node: state.SimNode) -> None:
+def boot_complete(w: Stage, node: state.SimNode) -> None:
     now = w.clock.now()
     w.memory.boots[node.name] = w.memory.boots.get(node.name, 0) + 1
     node.boot_id = state.new_boot_id(f"{node.name}/boot/{w.memory.boots[node.name]}")
@@ -279,7 +298,7 @@ def boot_complete(w: world.World, node: state.SimNode) -> None:
 
 
 def on_driver_upgrade(
-    w: world.World, p: scenario.DriverUpgradePayload, node: state.SimNode
+    w: Stage, p: scenario.DriverUpgradePayload, node: state.SimNode
 ) -> None:
     old = node.driver_module
     node.driver_library = p.version
@@ -298,24 +317,24 @@ def on_driver_upgrade(
     w.touch(node)
 
 
-def on_mig_reconfig(w: world.World, p: scenario.DipPayload, node: state.SimNode) -> None:
+def on_mig_reconfig(w: Stage, p: scenario.DipPayload, node: state.SimNode) -> None:
     _dip(w, node, p.dip, p.gpus)
     w.record("mig_reconfig", node.name, f"allocatable dips for {durations.format_duration(p.dip)}")
     w.touch(node)
 
 
-def _dip(w: world.World, node: state.SimNode, length: timedelta, gpus: int) -> None:
+def _dip(w: Stage, node: state.SimNode, length: timedelta, gpus: int) -> None:
     node.allocatable_dip_until = w.clock.now() + length
     node.allocatable_dip_gpus = gpus
 
 
-def on_dcgm_exporter_restart(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+def on_dcgm_exporter_restart(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
     _restart_exporter(w, node)
     w.record("dcgm_exporter_restart", node.name, "Xid gauges empty until the next Xid")
     w.touch(node)
 
 
-def on_device_plugin_restart(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+def on_device_plugin_restart(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
     _restart_device_plugin(w, node)
     w.record(
         "device_plugin_restart",
@@ -325,7 +344,7 @@ def on_device_plugin_restart(w: world.World, _p: scenario.NodePayload, node: sta
     w.touch(node)
 
 
-def on_gfd_restart(w: world.World, p: scenario.CountPayload, node: state.SimNode) -> None:
+def on_gfd_restart(w: Stage, p: scenario.CountPayload, node: state.SimNode) -> None:
     node.gfd_restarts += p.count
     w.record(
         "gfd_restart", node.name, f"gpu-feature-discovery restarted ({node.gfd_restarts} restarts)"
@@ -333,41 +352,37 @@ def on_gfd_restart(w: world.World, p: scenario.CountPayload, node: state.SimNode
     w.touch(node)
 
 
-def _restart_exporter(w: world.World, node: state.SimNode) -> None:
+def _restart_exporter(w: Stage, node: state.SimNode) -> None:
     for gpu in node.gpus:
         gpu.xid_last = None
         gpu.xid_last_msg = ""
     node.exporter_started = w.clock.now()
-    _bump_restarts(w, node, "dcgm-exporter")
+    w.count_restart(node.name, "dcgm-exporter")
 
 
-def _restart_device_plugin(w: world.World, node: state.SimNode) -> None:
+def _restart_device_plugin(w: Stage, node: state.SimNode) -> None:
     for gpu in node.gpus:
         gpu.registered = gpu.offered = gpu.on_bus
-    _bump_restarts(w, node, "device-plugin")
-
-
-def _bump_restarts(w: world.World, node: state.SimNode, component: str) -> None:
-    w.count_restart(node.name, component)
+    w.count_restart(node.name, "device-plugin")
 
 
 # ---- host configuration --------------------------------------------------------------------------
 
 
-def on_kube_proxy_down(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+def on_kube_proxy_down(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
     node.kube_proxy_ready = False
     node.ipvs_loaded = False
     w.record("kube_proxy_down", node.name, "kube-proxy not Ready: ip_vs not loaded")
     w.touch(node)
 
 
-def on_ipvs_unpersist(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+def on_ipvs_unpersist(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
     node.ipvs_persisted = False
     w.record("ipvs_unpersist", node.name, "/etc/modules-load.d/ipvs.conf removed")
     w.touch(node)
 
 
-def on_ipvs_load(w: world.World, p: scenario.IpvsLoadPayload, node: state.SimNode) -> None:
+def on_ipvs_load(w: Stage, p: scenario.IpvsLoadPayload, node: state.SimNode) -> None:
     if not node.ipvs_module_available:
         w.record("ipvs_load", node.name, "modprobe ip_vs: module not found")
         return
@@ -378,7 +393,7 @@ def on_ipvs_load(w: world.World, p: scenario.IpvsLoadPayload, node: state.SimNod
     w.touch(node)
 
 
-def on_dns_upstream(w: world.World, p: scenario.DnsUpstreamPayload, node: state.SimNode) -> None:
+def on_dns_upstream(w: Stage, p: scenario.DnsUpstreamPayload, node: state.SimNode) -> None:
     node.dns_servers = tuple(p.servers)
     if p.stub is not None:
         node.resolv_stub = p.stub
@@ -386,7 +401,7 @@ def on_dns_upstream(w: world.World, p: scenario.DnsUpstreamPayload, node: state.
     w.touch(node)
 
 
-def on_prometheus_down(w: world.World, p: scenario.PrometheusDownPayload, _node: None) -> None:
+def on_prometheus_down(w: Stage, p: scenario.PrometheusDownPayload, _node: None) -> None:
     w.prometheus_down_until = w.clock.now() + p.duration
     w.record(
         "prometheus_down",
@@ -398,7 +413,7 @@ def on_prometheus_down(w: world.World, p: scenario.PrometheusDownPayload, _node:
 # ---- humans, through the API ---------------------------------------------------------------------
 
 
-def on_cordon(w: world.World, p: scenario.CordonPayload, node: state.SimNode) -> None:
+def on_cordon(w: Stage, p: scenario.CordonPayload, node: state.SimNode) -> None:
     patch: kube_objects.Obj = {"spec": {"unschedulable": True}}
     if p.key:
         patch["metadata"] = {"annotations": {p.key: p.value or ""}}
@@ -406,12 +421,12 @@ def on_cordon(w: world.World, p: scenario.CordonPayload, node: state.SimNode) ->
     w.record("cordon", node.name, "a human cordons" + (f" ({p.key})" if p.key else ""))
 
 
-def on_uncordon(w: world.World, _p: scenario.NodePayload, node: state.SimNode) -> None:
+def on_uncordon(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
     w.store.merge_patch("Node", "", node.name, {"spec": {"unschedulable": None}})
     w.record("uncordon", node.name, "a human uncordons")
 
 
-def on_annotate(w: world.World, p: scenario.AnnotatePayload, node: state.SimNode) -> None:
+def on_annotate(w: Stage, p: scenario.AnnotatePayload, node: state.SimNode) -> None:
     patch = {"metadata": {"annotations": {p.key: p.value}}}
     w.store.merge_patch("Node", "", node.name, patch)
     action = f"{p.key}={p.value}" if p.value is not None else f"{p.key} removed"
@@ -421,7 +436,7 @@ def on_annotate(w: world.World, p: scenario.AnnotatePayload, node: state.SimNode
 # ---- workloads -----------------------------------------------------------------------------------
 
 
-def on_workload(w: world.World, p: scenario.WorkloadPayload, node: state.SimNode) -> None:
+def on_workload(w: Stage, p: scenario.WorkloadPayload, node: state.SimNode) -> None:
     name = p.name or f"{p.profile.value.replace('_', '-')}-{len(w.memory.pods):04d}"
     count = p.gpus if isinstance(p.gpus, int) else len(p.gpus)
     pod = kube_objects.workload_pod(name, p.namespace, count, p.profile.value, w.clock.now())
@@ -440,7 +455,7 @@ def on_workload(w: world.World, p: scenario.WorkloadPayload, node: state.SimNode
     _start_workload(w, node, p, name, pod, gpus)
 
 
-def _placement_problem(w: world.World, node: state.SimNode) -> str | None:
+def _placement_problem(w: Stage, node: state.SimNode) -> str | None:
     spec = w.store.get("Node", "", node.name).get("spec", {})
     if spec.get("unschedulable"):
         return "0/1 nodes are available: node is unschedulable"
@@ -450,7 +465,7 @@ def _placement_problem(w: world.World, node: state.SimNode) -> str | None:
 
 
 def _free_gpus(
-    w: world.World, node: state.SimNode, wanted: int | list[int]
+    w: Stage, node: state.SimNode, wanted: int | list[int]
 ) -> tuple[int, ...] | None:
     free = [
         g.index
@@ -465,7 +480,7 @@ def _free_gpus(
 
 
 def _start_workload(
-    w: world.World,
+    w: Stage,
     node: state.SimNode,
     p: scenario.WorkloadPayload,
     name: str,
@@ -488,7 +503,7 @@ def _start_workload(
 
 
 def finish_workload(
-    w: world.World, node: state.SimNode, workload: state.Workload, outcome: str | None = None
+    w: Stage, node: state.SimNode, workload: state.Workload, outcome: str | None = None
 ) -> None:
     node.workloads.remove(workload)
     result = outcome or w.memory.pods.get(workload.pod, ("", "Succeeded"))[1]
@@ -497,13 +512,13 @@ def finish_workload(
     w.record("workload_end", node.name, f"{workload.pod} {result}")
 
 
-def _fail_workloads(w: world.World, node: state.SimNode, gpu: int | None = None) -> None:
+def _fail_workloads(w: Stage, node: state.SimNode, gpu: int | None = None) -> None:
     """Fail the workloads of the node, or only those holding GPU ``gpu``."""
     for workload in [job for job in node.workloads if gpu is None or gpu in job.gpus]:
         finish_workload(w, node, workload, outcome="Failed")
 
 
-def _announce(w: world.World, node: state.SimNode, gpu: state.SimGpu) -> None:
+def _announce(w: Stage, node: state.SimNode, gpu: state.SimGpu) -> None:
     if (node.name, gpu.index) not in w.memory.announced:
         w.memory.announced.add((node.name, gpu.index))
         w.log_kernel(node, [kernel_lines.gpu_at(gpu.pci, gpu.uuid)])
@@ -525,3 +540,37 @@ def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> 
     gpu.xid_last_msg = ""
     gpu.phantom = False
     gpu.row_remap_pending = 0
+
+
+# ---- the table -----------------------------------------------------------------------------------
+
+Reaction = Callable[[Stage, Any, Any], None]
+"""``reaction(stage, payload, node)``: the payload is the kind's model in ``scenario.PAYLOADS``;
+the node is None only for fleet-wide kinds (``prometheus_down``)."""
+
+REACTIONS: Mapping[str, Reaction] = {
+    "xid": on_xid,
+    "gpu_lost": on_gpu_lost,
+    "dbe": on_dbe,
+    "phantom": on_phantom,
+    "phantom_clear": on_phantom_clear,
+    "workload": on_workload,
+    "reboot": on_reboot,
+    "power_cycle": on_power_cycle,
+    "gpu_reset": on_gpu_reset,
+    "driver_upgrade": on_driver_upgrade,
+    "pcie_degrade": on_pcie_degrade,
+    "dcgm_exporter_restart": on_dcgm_exporter_restart,
+    "device_plugin_restart": on_device_plugin_restart,
+    "gfd_restart": on_gfd_restart,
+    "mig_reconfig": on_mig_reconfig,
+    "kube_proxy_down": on_kube_proxy_down,
+    "ipvs_unpersist": on_ipvs_unpersist,
+    "ipvs_load": on_ipvs_load,
+    "dns_upstream": on_dns_upstream,
+    "cordon": on_cordon,
+    "uncordon": on_uncordon,
+    "annotate": on_annotate,
+    "prometheus_down": on_prometheus_down,
+    "bad_metric": on_bad_metric,
+}

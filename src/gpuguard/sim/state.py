@@ -97,8 +97,9 @@ class SimNode:
     dcgm_custom_fields: bool = True  # custom CSV: SM_ACTIVE/OCCUPANCY, PSTATE, remap pending, PCIe
     xid_count_metric: bool = False  # DCGM_EXP_XID_ERRORS_COUNT (commented out by default)
     dcgm_empty_pod_labels: bool = False  # old exporters: container="",namespace="",pod=""
-    # A GPU off the bus keeps its last Xid series (seed 004: the 79 series appears and stays);
-    # False: nothing at all for it (DCGM#162: NVML cannot report Xid 79/119/120).
+    # A GPU off the bus keeps its last Xid series (the lifecycle report [docs/design.md#incidents]:
+    # the 79 series appears and stays); False: nothing at all for it (DCGM#162: NVML cannot report
+    # Xid 79/119/120).
     dcgm_keeps_lost_gpu_xid: bool = True
 
     @property

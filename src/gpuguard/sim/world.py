@@ -152,8 +152,8 @@ class World:
     def _apply(self, event: scenario.Event) -> None:
         if event.node is not None and event.kind in FAULT_KINDS and self._is_fault(event):
             self._first_fault.setdefault(event.node, event.at)
-        handler = getattr(reactions, f"on_{event.kind}")
-        handler(self, event.payload, None if event.node is None else self._by_name[event.node])
+        reaction = reactions.REACTIONS[event.kind]
+        reaction(self, event.payload, None if event.node is None else self._by_name[event.node])
 
     @staticmethod
     def _is_fault(event: scenario.Event) -> bool:

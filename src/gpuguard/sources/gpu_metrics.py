@@ -182,7 +182,7 @@ def pod_of(labels: Mapping[str, str]) -> str | None:
 
     Scraped through a ServiceMonitor without ``honorLabels``, the exporter's own target
     labels take ``pod``/``namespace`` and dcgm's arrive as ``exported_pod``/
-    ``exported_namespace`` (shared/data, dcgm-exporter issue #340); a GPU with no workload
+    ``exported_namespace`` (NVIDIA/dcgm-exporter issue #340); a GPU with no workload
     then still carries ``pod=<the exporter's pod>``, which is not a workload.
     """
     if labels.get("exported_pod"):

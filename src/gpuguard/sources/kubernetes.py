@@ -5,7 +5,8 @@ Also the API server's own version (``GET /version``), which lightkube's ``Client
 for: it is read with an httpx2 client that lightkube's own ``client_adapter`` builds from the
 ``Client``'s public ``config`` — the same base URL, TLS and credentials, not a second stack.
 
-Lightkube's errors become ``SourceError`` here, in one place, naming what was being read.
+Lightkube's errors become ``SourceError`` through ``actuators.api_errors``, the one translator
+every Kubernetes adapter uses, naming what was being read.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import json
 from collections.abc import Iterable, Mapping
 
 import httpx2
-import msgspec
-from lightkube import ApiError, Client, ConfigError
+from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
 from lightkube.models.core_v1 import Container
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpuguard.errors import SourceError
+from gpuguard.actuators import api_errors
+from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import fleet
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -37,30 +38,23 @@ class KubernetesReader:
         self._client = client
 
     def nodes(self) -> tuple[fleet.Node, ...]:
-        try:
+        with api_errors.translated("listing Nodes", SourceError):
             return tuple(node_from_api(n) for n in self._client.list(Node))
-        except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
-            raise SourceError(f"listing Nodes failed: {e}") from e
 
     def has_node(self, name: str) -> bool:
         """Whether the cluster has a Node of this name (one GET, not a list of every node)."""
         try:
-            self._client.get(Node, name=name)
-        except ApiError as e:
-            if e.status is not None and e.status.code == 404:
-                return False
-            raise SourceError(f"reading Node {name} failed: {e}") from e
-        except (httpx2.HTTPError, msgspec.ValidationError) as e:
-            raise SourceError(f"reading Node {name} failed: {e}") from e
+            with api_errors.translated(f"reading Node {name}", SourceError):
+                self._client.get(Node, name=name)
+        except NotFoundError:
+            return False
         return True
 
     def pods(self) -> tuple[fleet.Pod, ...]:
         """Pods that are not finished (GPU pods and the node's system pods alike)."""
-        try:
+        with api_errors.translated("listing Pods", SourceError):
             pods = (pod_from_api(p) for p in self._client.list(Pod, namespace="*"))
             return tuple(p for p in pods if p.phase in _UNFINISHED)
-        except (ApiError, httpx2.HTTPError, msgspec.ValidationError) as e:
-            raise SourceError(f"listing Pods failed: {e}") from e
 
 
 def api_server_version(client: Client, timeout_s: float = 10.0) -> str:

@@ -1,9 +1,10 @@
 """DCGM's long diagnostic (``dcgmi diag -r 4``, includes memtest) as a burn-in check.
 
 Run through the ``CommandRunner`` port with a hard timeout. Level 4 takes tens of minutes
-(seed 004: up to ~45 min on a 4-GPU Hopper server), so the timeout is long and configurable.
-Any test reported ``Fail`` → FAIL with those lines; a clean run that shows ``Pass`` → PASS;
-a timeout, a missing host engine or output we cannot read → UNKNOWN, never PASS.
+(the lifecycle report [docs/design.md#incidents]: up to ~45 min on a 4-GPU Hopper server), so the
+timeout is long and configurable. Any test reported ``Fail`` → FAIL with those lines; a clean run
+that shows ``Pass`` → PASS; a timeout, a missing host engine or output we cannot read → UNKNOWN,
+never PASS.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``dns-upstream``: are the resolvers the kubelet hands to pods all allowed?
 
-Seed 004 (August): two onboarded nodes had a public resolver in
-``/run/systemd/resolve/resolv.conf``; CoreDNS replicas on them (``dnsPolicy: Default``)
+The lifecycle report (docs/design.md#incidents) (August): two onboarded nodes had a public resolver
+in ``/run/systemd/resolve/resolv.conf``; CoreDNS replicas on them (``dnsPolicy: Default``)
 inherited it and answered internal registry names with public records. The check reads the file
 the kubelet really uses, by RKE2's rule: an explicit ``resolv-conf`` in
 ``/etc/rancher/rke2/config.yaml`` (or ``kubelet-arg: resolv-conf=...``); else the first of

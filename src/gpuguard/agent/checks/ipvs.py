@@ -1,10 +1,11 @@
 """``ipvs-resolvable``, ``ipvs-persist``, ``ipvs-loaded``: can kube-proxy (IPVS mode) start?
 
-Seed 004, nine incidents: on the cluster's 5.15 kernels nothing auto-loads ip_vs (the netlink
-alias arrived in 5.16) and RKE2's kube-proxy cannot modprobe it from its container, so after any
-reboot ip_vs is loaded only if ``/etc/modules-load.d/*.conf`` lists it. These three checks look
-at the module index, the persistence file and the running kernel; ``--fix`` may create the
-missing persistence file and load the modules — the only repair gpuguard ever makes in place.
+The lifecycle report (docs/design.md#incidents), nine incidents: on the cluster's 5.15 kernels
+nothing auto-loads ip_vs (the netlink alias arrived in 5.16) and RKE2's kube-proxy cannot modprobe
+it from its container, so after any reboot ip_vs is loaded only if ``/etc/modules-load.d/*.conf``
+lists it. These three checks look at the module index, the persistence file and the running kernel;
+``--fix`` may create the missing persistence file and load the modules — the only repair gpuguard
+ever makes in place.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """``nvidia-match``: does the loaded NVIDIA kernel module match the NVML library on disk?
 
-Seed 004 (May 21): unattended-upgrades replaced the driver packages under a running module;
-until the reboot every new NVML user (nvidia-smi, dcgm-exporter, the device plugin) failed
-while the node stayed Ready with 8 GPUs. The comparison reads only sysfs and library file names
-— never nvidia-smi, which can hang in D state on a stuck driver (seed 003: monitoring must never
-harm the hardware it watches).
+The lifecycle report (docs/design.md#incidents) (May 21): unattended-upgrades replaced the driver
+packages under a running module; until the reboot every new NVML user (nvidia-smi, dcgm-exporter,
+the device plugin) failed while the node stayed Ready with 8 GPUs. The comparison reads only sysfs
+and library file names — never nvidia-smi, which can hang in D state on a stuck driver (the incident
+library: monitoring must never harm the hardware it watches).
 
 Decisions: versions equal → PASS; different → FAIL with both. No module loaded: NVIDIA GPUs on
 the PCI bus → FAIL (a GPU node without a driver is not conformant); no GPU and no library →

@@ -1,8 +1,9 @@
 """``rke2-unit`` and ``rke2-version``: does the node run the right RKE2, at the right version?
 
-Seed 004, the August 7 batch: a worker was left with rke2-server enabled and, on its next
-reboot, started a one-node cluster of its own; another ran kubelet v1.35.7 against a v1.34.3
-control plane (outside the version-skew policy, and RKE2's kube-proxy follows the node).
+The lifecycle report (docs/design.md#incidents), the August 7 batch: a worker was left with
+rke2-server enabled and, on its next reboot, started a one-node cluster of its own; another ran
+kubelet v1.35.7 against a v1.34.3 control plane (outside the version-skew policy, and RKE2's
+kube-proxy follows the node).
 
 The node's version is read from disk, not from a command: RKE2 extracts its runtime into
 ``<data-dir>/data/<tag>-<hash>/`` and points ``<data-dir>/bin`` at the one it runs, so the tag

@@ -1,4 +1,5 @@
-"""``swap``: the kubelet expects swap off (the onboarding skill's host-setup step, seed 004).
+"""``swap``: the kubelet expects swap off (the onboarding skill's host-setup step, the lifecycle
+report (docs/design.md#incidents)).
 
 Reads ``/proc/swaps``: only its header line means no active swap.
 """

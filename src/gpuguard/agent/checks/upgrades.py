@@ -1,10 +1,10 @@
 """``auto-upgrade`` and ``package-pin``: can the OS change the kernel or NVIDIA driver alone?
 
-Seed 004 (May 21, again July 25): unattended-upgrades installed a new driver and kernel on
-GPU nodes; NVML broke before the reboot and ip_vs was missing after it. ``auto-upgrade`` only
-reports the periodic run (WARN, never FAIL: the seed's site had no policy yet).
-``package-pin`` checks that, while it runs, every installed kernel and NVIDIA package is held
-(``apt-mark hold``) or matched by ``Unattended-Upgrade::Package-Blacklist``. The blacklist
+The lifecycle report (docs/design.md#incidents) (May 21, again July 25): unattended-upgrades
+installed a new driver and kernel on GPU nodes; NVML broke before the reboot and ip_vs was missing
+after it. ``auto-upgrade`` only reports the periodic run (WARN, never FAIL: the seed's site had no
+policy yet). ``package-pin`` checks that, while it runs, every installed kernel and NVIDIA package
+is held (``apt-mark hold``) or matched by ``Unattended-Upgrade::Package-Blacklist``. The blacklist
 entries are Python regexes applied with ``re.match`` — anchored at the start of the name only —
 exactly as unattended-upgrades applies them: ``"nvidia-"`` does not protect ``libnvidia-*``,
 and ``"linux-"`` also freezes ``linux-firmware`` and ``linux-libc-dev`` (WARN: over-broad).

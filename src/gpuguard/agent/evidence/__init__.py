@@ -1,4 +1,5 @@
-"""Evidence collection on an isolated node (DESIGN §6): what the evidence Job runs.
+"""Evidence collection on an isolated node (docs/design.md#evidence-and-verdict): what the evidence
+Job runs.
 
 It reads, never writes: the kernel log's Xid events, each NVIDIA GPU's PCI config space and link
 from sysfs, the upstream root port's AER counters and, only when the driver looks responsive,

@@ -2,10 +2,10 @@
 
 The Job sees the host at ``--root`` (``/host``); the host's binaries need the host's libraries,
 so a program is looked up under the root and run through ``chroot <root>`` (the Job holds
-CAP_SYS_CHROOT, seed 004). On a host itself (``--root /``) it runs directly. With the GPU
-Operator the driver's tools live in the driver container's root filesystem, which the operator
-exposes on the host at ``/run/nvidia/driver``: a program found only there runs chrooted into
-it. Every run goes through a ``CommandRunner`` with a hard timeout.
+CAP_SYS_CHROOT, the lifecycle report (docs/design.md#incidents)). On a host itself (``--root /``) it
+runs directly. With the GPU Operator the driver's tools live in the driver container's root
+filesystem, which the operator exposes on the host at ``/run/nvidia/driver``: a program found only
+there runs chrooted into it. Every run goes through a ``CommandRunner`` with a hard timeout.
 """
 
 from __future__ import annotations

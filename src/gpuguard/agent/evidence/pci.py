@@ -1,11 +1,11 @@
 """What sysfs says about each NVIDIA GPU: config space, PCIe link, upstream root port and its AER.
 
 A GPU that fell off the bus often stays listed in ``/sys/bus/pci/devices`` while its config
-space reads all ones (0xff): that is the evidence a reset cannot help (seed 004, 9/21). Its
-upstream root port is found by resolving the device's link (``../../../devices/pci0000:00/
-0000:00:01.0/.../0000:01:00.0``) inside the root and taking the first PCI address below the
-host bridge (``pci0000:00``). Each reading becomes an ``EvidenceItem``; any unreadable or
-malformed file makes that item UNKNOWN, never PASS.
+space reads all ones (0xff): that is the evidence a reset cannot help (the lifecycle report
+(docs/design.md#incidents), 9/21). Its upstream root port is found by resolving the device's link
+(``../../../devices/pci0000:00/ 0000:00:01.0/.../0000:01:00.0``) inside the root and taking the
+first PCI address below the host bridge (``pci0000:00``). Each reading becomes an ``EvidenceItem``;
+any unreadable or malformed file makes that item UNKNOWN, never PASS.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """``nvidia-smi -q -d ECC,ROW_REMAPPER``, only when the driver looks responsive.
 
-Monitoring must never hurt the hardware it watches (seed 003): on a hung driver nvidia-smi sits
-in D state and can wedge the node further. So it is not run at all when any GPU's config space
-reads all ff, when the kernel log of the window has an Xid 79 or a fall-off message, when the
-host has no nvidia-smi, or when the operator said ``--no-nvidia-smi``; the bundle records why.
-When it runs, it runs under a hard timeout, and only the ECC and row-remapper sections are
-asked for (never firmware or clocks). The PCIe link is read from sysfs, not from nvidia-smi:
-``PCIE`` is not one of nvidia-smi's ``-d`` display types.
+Monitoring must never hurt the hardware it watches (the incident library
+(docs/design.md#incidents)): on a hung driver nvidia-smi sits in D state and can wedge the node
+further. So it is not run at all when any GPU's config space reads all ff, when the kernel log of
+the window has an Xid 79 or a fall-off message, when the host has no nvidia-smi, or when the
+operator said ``--no-nvidia-smi``; the bundle records why. When it runs, it runs under a hard
+timeout, and only the ECC and row-remapper sections are asked for (never firmware or clocks). The
+PCIe link is read from sysfs, not from nvidia-smi: ``PCIE`` is not one of nvidia-smi's ``-d``
+display types.
 """
 
 from __future__ import annotations

@@ -1,0 +1,121 @@
+"""What the onboarding gate reads (``model.onboarding.GateView``): the Node and the cluster's
+other Nodes, the API server's ``GET /version``, the node's burn-in Jobs (lightkube), and the
+agent's ``gpuguard_check_status`` from Prometheus — the agent stays read-only towards the API
+server, so its checks reach the gate through Prometheus (docs/onboarding.md).
+
+Errors are ``SourceError`` (``NotFoundError`` for a node that does not exist) through
+``actuators.api_errors``, the one translator of Kubernetes API errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import httpx
+from lightkube import Client
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Node
+
+from gpuguard.actuators import api_errors
+from gpuguard.errors import SourceError
+from gpuguard.model import annotation_keys, decisions, fleet, jobs, onboarding
+from gpuguard.model import metric_names as names
+from gpuguard.sources import kubernetes, prometheus, return_facts
+
+
+class GateReader:
+    """Reads the gate's view of one node through one lightkube client."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def read(
+        self,
+        name: str,
+        check_status: dict[str, decisions.CheckStatus],
+        *,
+        namespace: str,
+        read_version: bool,
+    ) -> onboarding.GateView:
+        """The view of ``name``; ``read_version`` asks the API server for ``GET /version``."""
+        with api_errors.translated(f"reading Node {name}", SourceError):
+            node = gate_node(self._client.get(Node, name))
+        with api_errors.translated("listing Nodes", SourceError):
+            others = tuple(gate_node(n) for n in self._client.list(Node))
+        version, unreadable = self._version() if read_version else (None, None)
+        return onboarding.GateView(
+            node=node,
+            others=tuple(n for n in others if n.name != name),
+            burnin_jobs=self._burnin_jobs(name, namespace),
+            check_status=check_status,
+            api_server_version=version,
+            version_unreadable=unreadable,
+        )
+
+    def _version(self) -> tuple[str | None, str | None]:
+        try:
+            return kubernetes.api_server_version(self._client), None
+        except SourceError as e:
+            return None, str(e)
+
+    def _burnin_jobs(self, node: str, namespace: str) -> tuple[onboarding.BurnInJob, ...]:
+        with api_errors.translated(f"listing burn-in Jobs in {namespace}", SourceError):
+            found = self._client.list(
+                Job, namespace=namespace, labels={annotation_keys.BURNIN_NODE_LABEL: node}
+            )
+            return tuple(burnin_job(j) for j in found)
+
+
+def gate_node(node: Node) -> onboarding.GateNode:
+    meta, spec, status = node.metadata, node.spec, node.status
+    info = status.nodeInfo if status else None
+    return onboarding.GateNode(
+        name=(meta.name if meta else None) or "?",
+        resource_version=meta.resourceVersion if meta else None,
+        kubelet_version=info.kubeletVersion if info else None,
+        labels=dict(meta.labels or {}) if meta else {},
+        taints=tuple(t.to_dict() for t in (spec.taints if spec else None) or []),
+    )
+
+
+def burnin_job(job: Job) -> onboarding.BurnInJob:
+    meta, status = job.metadata, job.status
+    created = meta.creationTimestamp if meta else None
+    if status and (status.succeeded or 0) > 0:
+        state = jobs.JobState.SUCCEEDED
+    elif status and (status.failed or 0) > 0:
+        state = jobs.JobState.FAILED
+    else:
+        state = jobs.JobState.RUNNING
+    return onboarding.BurnInJob(
+        (meta.name if meta else None) or "?", created.isoformat() if created else "", state
+    )
+
+
+def check_statuses(
+    prometheus_url: str | None, node: str, timeout_s: float = 10.0
+) -> dict[str, decisions.CheckStatus]:
+    """The agent's current status per check on ``node``; empty when Prometheus has none (or
+    no Prometheus is given). A bad answer is a ``SourceError``."""
+    if not prometheus_url:
+        return {}
+    promql = f'{names.CHECK_STATUS}{{node="{node}"}} == 1'
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    try:
+        with httpx.Client(timeout=timeout_s) as client:
+            response = client.get(url, params={"query": promql})
+    except httpx.HTTPError as e:
+        raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
+    series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
+    return return_facts.conformance(_samples(series))
+
+
+def _samples(
+    series: Iterable[tuple[dict[str, str], list[tuple[datetime, float]]]],
+) -> list[fleet.MetricSample]:
+    return [
+        fleet.MetricSample(names.CHECK_STATUS, labels, value, when)
+        for labels, points in series
+        for when, value in points
+    ]
