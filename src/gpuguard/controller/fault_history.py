@@ -41,8 +41,11 @@ class FaultHistory:
         self, snapshot: fleet.FleetSnapshot, *, tripped: bool, may_write: Callable[[], bool]
     ) -> Outcome:
         signals = xid_signals.hardware_xids(snapshot.samples, self.catalog)
+        if not may_write():
+            self._seen = None  # a later term of leadership compares with the ledger instead
+            return Outcome()
         unchanged = self._seen is not None and fault_history.seen_now(signals) == self._seen
-        if (unchanged and not self._unwritten) or not may_write():
+        if unchanged and not self._unwritten:
             return Outcome()
         try:
             ledger = self.ledger.entries().entries if self._seen is None else []

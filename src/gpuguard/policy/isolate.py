@@ -115,7 +115,7 @@ def _admit(
     markings: list[Marking] = []
     for name, why in result.withheld:
         candidate = candidates[name]
-        findings.append(_withheld_finding(candidate.action, why, evidence))
+        findings.append(_withheld_finding(candidate, why, evidence))
         if why is Reason.TICK_LIMIT:
             continue
         mark, marking = _withhold(snapshot.node(name), candidate, why, snapshot)
@@ -139,13 +139,14 @@ def _rank(action: decisions.Action) -> int:
 
 
 def _withheld_finding(
-    action: decisions.Action, why: Reason, breaker_evidence: decisions.Evidence
+    candidate: _Admissible, why: Reason, breaker_evidence: decisions.Evidence
 ) -> decisions.Finding:
+    action = candidate.action
     return decisions.Finding(
         kind="isolation",
         node=action.node,
         reason=why,
-        gpu=None,
+        gpu=candidate.gpu or None,
         evidence=(*action.evidence, breaker_evidence),
         detail=action.annotations.get(annotation_keys.REASON, ""),
     )
