@@ -6,66 +6,17 @@ admission policy admits."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpuguard"
-NAMESPACE = "gpuguard"
+from tests import chart
 
-
-def _lookup(values: dict[str, Any], path: str) -> Any:
-    node: Any = {
-        "Values": values,
-        "Release": {"Namespace": NAMESPACE, "Name": "gpuguard"},
-        "Chart": yaml.safe_load((CHART / "Chart.yaml").read_text()),
-    }
-    for part in path.strip(".").split("."):
-        node = node[{"AppVersion": "appVersion"}.get(part, part)]
-    return node
-
-
-def _expression(expr: str, values: dict[str, Any]) -> str:
-    expr = expr.strip()
-    if m := re.fullmatch(r"toYaml (\S+) \| nindent (\d+)", expr):
-        dumped = yaml.safe_dump(_lookup(values, m[1]), sort_keys=False).rstrip("\n")
-        pad = " " * int(m[2])
-        return "\n" + "\n".join(pad + line for line in dumped.splitlines())
-    if m := re.fullmatch(r"(\S+) \| default (\S+)", expr):
-        return str(_lookup(values, m[1]) or _lookup(values, m[2]))
-    if m := re.fullmatch(r"(\S+) \| quote", expr):
-        return f'"{_lookup(values, m[1])}"'
-    return str(_lookup(values, expr))
-
-
-def render(name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
-    text = (CHART / "templates" / name).read_text()
-    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
-
-    def conditional(m: re.Match[str]) -> str:
-        return m[2] if _lookup(values, m[1]) else ""
-
-    text = re.sub(r"\{\{- if (\S+) \}\}\n(.*?)\{\{- end \}\}\n?", conditional, text, flags=re.S)
-    text = re.sub(r"\{\{-? (.*?) -?\}\}", lambda m: _expression(m[1], values), text)
-    assert "{{" not in text, f"{name}: an unrendered template expression is left"
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def defaults() -> dict[str, Any]:
-    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
-    return values
-
-
-def all_objects() -> list[dict[str, Any]]:
-    return [
-        obj
-        for path in sorted((CHART / "templates").glob("*.yaml"))
-        if path.name != "prometheusrule.yaml"  # tested in test_rules.py
-        for obj in render(path.name, defaults())
-    ]
+NAMESPACE = chart.NAMESPACE
+render, defaults, all_objects, by_kind = (
+    chart.render, chart.defaults, chart.all_objects, chart.by_kind
+)
 
 
 @pytest.mark.parametrize("obj", all_objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
@@ -83,10 +34,6 @@ def test_every_object_has_what_kubernetes_requires(obj: dict[str, Any]) -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def by_kind(kind: str) -> list[dict[str, Any]]:
-    return [o for o in all_objects() if o["kind"] == kind]
-
-
 def test_rbac_allows_cordon_and_events_but_never_eviction_or_pod_deletion() -> None:
     rules = [r for role in by_kind("ClusterRole") + by_kind("Role") for r in role["rules"]]
     granted = {(res, verb) for r in rules for res in r["resources"] for verb in r["verbs"]}
@@ -102,16 +49,15 @@ def test_rbac_allows_cordon_and_events_but_never_eviction_or_pod_deletion() -> N
     }
 
 
-def test_the_controller_stamps_jobs_with_the_image_the_admission_policy_admits() -> None:
+def test_the_controller_stamps_jobs_with_what_the_admission_policy_admits() -> None:
     (deployment,) = by_kind("Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    (policy,) = by_kind("ValidatingAdmissionPolicy")
-    image_rule = [
-        v["expression"] for v in policy["spec"]["validations"] if "image" in v["expression"]
-    ]
+    policy = chart.by_name("ValidatingAdmissionPolicy", "gpuguard-jobs")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert env["GPUGUARD_CONTROLLER__IMAGE"] == container["image"]
-    assert f"'{container['image']}'" in image_rule[0]
+    assert variables["image"] == f"'{container['image']}'"
+    assert variables["runtimeClass"] == f"'{env['GPUGUARD_CONTROLLER__JOB_RUNTIME_CLASS']}'"
     assert env["GPUGUARD_CONTROLLER__NAMESPACE"] == NAMESPACE
 
 

@@ -15,6 +15,7 @@ from gpuguard.cli import (
     guard,
     hygiene,
     ledger,
+    manifest,
     phantom,
     run,
     sim,
@@ -36,6 +37,7 @@ app = typer.Typer(
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
+app.add_typer(manifest.app, name="manifest")
 app.command("check")(check.check)
 app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
     evidence.evidence

@@ -77,6 +77,7 @@ def build_guard(
                 image=c.image,
                 namespace=c.namespace,
                 notifier=notifier,
+                runtime_class=c.job_runtime_class,
             )
             if c.recovery
             else None,
