@@ -15,6 +15,7 @@ from lightkube.config.models import Cluster, User
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import phantom_watch, recovery, restore, tick
+from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
@@ -42,7 +43,7 @@ def kube_client(connection: Connection) -> Client:
         config = KubeConfig.from_file(connection.kubeconfig)
     else:
         config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
-    return Client(config=config, field_manager="gpuguard")
+    return Client(config=config, field_manager=annotation_keys.FIELD_MANAGER)
 
 
 @contextmanager

@@ -88,7 +88,7 @@ def _play(
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     with kubeapi.serve(objects) as server, lightkube.Client(
-        config=kubeapi.lightkube_config(server.url), field_manager="gpuguard"
+        config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
     ) as client:
         writer = node_writer.NodeWriter(client)
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)

@@ -37,6 +37,7 @@ class Reason(StrEnum):
     HARDWARE_XID_WITHOUT_GPU_LOSS = "hardware-xid-without-gpu-loss"
     GPU_LOSS_WITHOUT_XID = "gpu-loss-without-xid"
     HUMAN_CORDON = "human-cordon"
+    MARKS_NOT_GPUGUARDS = "marks-not-gpuguards"  # gpuguard.io/isolated-at written by another
     BREAKER_OPEN = "breaker-open"
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"

@@ -62,6 +62,9 @@ class Node:
     conditions: Mapping[str, str] = field(default_factory=dict)
     kubelet_version: str = ""
     resource_version: str = ""
+    isolation_writers: frozenset[str] | None = None
+    """The field managers that own ``gpuguard.io/isolated-at`` in ``managedFields``; None when
+    not read. Only gpuguard (``annotation_keys.FIELD_MANAGER``) writes it on a real isolation."""
 
     @property
     def ready(self) -> bool:
