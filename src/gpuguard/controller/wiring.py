@@ -84,7 +84,7 @@ def build_guard(
             else None,
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, c.namespace),
-                ledger=ledger.Ledger(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace, quarantine=True),
                 writer=writer,
                 facts=read(return_facts.ReturnFactsPlan()),
                 classifier=catalog,

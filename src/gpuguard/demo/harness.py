@@ -110,7 +110,7 @@ def _play(
             ),
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace),
+                ledger=ledger.Ledger(client, namespace, quarantine=True),
                 writer=writer,
                 facts=return_view.WorldReturnFacts(played),
                 classifier=catalog,
