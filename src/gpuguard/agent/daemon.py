@@ -8,6 +8,9 @@ then saves the position with the counts (``agent.position``). The check thread r
 nvidia-smi) and then the bounded ``/proc`` scan for the processes on each GPU
 (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server (``agent.http``) renders
 both on each scrape; ``healthy()`` turns false when either thread stops making progress.
+``ready()`` is also false while the kernel log cannot be read: an agent that cannot read its
+source says so in one log line and in ``gpuguard_agent_kernel_log_readable 0``, and is never
+a healthy-looking blind agent.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ class Agent:
         self.cards = gpu_processes.read_cards(config.root)
         self.tally.restore(saved.counts)
         self._saved_position = saved.position
-        self.follower = follower_factory(saved.position)
+        self.follower = _open_follower(follower_factory, saved.position)
+        self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
         self.registry: CollectorRegistry = exporter.registry_for(self.collector)
@@ -77,12 +81,23 @@ class Agent:
         """Read what arrived, count it, then save the position; the number of lines read."""
         batch = self.follower.poll()
         self._last_poll = self._monotonic()
+        self._note_problem(None if batch.lines else self.follower.problem())
         if not batch.lines and not batch.unreadable and batch.position == self._saved_position:
             return 0
         self.tally.count(batch.lines, self.parser, batch.unreadable)
         position.save(self.config.state_dir, position.Saved(batch.position, self.tally.as_json()))
         self._saved_position = batch.position
         return len(batch.lines)
+
+    def _note_problem(self, problem: str | None) -> None:
+        """Say once when the kernel log becomes unreadable, and once when it is read again."""
+        if problem != self.kernel_log_problem:
+            if problem is not None:
+                log.warning("kernel log unreadable: %s", problem)
+            else:
+                log.info("kernel log readable again")
+        self.kernel_log_problem = problem
+        self.collector.kernel_log_readable = problem is None
 
     def check_once(self) -> exporter.CheckCycle:
         self._last_check_start = started = self._monotonic()
@@ -109,6 +124,10 @@ class Agent:
         started = self._last_check_start
         checking = started is None or now - started < 2 * self.config.check_interval_s + 60
         return following and checking
+
+    def ready(self) -> bool:
+        """Healthy and reading its kernel log (the DaemonSet's readiness probe)."""
+        return self.healthy() and self.kernel_log_problem is None
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -144,3 +163,13 @@ class Agent:
             except Exception:
                 log.exception("check cycle failed")
             stop.wait(self.config.check_interval_s)
+
+
+def _open_follower(
+    factory: FollowerFactory, start: position.Position | None
+) -> journal.Follower:
+    """The follower, or one that says why its source could not be opened (never a crash)."""
+    try:
+        return factory(start)
+    except OSError as e:
+        return journal.Unreadable(f"cannot open the kernel log: {e.strerror or e}")
