@@ -1,6 +1,6 @@
 """The Helm chart rendered with its default values by a small renderer that understands
 exactly the template constructs the chart uses (helm itself is not installed here): values,
-``default``, ``quote``, ``toYaml | nindent``, comments and non-nested ``if`` blocks."""
+``default``, ``quote``, ``toYaml | nindent``, comments and (nested) ``if``/``else`` blocks."""
 
 from __future__ import annotations
 
@@ -47,10 +47,13 @@ def render(name: str, values: dict[str, Any] | None = None) -> list[dict[str, An
     def conditional(m: re.Match[str]) -> str:
         return m[2] if _lookup(values, m[1]) else (m[4] or "")
 
-    text = re.sub(
-        r"\{\{- if (\S+) \}\}\n(.*?)(\{\{- else \}\}\n(.*?))?\{\{- end \}\}\n?",
-        conditional, text, flags=re.S,
+    innermost = re.compile(  # an if block with no if inside: rendered first, then its parent
+        r"\{\{- if (\S+) \}\}\n((?:(?!\{\{- if ).)*?)"
+        r"(\{\{- else \}\}\n((?:(?!\{\{- if ).)*?))?\{\{- end \}\}\n?",
+        flags=re.S,
     )
+    while (rendered := innermost.sub(conditional, text)) != text:
+        text = rendered
     text = re.sub(r"\{\{-? (.*?) -?\}\}", lambda m: _expression(m[1], values), text)
     assert "{{" not in text, f"{name}: an unrendered template expression is left"
     return [doc for doc in yaml.safe_load_all(text) if doc]

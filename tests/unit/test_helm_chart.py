@@ -87,3 +87,51 @@ def test_disabling_the_agent_removes_it() -> None:
     values = defaults()
     values["agent"]["enabled"] = False
     assert render("agent.yaml", values) == []
+
+
+def agent_pod(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    (agent,) = by_kind("DaemonSet", values) if values else by_kind("DaemonSet")
+    spec: dict[str, Any] = agent["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_agent_runs_non_root_without_capabilities_or_a_runtime_socket() -> None:
+    spec = agent_pod()
+    (container,) = spec["containers"]
+    context = container["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (65532, True)
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["privileged"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert not {p for p in host_paths if p in {"/run", "/var/run", "/dev/kmsg"}
+                or "containerd" in p or p.endswith(".sock")}, host_paths
+    assert "--journal" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_kmsg_and_the_process_scan_are_explicit_opt_ins() -> None:
+    values = defaults()
+    values["agent"]["kmsg"]["privileged"] = True
+    spec = agent_pod(values)
+    (container,) = spec["containers"]
+    assert container["securityContext"]["privileged"] is True
+    assert "--kmsg" in container["args"]
+    assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in spec[
+        "volumes"]
+    values = defaults()
+    values["agent"]["processScan"]["enabled"] = True
+    (container,) = agent_pod(values)["containers"]
+    assert container["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE"]
+    values = defaults()
+    values["agent"]["kernelLogFile"] = "/var/log/kern.log"
+    (container,) = agent_pod(values)["containers"]
+    assert "--kernel-log=/host/var/log/kern.log" in container["args"]
+
+
+def test_only_the_scrapers_reach_the_metrics_ports() -> None:
+    policies = {p["metadata"]["name"]: p for p in by_kind("NetworkPolicy")}
+    for name, port in (("gpuguard-agent-metrics", 9809), ("gpuguard-controller-metrics", 9808)):
+        (rule,) = policies[name]["spec"]["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+        assert rule["from"] == defaults()["networkPolicy"]["scrapers"]
