@@ -287,5 +287,58 @@ def test_no_other_pod_may_run_with_the_controllers_token(
     assert cel.rule_names(refused) == [rule]
 
 
-def test_hostile_variants_number_at_least_twenty() -> None:
-    assert len(HOSTILE) + len(BURNIN_HOSTILE) + len(CONTROLLER_HOSTILE) >= 20
+# ---- the agent's pod, and the namespace ------------------------------------------------------
+
+
+def agent_pod() -> Obj:
+    (daemonset,) = chart.by_kind("DaemonSet")
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpuguard-agent-x2k4p"},
+            "spec": copy.deepcopy(daemonset["spec"]["template"]["spec"]) | {
+                "nodeName": NODE, "dnsPolicy": "ClusterFirst"}}
+
+
+def _ac(pod: Obj) -> Obj:
+    container: Obj = pod["spec"]["containers"][0]
+    return container
+
+
+AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("other-image", "agent-container", lambda p: _ac(p).update(image="attacker/root:latest")),
+    ("shell-init-container", "agent-container", lambda p: p["spec"]["initContainers"][0].update(
+        image="busybox", command=SHELL)),
+    ("exec-liveness", "agent-hooks",
+     lambda p: _ac(p).update(livenessProbe={"exec": {"command": SHELL}})),
+    ("ld-preload", "agent-hooks",
+     lambda p: _ac(p)["env"].append({"name": "LD_PRELOAD", "value": "/host/tmp/x.so"})),
+    ("host-root", "agent-volumes",
+     lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})),
+    ("writable-etc", "agent-volumes",
+     lambda p: [m.update(readOnly=False) for m in _ac(p)["volumeMounts"]
+                if m["name"] == "host-etc"]),
+    ("privileged-without-the-option", "agent-privileges",
+     lambda p: _ac(p)["securityContext"].update(privileged=True)),
+    ("host-pid", "agent-privileges", lambda p: p["spec"].update(hostPID=True)),
+]
+
+
+def test_the_agent_pod_is_admitted() -> None:
+    assert cel.refusals(policy("gpuguard-agent-pod"), agent_pod(), username=TENANT) == []
+    assert cel.refusals(policy("gpuguard-namespace"), agent_pod(), username=TENANT) == []
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), AGENT_HOSTILE,
+                         ids=[m[0] for m in AGENT_HOSTILE])
+def test_nothing_else_runs_as_the_agent(name: str, rule: str, mutate: Mutation) -> None:
+    pod = agent_pod()
+    mutate(pod)
+    refused = cel.refusals(policy("gpuguard-agent-pod"), pod, username=TENANT)
+    assert cel.rule_names(refused) == [rule]
+
+
+def test_only_gpuguards_accounts_run_pods_in_its_namespace() -> None:
+    tenant = agent_pod()
+    tenant["spec"]["serviceAccountName"] = "default"
+    refused = cel.refusals(policy("gpuguard-namespace"), tenant, username=TENANT)
+    assert cel.rule_names(refused) == ["namespace"]
+    assert cel.refusals(policy("gpuguard-namespace"), controller_pod(), username=TENANT) == []
+    assert cel.refusals(policy("gpuguard-namespace"), pod_of(evidence()), username=TENANT) == []
