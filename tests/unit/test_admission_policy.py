@@ -29,6 +29,15 @@ def policy(name: str) -> Obj:
     return chart.by_name("ValidatingAdmissionPolicy", name)
 
 
+IMAGE = "ghcr.io/gpuguard/gpuguard:0.1.0"  # the chart's default image (values.yaml, appVersion)
+
+
+def failed_rules(job: Obj) -> list[str]:
+    """The rules of ``gpuguard-jobs`` that refuse a Job gpuguard creates."""
+    refused = cel.refusals(policy("gpuguard-jobs"), job, username=GPUGUARD)
+    return cel.rule_names(refused)
+
+
 def manifest(*args: str) -> Obj:
     """The Job exactly as the controller would create it (the CLI prints the builder's)."""
     printed = CliRunner().invoke(app, ["manifest", "job", *args, "--node", NODE, "-o", "json"])

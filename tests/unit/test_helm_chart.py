@@ -135,3 +135,21 @@ def test_only_the_scrapers_reach_the_metrics_ports() -> None:
         (rule,) = policies[name]["spec"]["ingress"]
         assert rule["ports"] == [{"protocol": "TCP", "port": port}]
         assert rule["from"] == defaults()["networkPolicy"]["scrapers"]
+
+
+def test_every_host_path_and_capability_has_its_reason_in_the_security_doc() -> None:
+    from tests.unit.test_admission_policy import evidence
+
+    doc = (chart.CHART.parents[2] / "docs" / "security.md").read_text()
+    values = defaults()
+    values["agent"]["kmsg"]["privileged"] = True
+    values["agent"]["processScan"]["enabled"] = True
+    pods = [o["spec"]["template"]["spec"] for o in by_kind("DaemonSet", values)
+            + by_kind("Deployment") + [evidence()]]
+    paths = {v["hostPath"]["path"] for p in pods for v in p.get("volumes", []) if "hostPath" in v}
+    capabilities = {cap for p in pods for c in p["containers"] + p.get("initContainers", [])
+                    for cap in c.get("securityContext", {}).get("capabilities", {}).get("add", [])}
+    assert paths
+    assert capabilities
+    missing = {x for x in paths | capabilities if f"`{x}`" not in doc}
+    assert not missing, f"not explained in docs/security.md: {sorted(missing)}"

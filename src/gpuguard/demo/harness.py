@@ -107,6 +107,7 @@ def _play(
                 catalog=catalog,
                 image=settings.controller.image,
                 namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
             ),
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, namespace),
