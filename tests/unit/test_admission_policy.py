@@ -276,6 +276,8 @@ CONTROLLER_HOSTILE: list[tuple[str, str, Mutation]] = [
      lambda p: _cc(p).update(lifecycle={"postStart": {"exec": {"command": SHELL}}})),
     ("exec-liveness", "controller-command",
      lambda p: _cc(p).update(livenessProbe={"exec": {"command": SHELL}})),
+    ("exec-readiness", "controller-command",
+     lambda p: _cc(p).update(readinessProbe={"exec": {"command": SHELL}})),
     ("pythonwarnings", "controller-env",
      lambda p: _cc(p)["env"].append({"name": "PYTHONWARNINGS", "value": "always"})),
     ("host-path", "controller-volumes", lambda p: p["spec"]["volumes"].append(
