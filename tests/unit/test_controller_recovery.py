@@ -147,3 +147,16 @@ def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
         step_jobs.results[manifest["metadata"]["name"]] = finished_job
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
     assert [s.node for s in steps] == ["gpu-node-b"]
+
+
+def test_no_evidence_job_for_marks_gpuguard_did_not_write() -> None:
+    """A person's cordon with forged isolation marks (managedFields name another writer)."""
+    import dataclasses
+
+    rec, step_jobs, _, _ = make()
+    forged = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"kubectl-annotate"}))
+    assert rec.run((forged,), NOW, may_write=lambda: True) == []
+    assert step_jobs.created == []
+    own = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"gpuguard"}))
+    rec.run((own,), NOW, may_write=lambda: True)
+    assert len(step_jobs.created) == 1

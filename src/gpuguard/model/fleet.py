@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from gpuguard.model import annotation_keys
+
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
@@ -69,6 +71,18 @@ class Node:
     @property
     def ready(self) -> bool:
         return self.conditions.get("Ready") == "True"
+
+    @property
+    def foreign_marks(self) -> str | None:
+        """Who wrote ``gpuguard.io/isolated-at`` when it was not gpuguard, else None.
+
+        The API server records each field's writer (``managedFields``); marks gpuguard did
+        not write are a person's or a forgery (docs/security.md), never gpuguard's isolation.
+        """
+        writers = self.isolation_writers
+        if writers is None or annotation_keys.FIELD_MANAGER in writers:
+            return None
+        return ", ".join(sorted(writers)) or "no recorded field manager"
 
     @property
     def gpus_missing(self) -> int:

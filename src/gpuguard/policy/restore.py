@@ -48,8 +48,12 @@ def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.Resto
     if keys.ISOLATED_AT not in node.annotations:
         reason = Reason.HUMAN_CORDON if node.unschedulable else Reason.NOT_ISOLATED
         return _decision(c, checks, Step.NONE, reason, checks[0].summary)
-    if (forged := _marks_not_gpuguards(node)) is not None:
-        return _decision(c, checks, Step.NONE, Reason.MARKS_NOT_GPUGUARDS, forged)
+    if (writer := node.foreign_marks) is not None:
+        detail = (
+            f"{keys.ISOLATED_AT} was written by {writer}, not by gpuguard: not gpuguard's "
+            "isolation, never returned by gpuguard"
+        )
+        return _decision(c, checks, Step.NONE, Reason.MARKS_NOT_GPUGUARDS, detail)
     if not node.unschedulable:
         detail = "burn-in skipped: uncordoned by a human; gpuguard's annotations removed"
         return _decision(
@@ -166,22 +170,6 @@ def _mode(c: _Context) -> model.BurnInMode:
     if c.fault.verdict is None or c.fault.xid in c.settings.memory_test_xids:
         return model.BurnInMode.MATMUL_AND_MEMTEST
     return model.BurnInMode.MATMUL
-
-
-def _marks_not_gpuguards(node: fleet.Node) -> str | None:
-    """Why the isolation marks are not gpuguard's own (see ``docs/security.md``), or None.
-
-    The API server records who wrote each field (``managedFields``); marks gpuguard did not
-    write are a person's or a forgery, and such a node is never burned in or uncordoned.
-    """
-    writers = node.isolation_writers
-    if writers is None or keys.FIELD_MANAGER in writers:
-        return None
-    who = ", ".join(sorted(writers)) or "no recorded field manager"
-    return (
-        f"{keys.ISOLATED_AT} was written by {who}, not by gpuguard: not gpuguard's isolation, "
-        "never returned by gpuguard"
-    )
 
 
 def _first(checks: Iterable[model.ReturnCheck], status: Status) -> model.ReturnCheck | None:
