@@ -220,3 +220,12 @@ def test_the_journal_follower_names_a_host_without_journal_files(tmp_path: Path)
     (tmp_path / "var/log/journal/3f2a").mkdir(parents=True)
     (tmp_path / "var/log/journal/3f2a/system.journal").write_bytes(b"LPKSHHRH")
     assert follower.problem() is None
+
+
+def test_an_image_without_journalctl_is_named_not_a_crash(tmp_path: Path) -> None:
+    def missing(argv: list[str]) -> journal.JournalProcess:
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    follower = journal.JournalFollower(spawn=missing, root=tmp_path)
+    assert follower.poll().lines == []
+    assert follower.problem() == "cannot start journalctl: No such file or directory"

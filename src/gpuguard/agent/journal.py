@@ -333,10 +333,11 @@ class JournalFollower:
         self._process: JournalProcess | None = None
         self._reader: threading.Thread | None = None
         self._exited_at: float | None = None
+        self._spawn_error: str | None = None
         self.spawned = 0
 
     def problem(self) -> str | None:
-        return journal_problem(self._root)
+        return self._spawn_error or journal_problem(self._root)
 
     def argv(self) -> list[str]:
         host = [f"--root={self._root}"] if self._root != Path("/") else []  # the host's journal
@@ -381,7 +382,13 @@ class JournalFollower:
             self._monotonic() - self._exited_at < self._respawn_delay_s
         ):
             return
-        self._process = self._spawn(self.argv())
+        try:
+            self._process = self._spawn(self.argv())
+        except OSError as e:  # no journalctl in the image: say so, retry after the delay
+            self._spawn_error = f"cannot start journalctl: {e.strerror or e}"
+            self._exited_at = self._monotonic()
+            return
+        self._spawn_error = None
         self.spawned += 1
         stdout = self._process.stdout
         self._reader = threading.Thread(
