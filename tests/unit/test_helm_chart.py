@@ -124,6 +124,11 @@ def test_kmsg_and_the_process_scan_are_explicit_opt_ins() -> None:
     (container,) = agent_pod(values)["containers"]
     assert container["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE"]
     values = defaults()
+    values["agent"]["runAsRoot"] = True
+    (container,) = agent_pod(values)["containers"]
+    assert container["securityContext"]["runAsUser"] == 0
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    values = defaults()
     values["agent"]["kernelLogFile"] = "/var/log/kern.log"
     (container,) = agent_pod(values)["containers"]
     assert "--kernel-log=/host/var/log/kern.log" in container["args"]
