@@ -23,15 +23,18 @@ VERSIONS = (OLDEST, kubernetes_validate.latest_version())
 CRDS = {"monitoring.coreos.com/v1"}  # the PrometheusRule: a CRD, checked by promtool instead
 
 
-def opt_in_values() -> dict[str, Any]:
+def opt_in_values(option: str) -> dict[str, Any]:
     values = chart.defaults()
-    values["agent"]["kmsg"]["privileged"] = True
+    values["agent"][option] = {"enabled": True, "privileged": True} if option in {
+        "kmsg", "processScan"} else True
     values["networkPolicy"]["enabled"] = False
     return values
 
 
 def objects() -> list[dict[str, Any]]:
-    rendered = chart.all_objects() + chart.render("agent.yaml", opt_in_values())
+    rendered = chart.all_objects() + [
+        daemonset for option in ("kmsg", "processScan", "runAsRoot")
+        for daemonset in chart.render("agent.yaml", opt_in_values(option))]
     jobs = [admission.evidence(), admission.burnin()]
     return [*rendered, *jobs, *(admission.pod_of(job) for job in jobs),
             admission.controller_pod()]
