@@ -3,45 +3,17 @@ in dry-run or by a standby, a failed write retried next tick."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import recovery
 from gpuguard.errors import GpuguardError
-from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs
+from gpuguard.model import annotation_keys, decisions, evidence, fleet, jobs
 from tests import fakes
+from tests.fakes import FakeJobs, FakeLedger
 
 NOW = datetime(2026, 9, 21, 6, 10, tzinfo=UTC)
-
-
-@dataclass
-class FakeJobs:
-    results: dict[str, jobs.JobResult] = field(default_factory=dict)
-    created: list[dict[str, Any]] = field(default_factory=list)
-
-    def create(self, manifest: dict[str, Any]) -> bool:
-        self.created.append(manifest)
-        return True
-
-    def result(self, name: str) -> jobs.JobResult:
-        return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
-
-
-@dataclass
-class FakeLedger:
-    lines: list[faults.LedgerEntry] = field(default_factory=list)
-    error: Exception | None = None
-
-    def entries(self) -> ledger_store.LedgerRead:
-        return ledger_store.LedgerRead(entries=list(self.lines), malformed=[])
-
-    def append(self, entry: Any) -> None:
-        if self.error:
-            raise self.error
-        self.lines.append(entry)
 
 
 def isolated_node() -> fleet.Node:
@@ -147,3 +119,16 @@ def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
         step_jobs.results[manifest["metadata"]["name"]] = finished_job
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
     assert [s.node for s in steps] == ["gpu-node-b"]
+
+
+def test_no_evidence_job_for_marks_gpuguard_did_not_write() -> None:
+    """A person's cordon with forged isolation marks (managedFields name another writer)."""
+    import dataclasses
+
+    rec, step_jobs, _, _ = make()
+    forged = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"kubectl-annotate"}))
+    assert rec.run((forged,), NOW, may_write=lambda: True) == []
+    assert step_jobs.created == []
+    own = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"gpuguard"}))
+    rec.run((own,), NOW, may_write=lambda: True)
+    assert len(step_jobs.created) == 1

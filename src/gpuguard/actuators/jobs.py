@@ -1,11 +1,16 @@
 """The Jobs gpuguard runs on an isolated node, and reading their results.
 
-Both Jobs are pinned with ``nodeName`` (so they run on the cordoned node on purpose, as the
-seed's evidence Job did) and have exactly the shape the ValidatingAdmissionPolicy under
-``deploy/`` admits from gpuguard's service account — anything else is refused by the API
-server. The evidence Job runs unprivileged: no hostPID, no hostNetwork, every capability
-dropped but DAC_READ_SEARCH, host paths mounted read-only. Its result is the container's
-termination message (≤ 4 KiB), so reading it needs no log access.
+Both Jobs are pinned with ``nodeName`` (so they run on the cordoned node on purpose) and have
+exactly the shape the ``gpuguard-jobs`` ValidatingAdmissionPolicy under ``deploy/`` admits —
+anything else running as gpuguard's service accounts is refused by the API server (see
+``docs/security.md``). ``gpuguard manifest job`` prints them. The evidence Job runs
+unprivileged: no host namespaces, every capability dropped but DAC_READ_SEARCH (kern.log is
+``syslog:adm 0640`` on Debian/Ubuntu), only ``/sys``, ``/var/log`` and the boot ID mounted,
+read-only. ``nvidia-smi`` comes from the NVIDIA container toolkit (``runtimeClassName``,
+``NVIDIA_VISIBLE_DEVICES=all``, ``NVIDIA_DRIVER_CAPABILITIES=utility``: the toolkit mounts the
+driver's utilities into the container), the journal is read by the image's own journalctl
+from the host's journal files. Its result is the container's termination message (≤ 4 KiB),
+so reading it needs no log access.
 
 Names are derived from the node and the isolation time: a crash between creating a Job and
 recording it leaves a Job the next tick finds again (create → AlreadyExists is success).
@@ -31,7 +36,16 @@ JOB_KIND_LABEL = "gpuguard.io/job"
 NODE_LABEL = "gpuguard.io/node"
 BURNIN_NODE_LABEL = annotation_keys.BURNIN_NODE_LABEL  # the onboarding gate looks for it
 EVIDENCE_SERVICE_ACCOUNT = "gpuguard-evidence"
-HOST_PATHS = {"sys": "/sys", "var-log": "/var/log", "proc": "/proc", "etc": "/etc"}
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+HOST_PATHS = {"sys": ("/sys", "Directory"), "var-log": ("/var/log", "Directory"),
+              "boot-id": (BOOT_ID_FILE, "File")}  # fmt: skip
+"""Volume name -> (host path, hostPath type): what the evidence collector reads, nothing more."""
+TOOLKIT_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+"""The NVIDIA container toolkit's variables: every GPU's device node and only the driver's
+utilities (nvidia-smi), no compute libraries; see NVIDIA's container toolkit docs
+("Driver capabilities")."""
+BURNIN_ENV = {"CUDA_CACHE_DISABLE": "1"}  # read-only root filesystem: no JIT cache to write
+BURNIN_UID = 65532  # any non-root uid: /dev/nvidia* are 0666
 
 
 class JobKind(StrEnum):
@@ -49,17 +63,26 @@ def _labels(kind: JobKind, node: str) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": PART_OF, JOB_KIND_LABEL: str(kind), NODE_LABEL: node}
 
 
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
 def evidence_job(
-    node: str, isolated_at: str, *, image: str, namespace: str = "gpuguard"
+    node: str,
+    isolated_at: str,
+    *,
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = None,
 ) -> dict[str, Any]:
     """The evidence Job manifest (batch/v1) for one isolation of ``node``."""
     mounts = [
         {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": True}
-        for name, path in HOST_PATHS.items()
+        for name, (path, _) in HOST_PATHS.items()
     ]
     volumes = [
-        {"name": f"host-{name}", "hostPath": {"path": path, "type": "Directory"}}
-        for name, path in HOST_PATHS.items()
+        {"name": f"host-{name}", "hostPath": {"path": path, "type": kind}}
+        for name, (path, kind) in HOST_PATHS.items()
     ]
     container = {
         "name": "evidence",
@@ -68,6 +91,7 @@ def evidence_job(
             "gpuguard", "evidence", "--root", "/host", "--node", node,
             "--summary-file", "/dev/termination-log",
         ],
+        "env": _env(TOOLKIT_ENV),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -83,7 +107,7 @@ def evidence_job(
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
     }
-    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes)
+    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes, runtime_class)
 
 
 BURNIN_DEADLINE_S = 90 * 60
@@ -110,6 +134,7 @@ def burnin_job(
     reason: str | None = None,
     reset_done: str | None = None,
     namespace: str = "gpuguard",
+    runtime_class: str | None = None,
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
@@ -126,11 +151,13 @@ def burnin_job(
         "name": "burnin",
         "image": image,
         "command": command,
-        "env": [{"name": "CUDA_CACHE_DISABLE", "value": "1"}],  # read-only root filesystem
+        "env": _env(BURNIN_ENV),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": BURNIN_UID,
             "capabilities": {"drop": ["ALL"]},
         },
         "resources": {
@@ -141,7 +168,7 @@ def burnin_job(
         "terminationMessagePolicy": "File",
     }
     key = burnin_key(isolated_at, boot_id, mode, reset_done)
-    job = _job(JobKind.BURNIN, node, key, namespace, container, [])
+    job = _job(JobKind.BURNIN, node, key, namespace, container, [], runtime_class)
     job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["metadata"]["annotations"] = {
@@ -160,9 +187,10 @@ def _job(
     namespace: str,
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
+    runtime_class: str | None,
 ) -> dict[str, Any]:
     labels = _labels(kind, node)
-    return {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -176,7 +204,7 @@ def _job(
             "activeDeadlineSeconds": 600,
             "ttlSecondsAfterFinished": 7 * 86400,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": dict(labels)},
                 "spec": {
                     "nodeName": node,
                     "restartPolicy": "Never",
@@ -184,6 +212,7 @@ def _job(
                     "automountServiceAccountToken": False,
                     "hostPID": False,
                     "hostNetwork": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [container],
                     "volumes": volumes,
@@ -191,6 +220,9 @@ def _job(
             },
         },
     }
+    if runtime_class:
+        job["spec"]["template"]["spec"]["runtimeClassName"] = runtime_class
+    return job
 
 
 class Jobs:

@@ -47,6 +47,7 @@ class Recovery:
     image: str
     namespace: str = "gpuguard"
     notifier: ports.Notifier | None = None
+    runtime_class: str | None = None
 
     def run(
         self,
@@ -103,6 +104,7 @@ class Recovery:
             node.annotations[annotation_keys.ISOLATED_AT],
             image=self.image,
             namespace=self.namespace,
+            runtime_class=self.runtime_class,
         )
         if self.jobs.create(manifest):
             log.info("%s: evidence Job %s created", node.name, manifest["metadata"]["name"])

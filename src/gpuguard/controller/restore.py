@@ -189,6 +189,7 @@ class Restore:
             reason=node.annotations.get(keys.REASON),
             reset_done=_reset_key(node),
             namespace=self.namespace,
+            runtime_class=self.settings.controller.job_runtime_class,
         )
         return self.jobs.create(manifest)
 

@@ -91,7 +91,7 @@ def _play(
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     with kubeapi.serve(objects) as server, lightkube.Client(
-        config=kubeapi.lightkube_config(server.url), field_manager="gpuguard"
+        config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
     ) as client:
         writer = node_writer.NodeWriter(client)
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
@@ -110,10 +110,11 @@ def _play(
                 catalog=catalog,
                 image=settings.controller.image,
                 namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
             ),
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace),
+                ledger=ledger.Ledger(client, namespace, quarantine=True),
                 writer=writer,
                 facts=return_view.WorldReturnFacts(played),
                 classifier=catalog,

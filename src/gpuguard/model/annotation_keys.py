@@ -41,5 +41,10 @@ PER_ISOLATION = (
 them. A human's ``HOLD`` is never among them."""
 
 
+FIELD_MANAGER = "gpuguard"
+"""The field manager of every write gpuguard makes: the API server records it in the object's
+``metadata.managedFields`` as the owner of the marks gpuguard wrote."""
+
+
 def is_gpuguard_key(key: str) -> bool:
     return key.startswith(PREFIX)

@@ -44,6 +44,7 @@ class Reason(StrEnum):
     BREAKER_RESET = "breaker-reset"
     ESCALATED = "escalated"
     FAULT_RECORDED = "fault-recorded"
+    MARKS_NOT_GPUGUARDS = "marks-not-gpuguards"  # gpuguard.io/isolated-at written by another
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"
     ALREADY_ISOLATED = "already-isolated"

@@ -119,6 +119,12 @@ class ControllerSettings(_Section):
         description="gpuguard's image for the evidence and burn-in Jobs (the admission policy "
         "admits exactly this image; the Helm chart sets both).",
     )
+    job_runtime_class: str | None = Field(
+        default="nvidia",
+        description="runtimeClassName of the evidence and burn-in Jobs: the NVIDIA container "
+        "toolkit's RuntimeClass (the GPU Operator creates `nvidia`); null where the toolkit is "
+        "the node's default runtime. The admission policy admits exactly this value.",
+    )
     recovery: bool = Field(
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",

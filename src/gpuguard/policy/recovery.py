@@ -43,12 +43,13 @@ class RecoveryStep:
 
 
 def needs_recovery(node: fleet.Node) -> bool:
-    """gpuguard isolated it and no verdict is recorded on it yet."""
+    """gpuguard isolated it (its marks are its own) and no verdict is recorded on it yet."""
     marks = node.annotations
     return (
         node.unschedulable
         and annotation_keys.ISOLATED_AT in marks
         and annotation_keys.VERDICT not in marks
+        and node.foreign_marks is None
     )
 
 

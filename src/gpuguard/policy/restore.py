@@ -48,6 +48,12 @@ def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.Resto
     if keys.ISOLATED_AT not in node.annotations:
         reason = Reason.HUMAN_CORDON if node.unschedulable else Reason.NOT_ISOLATED
         return _decision(c, checks, Step.NONE, reason, checks[0].summary)
+    if (writer := node.foreign_marks) is not None:
+        detail = (
+            f"{keys.ISOLATED_AT} was written by {writer}, not by gpuguard: not gpuguard's "
+            "isolation, never returned by gpuguard"
+        )
+        return _decision(c, checks, Step.NONE, Reason.MARKS_NOT_GPUGUARDS, detail)
     if not node.unschedulable:
         detail = "burn-in skipped: uncordoned by a human; gpuguard's annotations removed"
         return _decision(

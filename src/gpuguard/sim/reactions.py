@@ -412,23 +412,28 @@ def on_prometheus_down(w: Stage, p: scenario.PrometheusDownPayload, _node: None)
 
 # ---- humans, through the API ---------------------------------------------------------------------
 
+KUBECTL = "kubectl-"
+"""kubectl's field manager is ``kubectl-<command>`` (kubectl cordon, annotate, ...)."""
+
 
 def on_cordon(w: Stage, p: scenario.CordonPayload, node: state.SimNode) -> None:
     patch: kube_objects.Obj = {"spec": {"unschedulable": True}}
     if p.key:
         patch["metadata"] = {"annotations": {p.key: p.value or ""}}
-    w.store.merge_patch("Node", "", node.name, patch)
+    w.store.merge_patch("Node", "", node.name, patch, manager=KUBECTL + "cordon")
     w.record("cordon", node.name, "a human cordons" + (f" ({p.key})" if p.key else ""))
 
 
 def on_uncordon(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
-    w.store.merge_patch("Node", "", node.name, {"spec": {"unschedulable": None}})
+    w.store.merge_patch(
+        "Node", "", node.name, {"spec": {"unschedulable": None}}, manager=KUBECTL + "uncordon"
+    )
     w.record("uncordon", node.name, "a human uncordons")
 
 
 def on_annotate(w: Stage, p: scenario.AnnotatePayload, node: state.SimNode) -> None:
     patch = {"metadata": {"annotations": {p.key: p.value}}}
-    w.store.merge_patch("Node", "", node.name, patch)
+    w.store.merge_patch("Node", "", node.name, patch, manager=KUBECTL + "annotate")
     action = f"{p.key}={p.value}" if p.value is not None else f"{p.key} removed"
     w.record("annotate", node.name, f"a human annotates {action}")
 
