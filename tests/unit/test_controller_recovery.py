@@ -15,6 +15,7 @@ from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, 
 from tests import fakes
 
 NOW = datetime(2026, 9, 21, 6, 10, tzinfo=UTC)
+VERDICT = annotation_keys.VERDICT
 
 
 @dataclass
@@ -85,7 +86,8 @@ def test_job_then_ledger_then_verdict_annotation() -> None:
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     assert [(e.node, e.xid, e.verdict) for e in book.lines] == [
         ("gpu-node-b", 79, decisions.Verdict.POWER_CYCLE)]
-    ((name, marks),) = writer.annotated
+    started, (name, marks) = writer.annotated
+    assert started == ("gpu-node-b", {annotation_keys.EVIDENCE_STARTED: "2026-09-21T06:05:10Z"})
     assert name == "gpu-node-b"
     assert marks[annotation_keys.VERDICT] == "power-cycle"
     assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
@@ -103,11 +105,11 @@ def test_a_failed_ledger_write_leaves_no_verdict_so_the_next_tick_retries() -> N
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     finished(step_jobs)
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
-    assert writer.annotated == []
+    assert [VERDICT in marks for _, marks in writer.annotated] == [False]
     book.error = None
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     assert len(book.lines) == 1
-    assert len(writer.annotated) == 1
+    assert [VERDICT in marks for _, marks in writer.annotated] == [False, True]
 
 
 def test_nodes_with_a_verdict_or_a_human_cordon_are_left_alone() -> None:
@@ -147,3 +149,36 @@ def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
         step_jobs.results[manifest["metadata"]["name"]] = finished_job
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
     assert [s.node for s in steps] == ["gpu-node-b"]
+
+
+def test_a_hung_evidence_job_ends_in_one_human_verdict_told_once() -> None:
+    rec, step_jobs, book, writer = make()
+    told: list[decisions.Action] = []
+    rec.notifier = Told(told)
+    node = isolated_node()
+    rec.run((node,), NOW, may_write=lambda: True)
+    ((_, mark),) = writer.annotated
+    started = fleet.Node(node.name, node.boot_id, 8, 7, unschedulable=True,
+                         annotations={**node.annotations, **mark})
+    step_jobs.results[step_jobs.created[0]["metadata"]["name"]] = jobs.JobResult(
+        jobs.JobState.FAILED, detail="DeadlineExceeded: Job was active longer than specified")
+    rec.run((started,), NOW, may_write=lambda: True)
+    _, verdict = writer.annotated[-1]
+    decided = fleet.Node(node.name, node.boot_id, 8, 7, unschedulable=True,
+                         annotations={**started.annotations, **verdict})  # type: ignore[dict-item]
+    step_jobs.results.clear()  # the TTL deleted the Job
+    assert rec.run((decided,), NOW, may_write=lambda: True) == []
+    assert len(step_jobs.created) == 1
+    assert [(e.verdict, e.xid) for e in book.lines] == [(decisions.Verdict.HUMAN_DIAGNOSIS, 79)]
+    assert verdict[annotation_keys.VERDICT] == "human-diagnosis"
+    assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
+    assert told == writer.events
+    assert "evidence unavailable (DeadlineExceeded" in writer.events[0].evidence[0].value
+
+
+@dataclass
+class Told:
+    actions: list[decisions.Action]
+
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        self.actions.append(action)

@@ -105,6 +105,9 @@ class FakeLedger:
     def entries(self) -> ledger_store.LedgerRead:
         return ledger_store.LedgerRead(entries=list(self.lines))
 
+    def append(self, entry: faults.LedgerEntry) -> None:
+        self.lines.append(entry)
+
 
 def _command(manifest: dict[str, Any]) -> list[str]:
     command: list[str] = manifest["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -350,11 +353,19 @@ def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> Non
     assert reason is not None
     assert reason.startswith("throughput-balance FAIL")
     assert [n.reason for n in w.notices] == [decisions.Reason.BURN_IN_FAILED]
-    marked = isolated({keys.RETURN_FAILED: reason})
+    assert [(e.node, e.kind) for e in w.ledger.lines[-1:]] == [
+        ("gpu-node-b", faults.FaultKind.BURNIN_FAILED)]
+    lines = len(w.ledger.lines)
+    marked = isolated({k: v for k, v in marks.items() if v is not None})
     again = w.tick(marked)
+    w.jobs.results.clear()  # the TTL deleted the Job: the mark keeps the failure
+    gone = w.tick(marked)
     assert (again.decision.step, again.done) == (Step.STAY_ISOLATED, "-")
+    assert (gone.decision.step, gone.done) == (Step.STAY_ISOLATED, "-")
+    assert len(w.jobs.created) == 1
     assert len(w.writer.annotated) == 1
     assert len(w.notices) == 1
+    assert len(w.ledger.lines) == lines
     assert w.writer.uncordoned == []
 
 

@@ -4,6 +4,7 @@ riser/slot/power check; the drafted request names the history it rests on."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -195,3 +196,12 @@ def test_fault_without_xid_or_card_is_described_in_words() -> None:
     assert text.startswith("gpu-node-b (slot unknown, card unknown): fallen off bus.")
     assert "UUID is unknown" in text
     assert "slot is unknown" in text
+
+
+def test_a_failed_burn_in_line_is_kept_but_not_counted_as_another_fault() -> None:
+    kind = faults.FaultKind.BURNIN_FAILED
+    burn_in = dataclasses.replace(fault("2026-09-11"), xid=None, kind=kind)
+    entries = [fault("2026-09-10"), burn_in]
+    assert escalation.card_fault_count(entries, CARD_A) == 1
+    history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
+    assert escalation.escalate(history) is Escalation.NONE

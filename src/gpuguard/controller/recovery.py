@@ -89,6 +89,8 @@ class Recovery:
         try:
             if step.start_evidence_job:
                 self._start_job(node)
+            if step.started_mark is not None:
+                self.writer.annotate(node, dict(step.started_mark))
             if step.record is not None:
                 self.ledger.append(step.record)
             if step.annotations is not None:

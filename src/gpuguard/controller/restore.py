@@ -1,11 +1,14 @@
 """The return-to-pool step of a tick: for each node gpuguard isolated, gather the facts, let
 ``policy.restore`` decide, and apply its step (DESIGN §7, seed 004 "풀 복귀").
 
-- ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot and
-  reset, so a burn-in that failed runs again only after another power cycle or reset);
+- ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot,
+  reset and inspection, so a burn-in that failed runs again only after another power cycle,
+  reset or inspection);
 - ``uncordon``: ONE merge patch (``unschedulable: false`` and gpuguard's annotations removed),
   an Event, a "returned to service" notification;
-- ``stay-isolated``: annotate ``gpuguard.io/return-failed`` once, an Event, a notification;
+- ``stay-isolated``: a ledger line for the failed burn-in, then annotate
+  ``gpuguard.io/return-failed`` and ``gpuguard.io/burnin-failed`` once, an Event, a
+  notification; the mark, not the Job (which its TTL deletes), keeps the failure;
 - ``clean-annotations`` (a human uncordoned first): remove gpuguard's annotations, an Event
   saying the burn-in was skipped.
 
@@ -59,6 +62,8 @@ class JobsPort(Protocol):
 
 class LedgerReader(Protocol):
     def entries(self) -> ledger_store.LedgerRead: ...
+
+    def append(self, entry: Any) -> None: ...
 
 
 class ReturnWriter(Protocol):
@@ -161,6 +166,7 @@ class Restore:
                     self.writer.uncordon(node, decision.remove_annotations)
                     tell = True
                 case Step.STAY_ISOLATED if decision.action is not None:
+                    self._record(decision)
                     self.writer.annotate(node, dict(decision.action.annotations))
                     tell = True
                 case Step.CLEAN_ANNOTATIONS:
@@ -176,6 +182,18 @@ class Restore:
             self._announce(decision, now)
         return "applied"
 
+    def _record(self, decision: model.RestoreDecision) -> None:
+        """A failed burn-in's ledger line, before the annotation that marks it recorded; a
+        line already there (a crash after it was written) is not written twice."""
+        line = decision.record
+        if line is None:
+            return
+        if not any(
+            (e.node, e.at, e.kind) == (line.node, line.at, line.kind)
+            for e in self.ledger.entries().entries
+        ):
+            self.ledger.append(line)
+
     def _start_burn_in(self, node: fleet.Node, decision: model.RestoreDecision) -> bool:
         """Create the Job unless an earlier tick did; True when this call created it."""
         mode = decision.burn_in_mode or model.BurnInMode.MATMUL_AND_MEMTEST
@@ -189,6 +207,7 @@ class Restore:
             reason=node.annotations.get(keys.REASON),
             reset_done=_reset_key(node),
             namespace=self.namespace,
+            inspected=node.annotations.get(keys.INSPECTED),
         )
         return self.jobs.create(manifest)
 
@@ -258,9 +277,8 @@ def _reset_key(node: fleet.Node) -> str | None:
 
 
 def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
-    """The burn-in Job of the node's current isolation, boot and reset, in ``mode``."""
-    isolated_at = node.annotations[keys.ISOLATED_AT]
-    key = job_specs.burnin_key(isolated_at, node.boot_id, str(mode), _reset_key(node))
+    """The burn-in Job of the node's current isolation, boot, reset and inspection, in ``mode``."""
+    key = restore.burnin_key(node, mode)
     return job_specs.job_name(job_specs.JobKind.BURNIN, node.name, key)
 
 

@@ -22,6 +22,8 @@ INSPECTED = PREFIX + "inspected"  # a human's timestamp: the card was inspected,
 ONBOARDING_TAINT = PREFIX + "onboarding"
 GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
+EVIDENCE_STARTED = PREFIX + "evidence-started"  # the isolation its evidence Job was made for
+BURNIN_FAILED = PREFIX + "burnin-failed"  # the burn-in key (isolation/boot/reset/...) that failed
 
 PER_ISOLATION = (
     REASON,
@@ -34,6 +36,8 @@ PER_ISOLATION = (
     REQUEST,
     ESCALATION,
     RETURN_FAILED,
+    EVIDENCE_STARTED,
+    BURNIN_FAILED,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""

@@ -11,6 +11,9 @@ reported: record it in the ledger first, then draft the request.
 - the slot saw faults from two or more different cards (a new card failed where the old one
   did): ask for a riser / slot / power check.
 
+A failed burn-in's line (kind ``burnin_failed``) is a test of a fault already counted, not a
+new fault: it is kept in the card's record but never counted here.
+
 When a slot check and a card escalation both apply, ``escalate`` returns SLOT_CHECK: fitting
 yet another card into a bad slot repeats the incident, so the slot comes first. The request
 text still states the card's count and asks for its inspection or replacement as well.
@@ -52,7 +55,7 @@ class CardHistory:
 
 def card_fault_count(entries: Iterable[faults.LedgerEntry], uuid: str) -> int:
     """How many faults the ledger holds for this card, across all nodes and slots."""
-    return sum(1 for entry in entries if entry.uuid == uuid)
+    return sum(1 for entry in entries if entry.uuid == uuid and _is_fault(entry))
 
 
 def history_for(
@@ -60,10 +63,14 @@ def history_for(
 ) -> CardHistory:
     """The card's faults by UUID (none when the card is unknown) and the slot's faults by PCI
     address on ``node`` (none when the slot is unknown)."""
-    ordered = sorted(entries, key=lambda entry: (entry.at, entry.node))
+    ordered = sorted((e for e in entries if _is_fault(e)), key=lambda e: (e.at, e.node))
     card = tuple(e for e in ordered if uuid is not None and e.uuid == uuid)
     slot = tuple(e for e in ordered if pci is not None and e.node == node and e.pci == pci)
     return CardHistory(card_faults=card, slot_faults=slot)
+
+
+def _is_fault(entry: faults.LedgerEntry) -> bool:
+    return entry.kind is not faults.FaultKind.BURNIN_FAILED
 
 
 def escalate(history: CardHistory) -> Escalation:

@@ -106,8 +106,8 @@ class WorldPrometheus:
                 now,
             ),
         }
-        if node.down_until is not None:
-            return seen  # the exporter pod is down with its node
+        if node.down_until is not None or not exporters.exporter_up(node, self.world.now):
+            return seen  # the exporter pod is down with its node, or does not answer
         for gpu in node.gpus:
             seen |= self._scrape_gpu(node, gpu, now)
         return seen

@@ -40,7 +40,8 @@ The world's rules (deterministic):
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
-  ``prometheus_down``) do what their names say; see the ``on_*`` functions below.
+  ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
+  ``on_*`` functions below.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Memory:
     pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (namespace, outcome)
     boots: dict[str, int] = field(default_factory=dict)  # boots per node since the start
     announced: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) named this boot
+    job_hangs: set[tuple[str, str]] = field(default_factory=set)  # (node, Job kind) to hang
 
 
 # ---- GPU faults ----------------------------------------------------------------------------------
@@ -380,6 +382,22 @@ def on_prometheus_down(w: world.World, p: scenario.PrometheusDownPayload, _node:
         None,
         f"Prometheus unreachable for {durations.format_duration(p.duration)}",
     )
+
+
+def on_exporter_down(w: world.World, p: scenario.ExporterDownPayload, node: state.SimNode) -> None:
+    """The node's dcgm-exporter stops answering (its scrape fails: ``up == 0``, its series go
+    stale) while the node and its GPUs carry on."""
+    node.exporter_down_until = w.clock.now() + p.duration
+    w.record(
+        "exporter_down", node.name,
+        f"dcgm-exporter silent for {durations.format_duration(p.duration)}",
+    )  # fmt: skip
+
+
+def on_job_hang(w: world.World, p: scenario.JobHangPayload, node: state.SimNode) -> None:
+    """The next Job of kind ``p.job`` on the node runs until its deadline (``sim.kubelet``)."""
+    w.memory.job_hangs.add((node.name, p.job))
+    w.record("job_hang", node.name, f"the next {p.job} Job on this node will hang")
 
 
 # ---- humans, through the API ---------------------------------------------------------------------

@@ -147,6 +147,14 @@ class PrometheusDownPayload(_Strict):
     duration: Duration
 
 
+class ExporterDownPayload(NodePayload):
+    duration: Duration
+
+
+class JobHangPayload(NodePayload):
+    job: Literal["evidence", "burnin"]
+
+
 PAYLOADS: dict[str, type[_Strict]] = {
     "xid": XidPayload,
     "gpu_lost": GpuLostPayload,
@@ -171,6 +179,8 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "uncordon": NodePayload,
     "annotate": AnnotatePayload,
     "prometheus_down": PrometheusDownPayload,
+    "exporter_down": ExporterDownPayload,
+    "job_hang": JobHangPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------
