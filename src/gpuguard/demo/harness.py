@@ -24,9 +24,10 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import recovery, restore, tick
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import job_commands
-from gpuguard.model import annotation_keys, decisions
+from gpuguard.model import annotation_keys, decisions, faults
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
+from gpuguard.policy import escalation
 from gpuguard.policy import recovery as recovery_policy
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import kubeapi, kubelet, prometheus_view, return_view, scenario, store, world
@@ -142,6 +143,8 @@ def _drive(
         nonlocal seen, last, out
         run.gpu_seconds_out += out * (w.now - last).total_seconds()
         last = w.now
+        if jobs_kubelet.due(w.now):  # a run time, deadline or TTL passed between ticks
+            jobs_kubelet.step()
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
             view.scrape()
@@ -198,6 +201,8 @@ def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> Non
 def _record_returns(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
     for outcome in result.returns:
         decision = outcome.decision
+        if decision.record is not None and outcome.done == "applied":
+            run.ledger.append(_line(decision.record, None))
         if outcome.returned:
             run.returned_at.setdefault(decision.node, []).append(result.at)
             run.held.pop(decision.node, None)
@@ -222,16 +227,20 @@ _HOLDING = {
 
 
 def _ledger_line(step: recovery_policy.RecoveryStep) -> dict[str, Any]:
-    entry = step.record
-    assert entry is not None
+    assert step.record is not None
+    return _line(step.record, step.escalation)
+
+
+def _line(entry: faults.LedgerEntry, level: escalation.Escalation | None) -> dict[str, Any]:
     return {
         "node": entry.node,
         "xid": entry.xid,
+        "kind": str(entry.kind),
         "pci": entry.pci,
         "uuid": entry.uuid,
         "recorder": str(entry.recorder),
         "verdict": str(entry.verdict) if entry.verdict else None,
-        "escalation": str(step.escalation) if step.escalation else None,
+        "escalation": str(level) if level else None,
     }
 
 

@@ -79,6 +79,8 @@ def decide(
     history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
     level = escalation.escalate(history)
     request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    if job.state is not jobs.JobState.SUCCEEDED:
+        request = f"{request} {proof[0].value[0].upper()}{proof[0].value[1:]}."
     return RecoveryStep(
         node=node.name,
         record=None if len(recorded) < len(ledger) else entry,

@@ -54,15 +54,22 @@ class JobKubelet:
     runtime: timedelta = timedelta(seconds=30)
     pod_gc_threshold: int = TERMINATED_POD_GC_THRESHOLD
     _hung: set[str] = field(default_factory=set)  # pods that never end (job_hang)
+    _due: list[datetime] = field(default_factory=list)
 
     def step(self) -> None:
         """One pass of the controllers: Jobs, their Pods, TTL and PodGC."""
+        self._due = []
         for job in self.world.store.list("Job"):
             labels = job["metadata"].get("labels") or {}
             if labels.get(PART_OF[0]) == PART_OF[1] and _terminal(job) is None:
                 self._sync(job)
         self._expire_finished()
         self._collect_pods()
+
+    def due(self, now: datetime) -> bool:
+        """Whether a pass at ``now`` would change something no event announces: a pod's run
+        time, a deadline or a TTL has come (a caller stepping time skips the passes between)."""
+        return any(when <= now for when in self._due)
 
     # ---- the Job controller ------------------------------------------------------------------
 
@@ -83,6 +90,8 @@ class JobKubelet:
         status |= {"active": len(active), "failed": failed, "succeeded": counts["Succeeded"]}
         deadline = job["spec"].get("activeDeadlineSeconds")
         started = parse_time(status["startTime"])
+        if deadline is not None:
+            self._due.append(started + timedelta(seconds=int(deadline)))
         if deadline is not None and now - started >= timedelta(seconds=int(deadline)):
             for pod in active:
                 self._delete_pod(pod)
@@ -136,9 +145,13 @@ class JobKubelet:
         started = pod["status"].get("startTime")
         if started is None:
             self._patch_pod(pod, {"phase": "Running", "startTime": kube_objects.timestamp(now)})
+            self._due.append(now + self.runtime)
             return
         name = pod["metadata"]["name"]
-        if name in self._hung or now - parse_time(started) < self.runtime:
+        if name in self._hung:
+            return
+        if now - parse_time(started) < self.runtime:
+            self._due.append(parse_time(started) + self.runtime)
             return
         container = job["spec"]["template"]["spec"]["containers"][0]
         code, message = self.run(node, list(container.get("command", [])))
@@ -180,6 +193,7 @@ class JobKubelet:
             if ttl is None or terminal is None:
                 continue
             finished = parse_time(terminal["lastTransitionTime"])
+            self._due.append(finished + timedelta(seconds=int(ttl)))
             if now - finished >= timedelta(seconds=int(ttl)):
                 for pod in self._owned_pods(job):
                     self._delete_pod(pod)
