@@ -144,7 +144,8 @@ def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
     finished_job = jobs.JobResult(jobs.JobState.SUCCEEDED, "{}")
     step_jobs.results = {}
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
-    assert [s.node for s in steps] == ["gpu-node-x", "gpu-node-b"]  # both start their Job
+    assert [s.node for s in steps] == ["gpu-node-b"]  # the malformed node is never written to
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-b"]
     for manifest in step_jobs.created:
         step_jobs.results[manifest["metadata"]["name"]] = finished_job
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)

@@ -121,3 +121,23 @@ def test_an_unhandled_step_error_fails_the_tick_closed_not_the_loop() -> None:
     assert result is not None
     assert result.error_kind == "internal"
     assert not loop.healthy()
+
+
+def test_any_exception_in_a_tick_fails_it_closed_and_the_loop_ticks_again() -> None:
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    calls = []
+
+    def explode() -> tick.TickResult:
+        calls.append(1)
+        raise ValueError("invalid literal for int() with base 10: '²'")
+
+    loop.guard.tick = explode  # type: ignore[method-assign]
+    first = loop.step()
+    clock.t += 3600
+    second = loop.step()
+    assert first is not None
+    assert second is not None
+    assert first.error_kind == "internal"
+    assert first.error is not None
+    assert "ValueError" in first.error
+    assert len(calls) == 2

@@ -28,7 +28,7 @@ def test_a_failed_tick_counts_an_error_and_keeps_the_last_success() -> None:
     metrics.observe(tick.TickResult(at=NOW, error="503", error_kind="source"))
     seen = values(metrics)
     assert seen[("gpuguard_ticks_total", ())] == 1
-    assert seen[("gpuguard_tick_errors_total", (("kind", "source"),))] == 1
+    assert seen[("gpuguard_tick_errors_total", (("kind", "source"), ("step", "collect")))] == 1
     assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == 0
 
 
@@ -62,3 +62,11 @@ def test_endpoint_serves_metrics_and_health() -> None:
             assert client.get(base + "/healthz").status_code == 200
             health["ok"] = False
             assert client.get(base + "/healthz").status_code == 503
+
+
+def test_a_step_that_failed_closed_is_counted_by_step() -> None:
+    metrics = telemetry.GuardMetrics()
+    failed = [("recovery", "node gpu-node-a: ValueError: x"), ("recovery", "node b: KeyError")]
+    metrics.observe(tick.TickResult(at=NOW, step_errors=failed))
+    seen = values(metrics)
+    assert seen[("gpuguard_tick_errors_total", (("kind", "internal"), ("step", "recovery")))] == 2

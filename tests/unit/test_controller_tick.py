@@ -8,9 +8,10 @@ import pytest
 
 from gpuguard.controller import tick
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import fleet, settings
+from gpuguard.model import fleet, jobs, settings
 from gpuguard.model import metric_names as names
 from tests import fakes
+from tests.unit import test_controller_recovery
 
 NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
 
@@ -131,3 +132,49 @@ def test_opt_in_phantom_cordon_waits_when_the_tick_already_isolated_one() -> Non
     assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the Xid 79 first
     assert result.phantom is not None
     assert [p.node for p in result.phantom.phantoms] == ["gpu-node-1"]
+
+
+class BrokenClassifier:
+    def is_hardware(self, code: int) -> bool:
+        raise KeyError(code)  # a bug, not an input error: nothing in the tick handles it
+
+
+def test_an_unexpected_exception_fails_its_step_closed_and_the_next_steps_run() -> None:
+    rec, step_jobs, _, _ = test_controller_recovery.make()
+    cluster, metrics = xid79_world()
+    isolated = test_controller_recovery.isolated_node()
+    cluster.node_list = [*cluster.node_list, fleet.Node(
+        "gpu-node-c", isolated.boot_id, 8, 7, unschedulable=True,
+        annotations=isolated.annotations)]  # fmt: skip
+    g, writer = guard(classifier=BrokenClassifier(), cluster=cluster, metrics=metrics,
+                      recovery=rec)  # fmt: skip
+    result = g.tick()
+    assert result.decision is None
+    assert writer.isolated == []
+    assert [step for step, _ in result.step_errors] == ["isolate"]
+    assert "KeyError: 79" in result.step_errors[0][1]
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-c"]
+
+
+def test_a_node_whose_step_raises_costs_only_that_node() -> None:
+    rec, step_jobs, _, _ = test_controller_recovery.make()
+    isolated = test_controller_recovery.isolated_node()
+    bad = fleet.Node("gpu-node-x", "b", 8, 7, unschedulable=True,
+                     annotations={**isolated.annotations, "gpuguard.io/reason": "xid-²"})
+    results = {"gpu-node-x": RuntimeError("unexpected")}
+    original = step_jobs.result
+
+    def result(name: str) -> jobs.JobResult:
+        if "gpu-node-x" in name:
+            raise results["gpu-node-x"]
+        return original(name)
+
+    step_jobs.result = result  # type: ignore[method-assign]
+    errors: list[tuple[str, str]] = []
+    steps = rec.run((bad, isolated), NOW, may_write=lambda: True, errors=errors)
+    assert [s.node for s in steps] == ["gpu-node-b"]
+    ((step, failure),) = errors
+    assert step == "recovery"
+    assert failure.startswith("node gpu-node-x (annotations {")
+    assert "xid-²" in failure
+    assert "RuntimeError: unexpected" in failure

@@ -87,6 +87,27 @@ def test_query_count_is_the_same_at_100_and_10000_nodes() -> None:
         pytest.param(
             200, vector([{"metric": {}, "value": ["x"]}]), "malformed", id="malformed-sample"
         ),
+        pytest.param(
+            200, vector([{"metric": None, "value": [1.0, "1"]}]), "not a label set",
+            id="null-metric",
+        ),
+        pytest.param(
+            200, vector([{"metric": {"node": "a"}, "value": [AT.timestamp(), "NaN"]}]),
+            r"value 'NaN' of \{'node': 'a'\} is not a finite number", id="nan",
+        ),
+        pytest.param(
+            200, vector([{"metric": {}, "value": [AT.timestamp(), "+Inf"]}]), "not a finite",
+            id="inf",
+        ),
+        pytest.param(
+            200, vector([{"metric": {}, "value": [1e20, "1"]}]), "timestamp 1e\\+20",
+            id="absurd-timestamp",
+        ),
+        pytest.param(
+            200, json.dumps({"status": "success", "warnings": ["store gateway unavailable"],
+                             "data": {"resultType": "vector", "result": []}}).encode(),
+            "partial answer, warnings", id="partial-answer-warnings",
+        ),
     ],
 )
 def test_bad_answers_are_errors_never_no_targets(status: int, body: bytes, message: str) -> None:

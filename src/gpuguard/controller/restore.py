@@ -35,10 +35,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
+from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, SourceError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports
@@ -110,18 +112,33 @@ class Restore:
         now: datetime,
         *,
         may_write: Callable[[], bool],
+        errors: failsafe.StepErrors | None = None,
     ) -> list[ReturnOutcome]:
+        """One node's failure (a malformed annotation, an unexpected exception) costs only that
+        node: it is logged, added to ``errors`` and the others go on."""
+        errors = [] if errors is None else errors
         candidates = [n for n in snapshot.nodes if keys.ISOLATED_AT in n.annotations]
         if not candidates:
             return []
         gatherer = _Gatherer.read(self, now)
         outcomes = []
         for node in candidates:
-            decision = self._decide(node, gatherer, snapshot.pods_on(node.name), now)
-            outcomes.append(
-                ReturnOutcome(decision, self._carry_out(node, decision, now, may_write))
-            )
+            subject = f"node {node.name} (annotations {_marks(node)})"
+            one = partial(self._one, node, gatherer, snapshot.pods_on(node.name), now, may_write)
+            if (outcome := failsafe.guarded("restore", subject, errors, one, None)) is not None:
+                outcomes.append(outcome)
         return outcomes
+
+    def _one(
+        self,
+        node: fleet.Node,
+        gatherer: _Gatherer,
+        pods: tuple[fleet.Pod, ...],
+        now: datetime,
+        may_write: Callable[[], bool],
+    ) -> ReturnOutcome:
+        decision = self._decide(node, gatherer, pods, now)
+        return ReturnOutcome(decision, self._carry_out(node, decision, now, may_write))
 
     def _decide(
         self,
@@ -270,6 +287,11 @@ def _failed_check(summary: Mapping[str, Any]) -> str:
 def _passed_detail(summary: Mapping[str, Any]) -> str:
     found, ratio = summary.get("found_gpus"), summary.get("ratio_min_max")
     return f"{found} GPU(s), min/max {ratio}" if ratio is not None else f"{found} GPU(s)"
+
+
+def _marks(node: fleet.Node) -> dict[str, str]:
+    """gpuguard's annotations on the node: the input a failure is logged with."""
+    return {k: v for k, v in node.annotations.items() if keys.is_gpuguard_key(k)}
 
 
 def _reset_key(node: fleet.Node) -> str | None:

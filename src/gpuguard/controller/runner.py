@@ -72,9 +72,10 @@ class Runner:
             return None
         try:
             result = self.guard.tick()
-        except GpuguardError as e:  # a step failed in a way it did not handle: fail closed
-            log.error("tick failed: %s", e)
-            result = tick.TickResult(at=self.guard.clock.now(), error=str(e), error_kind="internal")
+        except Exception as e:  # nothing handled it (controller.failsafe): fail closed, go on
+            log.exception("tick failed closed: %s: %s", type(e).__name__, e)
+            error = f"{type(e).__name__}: {e}"
+            result = tick.TickResult(at=self.guard.clock.now(), error=error, error_kind="internal")
         self.metrics.observe(result)
         self._failures = 0 if result.ok else self._failures + 1
         if result.ok:

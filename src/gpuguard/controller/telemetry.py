@@ -18,6 +18,8 @@ from gpuguard.model import annotation_keys
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate
 
+_STEP_OF_KIND = {"source": "collect", "write": "isolate"}
+
 
 def _counter_base(name: str) -> str:
     return name.removesuffix("_total")
@@ -31,7 +33,9 @@ class GuardMetrics:
         r = self.registry
         self.ticks = Counter(_counter_base(names.TICKS_TOTAL), "Guard ticks run.", registry=r)
         self.tick_errors = Counter(
-            _counter_base(names.TICK_ERRORS_TOTAL), "Ticks that failed, by kind.", ["kind"],
+            _counter_base(names.TICK_ERRORS_TOTAL),
+            "Tick failures by kind (source, write, internal) and the step that failed closed.",
+            ["kind", "step"],
             registry=r,
         )
         self.last_success = Gauge(
@@ -73,7 +77,10 @@ class GuardMetrics:
     def observe(self, result: tick.TickResult) -> None:
         self.ticks.inc()
         if result.error_kind:
-            self.tick_errors.labels(result.error_kind).inc()
+            step = _STEP_OF_KIND.get(result.error_kind, "tick")
+            self.tick_errors.labels(result.error_kind, step).inc()
+        for step, _ in result.step_errors:
+            self.tick_errors.labels("internal", step).inc()
         if result.decision is None:
             return
         if result.error_kind is None:

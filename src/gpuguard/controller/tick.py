@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 
-from gpuguard.controller import phantom_watch
+from gpuguard.controller import failsafe, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
@@ -41,6 +42,7 @@ class TickResult:
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
+    step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
 
     @property
     def ok(self) -> bool:
@@ -72,21 +74,32 @@ class Guard:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
-        result.decision = isolate.decide(result.snapshot, self.classifier, self.settings)
-        self._act(result.snapshot, result.decision.actions, result)
-        if self.phantom is not None:
-            self._phantoms(self.phantom, result.snapshot, result.decision, result)
-        if self.recovery is not None:
-            result.recovery = self.recovery.run(
-                result.snapshot.nodes,
-                result.at,
-                may_write=lambda: not self.dry_run and self.is_leader(),
-            )
-        if self.restore is not None:
-            result.returns = self.restore.run(
-                result.snapshot, result.at, may_write=lambda: not self.dry_run and self.is_leader()
-            )
+        self._steps(result, result.snapshot)
         return result
+
+    def _steps(self, result: TickResult, snapshot: fleet.FleetSnapshot) -> None:
+        """Each step fails closed on its own (``controller.failsafe``): the next still runs."""
+        errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
+        decide = partial(isolate.decide, snapshot, self.classifier, self.settings)
+        result.decision = decision = failsafe.guarded("isolate", subject, errors, decide, None)
+        if decision is not None:
+            act = partial(self._act, snapshot, decision.actions, result)
+            failsafe.guarded("isolate", subject, errors, act, None)
+            if self.phantom is not None:
+                watch = partial(self._phantoms, self.phantom, snapshot, decision, result)
+                failsafe.guarded("phantom", subject, errors, watch, None)
+        may_write = self._may_write
+        if self.recovery is not None:
+            run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
+                          errors=errors)  # fmt: skip
+            result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
+        if self.restore is not None:
+            back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
+                           errors=errors)  # fmt: skip
+            result.returns = failsafe.guarded("restore", subject, errors, back, [])
+
+    def _may_write(self) -> bool:
+        return not self.dry_run and self.is_leader()
 
     def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
         """The cluster first (kept on the result, so ``explain`` can show a node even when

@@ -171,6 +171,8 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
     if result.error:
         run.guard_timeline.append(_entry(t, None, "guard_error", None, result.error))
+    for step, failure in result.step_errors:
+        run.guard_timeline.append(_entry(t, None, "guard_error", None, f"{step}: {failure}"))
     if result.decision is None:
         return
     for finding in result.decision.findings:

@@ -55,7 +55,7 @@ XID154_RECOVERY_ACTION = "gpuguard_xid154_recovery_action"  # agent: info-style 
 CHECK_STATUS = "gpuguard_check_status"  # agent: 1 for the current {check,status}
 NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML library
 TICKS_TOTAL = "gpuguard_ticks_total"
-TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # label: kind
+TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # labels: kind, step
 LAST_SUCCESSFUL_TICK = "gpuguard_last_successful_tick_timestamp_seconds"
 DECISIONS_TOTAL = "gpuguard_decisions_total"  # labels: action, reason
 BREAKER_OPEN = "gpuguard_breaker_open"

@@ -65,6 +65,7 @@ def decide(
     now: datetime,
 ) -> RecoveryStep:
     isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
+    _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
     started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
     mark = None if started else {annotation_keys.EVIDENCE_STARTED: isolated_at}
     if job.state is jobs.JobState.ABSENT and not started:
@@ -125,7 +126,7 @@ def _verdict(
 def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
     marks = node.annotations
     reason = marks.get(annotation_keys.REASON, "")
-    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
+    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdecimal() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
     return faults.LedgerEntry(
         at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),

@@ -4,12 +4,16 @@ size, evaluated at one instant (``time=``), failing closed.
 A non-success status, unparseable JSON, a missing expected series family (no
 kube-state-metrics GPU capacity, no dcgm-exporter series at all) or data older than the
 staleness bound raises ``SourceError`` — never "no targets", which would read as "all healthy".
+So does an answer that is not what Prometheus promises (``docs/querying/api``): a partial one
+(``warnings``, e.g. Thanos with a store down), a series without its label set (``"metric":
+null``), a value that is NaN or infinite, or a timestamp outside 1970-2100.
 Windows (the hold window, the Xid lookback) are evaluated by Prometheus, so a restarted guard
 decides exactly as the one before it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -203,18 +207,36 @@ def parse_answer(
     if status != 200 or not isinstance(payload, dict) or payload.get("status") != "success":
         error = payload.get("error") if isinstance(payload, dict) else None
         raise SourceError(f"Prometheus query {name!r}: HTTP {status}, error {error!r}")
+    if payload.get("warnings"):
+        warnings = payload["warnings"]
+        raise SourceError(f"Prometheus query {name!r}: partial answer, warnings {warnings!r:.200}")
     data = payload.get("data")
     if not isinstance(data, Mapping) or data.get("resultType") != kind:
         raise SourceError(f"Prometheus query {name!r}: expected a {kind} result, got {data!r:.80}")
     try:
         return [_series(item, kind) for item in data["result"]]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
         raise SourceError(f"Prometheus query {name!r}: malformed sample ({e})") from e
+
+
+_LAST_SANE_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
 
 def _series(
     item: Mapping[str, Any], kind: str
 ) -> tuple[dict[str, str], list[tuple[datetime, float]]]:
-    labels = {str(k): str(v) for k, v in item["metric"].items()}
+    metric = item["metric"]
+    if not isinstance(metric, Mapping):
+        raise TypeError(f'"metric" is {metric!r:.40}, not a label set')
+    labels = {str(k): str(v) for k, v in metric.items()}
     raw = [item["value"]] if kind == "vector" else item["values"]
-    return labels, [(datetime.fromtimestamp(float(t), UTC), float(v)) for t, v in raw]
+    return labels, [_point(labels, t, v) for t, v in raw]
+
+
+def _point(labels: Mapping[str, str], stamp: Any, text: Any) -> tuple[datetime, float]:
+    when, value = float(stamp), float(text)
+    if not 0.0 <= when < _LAST_SANE_TIME:
+        raise ValueError(f"timestamp {stamp!r:.40} of {dict(labels)} is not a time")
+    if not math.isfinite(value):
+        raise ValueError(f"value {text!r:.40} of {dict(labels)} is not a finite number")
+    return datetime.fromtimestamp(when, UTC), value
