@@ -23,3 +23,19 @@ def test_a_malformed_annotation_costs_only_its_node_and_every_tick_goes_on() -> 
     forged = {k: v for k, v in marks.items() if k.startswith("gpuguard.io/")}
     assert forged == {"gpuguard.io/reason": "xid-²", "gpuguard.io/isolated-at": "yesterday",
                       "gpuguard.io/gpu-pci": "0000:zz:00.0"}
+
+
+def test_a_silent_exporter_is_a_finding_and_its_nodes_gpus_are_unknown_not_healthy() -> None:
+    run = harness.play(scenario.load_shipped("exporter-silent"), settings.GuardSettings())
+    report = score.scenario_report(run)
+    timeline = report["timeline"]
+    silent = [(e["node"], e["t"]) for e in timeline if e["reason"] == "exporter-silent"]
+    assert [node for node, _ in silent] == ["gpu-node-a", "gpu-node-b"]
+    assert 20 * 60 < silent[0][1] <= 23 * 60  # within the staleness bound (2 min) + a tick
+    waits = [e for e in timeline if e["node"] == "gpu-node-b" and e["kind"] == "return_check"]
+    after_boot = [e for e in waits if 46 * 60 <= e["t"] < 66 * 60]
+    assert [e["reason"] for e in after_boot] == ["return-data-missing"]
+    burn_in = next(e for e in timeline if e["reason"] == "return-conditions-met")
+    assert burn_in["t"] >= 66 * 60  # only once its exporter answers again
+    assert report["returned"] == ["gpu-node-b"]
+    assert report["false_isolations"] == []

@@ -453,8 +453,11 @@ def test_burn_in_result_from_the_job(
 def test_guard_tick_exports_the_checklist_and_counts_the_return() -> None:
     w = world()
     node = isolated()
+    exporter = fleet.MetricSample(
+        names.DCGM_NODE_NEWEST, {"Hostname": node.name}, NOW.timestamp(), NOW
+    )  # its dcgm-exporter answers (policy.freshness)
     guard = tick.Guard(
-        metrics=fakes.FakeMetrics(), cluster=fakes.FakeCluster([node], w.pods),
+        metrics=fakes.FakeMetrics([exporter]), cluster=fakes.FakeCluster([node], w.pods),
         writer=w.writer, classifier=xid_catalog.load_catalog(),
         settings=settings.GuardSettings(), clock=fakes.FakeClock(NOW), restore=w.step,
     )  # fmt: skip
@@ -495,3 +498,15 @@ def test_the_real_burnin_command_output_is_read_and_cpu_mode_never_passes() -> N
     assert result is not None
     assert (result.outcome, result.mode) == (model.BurnInOutcome.FAILED, model.BurnInMode.MATMUL)
     assert result.failed_check.startswith("throughput-floor UNKNOWN: no expected fp16")
+
+
+def test_a_silent_exporter_makes_the_gpu_facts_unknown_whatever_was_last_seen() -> None:
+    w = world()
+    node = isolated()
+    snapshot = fleet.FleetSnapshot(taken_at=NOW, nodes=(node,), pods=tuple(w.pods))
+    (heard,) = w.step.run(snapshot, NOW, may_write=lambda: True)
+    (unheard,) = w.step.run(snapshot, NOW, may_write=lambda: True, silent=frozenset({node.name}))
+    assert heard.decision.step is not Step.WAIT
+    assert unheard.decision.step is Step.WAIT
+    assert unheard.decision.blocking is not None
+    assert unheard.decision.blocking.name is model.ReturnCondition.NO_HARDWARE_XID

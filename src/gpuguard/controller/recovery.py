@@ -95,7 +95,8 @@ class Recovery:
         try:
             return recovery.decide(node, job, entries, self.catalog, now)
         except InputError as e:  # a malformed gpuguard annotation on this node only
-            log.error("%s: recovery skipped, fix the node's annotation: %s", node.name, e)
+            message = f"{node.name}: recovery skipped, fix the node's annotation: {e}"
+            log.log(logging.ERROR if failsafe.first_time(message) else logging.DEBUG, message)
             return None
 
     def _apply(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:

@@ -113,14 +113,16 @@ class Restore:
         *,
         may_write: Callable[[], bool],
         errors: failsafe.StepErrors | None = None,
+        silent: frozenset[str] = frozenset(),
     ) -> list[ReturnOutcome]:
         """One node's failure (a malformed annotation, an unexpected exception) costs only that
-        node: it is logged, added to ``errors`` and the others go on."""
+        node: it is logged, added to ``errors`` and the others go on. The GPU facts of nodes
+        whose exporter is ``silent`` (``policy.freshness``) are unknown, whatever was last seen."""
         errors = [] if errors is None else errors
         candidates = [n for n in snapshot.nodes if keys.ISOLATED_AT in n.annotations]
         if not candidates:
             return []
-        gatherer = _Gatherer.read(self, now)
+        gatherer = dataclasses.replace(_Gatherer.read(self, now), silent=silent)
         outcomes = []
         for node in candidates:
             subject = f"node {node.name} (annotations {_marks(node)})"
@@ -312,6 +314,7 @@ class _Gatherer:
     now: datetime
     samples: Mapping[str, tuple[fleet.MetricSample, ...]] | None
     ledger: ledger_store.LedgerRead | None
+    silent: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, step: Restore, now: datetime) -> _Gatherer:
@@ -335,8 +338,9 @@ class _Gatherer:
 
     def facts(self, node: fleet.Node, pods: tuple[fleet.Pod, ...]) -> model.RestoreFacts:
         metrics = None if self.samples is None else self.samples.get(node.name, ())
-        # No dcgm-exporter series for the node: its GPU facts are unknown, not healthy.
-        gpus = metrics if metrics is not None and return_facts.dcgm_reporting(metrics) else None
+        # No dcgm-exporter series for the node, or only stale ones: its GPU facts are unknown.
+        reporting = metrics is not None and return_facts.dcgm_reporting(metrics)
+        gpus = metrics if reporting and node.name not in self.silent else None
         return model.RestoreFacts(
             pods=pods,
             hardware_xids_since_boot=None if gpus is None else self._xids(node, gpus),

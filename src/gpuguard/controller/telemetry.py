@@ -86,6 +86,8 @@ class GuardMetrics:
         if result.error_kind is None:
             self.last_success.set(result.at.timestamp())
         self._observe_decision(result.decision)
+        for finding in result.silent:
+            self.decisions.labels("finding", str(finding.reason)).inc()
         self._observe_phantoms(result)
         self._observe_isolated(result)
         self._observe_returns(result)

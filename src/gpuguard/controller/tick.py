@@ -21,7 +21,7 @@ from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import isolate, xid_signals
+from gpuguard.policy import freshness, isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
 from gpuguard.policy import recovery as recovery_policy
 
@@ -43,6 +43,7 @@ class TickResult:
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
     step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
+    silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
 
     @property
     def ok(self) -> bool:
@@ -88,6 +89,9 @@ class Guard:
             if self.phantom is not None:
                 watch = partial(self._phantoms, self.phantom, snapshot, decision, result)
                 failsafe.guarded("phantom", subject, errors, watch, None)
+        silent = partial(freshness.silent_exporters, snapshot, self.settings.prometheus.staleness)
+        result.silent = failsafe.guarded("freshness", subject, errors, silent, ())
+        unknown = frozenset(finding.node for finding in result.silent)
         may_write = self._may_write
         if self.recovery is not None:
             run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
@@ -95,7 +99,7 @@ class Guard:
             result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
         if self.restore is not None:
             back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
-                           errors=errors)  # fmt: skip
+                           errors=errors, silent=unknown)  # fmt: skip
             result.returns = failsafe.guarded("restore", subject, errors, back, [])
 
     def _may_write(self) -> bool:

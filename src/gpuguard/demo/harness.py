@@ -137,7 +137,7 @@ def _drive(
     seen: tuple[int, int] | None = None
     last = played.now
     out = 0
-    findings: dict[str, str] = {}
+    findings: Shown = {}
 
     def on_step(w: world.World) -> None:
         nonlocal seen, last, out
@@ -160,7 +160,10 @@ def _drive(
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
 
 
-def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None:
+Shown = dict[tuple[str, str], decisions.Finding]
+
+
+def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
     run.ticks += 1
     result = guard.tick()
     t = (result.at - run.played.origin).total_seconds()
@@ -173,15 +176,18 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
         run.guard_timeline.append(_entry(t, None, "guard_error", None, result.error))
     for step, failure in result.step_errors:
         run.guard_timeline.append(_entry(t, None, "guard_error", None, f"{step}: {failure}"))
-    if result.decision is None:
-        return
-    for finding in result.decision.findings:
-        if findings.get(finding.node) != finding.reason:
-            findings[finding.node] = finding.reason
+    if result.decision is None and not result.silent:
+        return  # nothing decided (Prometheus down): what was shown still stands
+    told = result.decision.findings if result.decision is not None else ()
+    current = {(f.node, str(f.reason)): f for f in (*told, *result.silent)}
+    for key, finding in current.items():
+        if key not in findings:  # shown once while it lasts
             detail = finding.detail or "; ".join(e.describe() for e in finding.evidence[:1])
             run.guard_timeline.append(
                 _entry(t, finding.node, "guard_finding", finding.reason, detail)
             )
+    findings.clear()
+    findings.update(current)
 
 
 def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> None:

@@ -223,8 +223,28 @@ class WorldPrometheus:
         out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at)
         out += self._count_recent(at)
         out += self._loss_held(at)
+        out += self._node_newest(at)
         self._check_fresh(at)
         return tuple(out)
+
+    def _node_newest(self, at: datetime) -> list[fleet.MetricSample]:
+        """``max by (Hostname) (timestamp(DCGM_FI_DEV_GPU_UTIL))``: per node, the last scrape
+        that found its exporter's series, within Prometheus' 5 min lookback."""
+        scraped = self._last_scrape(at)
+        if scraped is None:
+            return []
+        newest: dict[tuple[str, str], datetime] = {}
+        for (metric_name, labels), series in self._series.items():
+            host = next(((k, v) for k, v in labels if k in ("Hostname", "hostname")), None)
+            if metric_name != names.DCGM_GPU_UTIL or host is None:
+                continue
+            seen = _last_present(series, scraped)
+            if seen is not None and at - seen <= timedelta(minutes=5):
+                newest[host] = max(seen, newest.get(host, seen))
+        return [
+            fleet.MetricSample(names.DCGM_NODE_NEWEST, {key: node}, when.timestamp(), at)
+            for (key, node), when in newest.items()
+        ]
 
     def _down_at(self, at: datetime) -> bool:
         return any(start <= at and (end is None or at < end) for start, end in self._down)
@@ -296,6 +316,16 @@ class WorldPrometheus:
         ]
         if not util:
             raise SourceError(f"Prometheus has no series for {FRESHNESS_DCGM!r}")
+
+
+def _last_present(series: _Series, scraped: datetime) -> datetime | None:
+    """The last scrape at or before ``scraped`` at which the series had a value."""
+    if series.at(scraped) is not None:
+        return scraped
+    i = bisect.bisect_right(series.times, scraped) - 1
+    while i > 0 and series.values[i] is None:
+        i -= 1
+    return series.times[i + 1] - SCRAPE if i >= 0 and series.values[i] is not None else None
 
 
 def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[datetime]:

@@ -46,6 +46,14 @@ def freshness_queries() -> dict[str, str]:
     }
 
 
+def node_freshness_query() -> str:
+    """Per node, the time of its dcgm-exporter's newest sample: a node whose exporter stopped
+    answering is stale here (then absent after Prometheus' 5 min lookback) while the others are
+    fresh, which the fleet-wide freshness cannot see. dcgm-exporter names the node in
+    ``Hostname`` (``hostname`` in some versions)."""
+    return f"max by (Hostname, hostname) (timestamp({names.DCGM_GPU_UTIL}))"
+
+
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
     """The queries of one tick, by the sample name they are stored under."""
@@ -69,6 +77,7 @@ class QueryPlan:
             names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
+            names.DCGM_NODE_NEWEST: node_freshness_query(),
         } | freshness_queries()
 
 

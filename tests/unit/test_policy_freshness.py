@@ -1,0 +1,43 @@
+"""A GPU node whose dcgm-exporter went silent is named, never read as healthy; a node that is
+down, or has no GPUs, is not asked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpuguard.model import decisions, fleet
+from gpuguard.model import metric_names as names
+from gpuguard.policy import freshness
+
+AT = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
+STALENESS = timedelta(minutes=2)
+
+
+def node(name: str, gpus: int = 8, ready: bool = True) -> fleet.Node:
+    return fleet.Node(name, "b", gpus, gpus, conditions={"Ready": "True" if ready else "False"})
+
+
+def newest(name: str, age: timedelta, label: str = "Hostname") -> fleet.MetricSample:
+    return fleet.MetricSample(names.DCGM_NODE_NEWEST, {label: name}, (AT - age).timestamp(), AT)
+
+
+def silent(nodes: list[fleet.Node], samples: list[fleet.MetricSample]) -> dict[str, str]:
+    snapshot = fleet.FleetSnapshot(taken_at=AT, nodes=tuple(nodes), samples=tuple(samples))
+    found = freshness.silent_exporters(snapshot, STALENESS)
+    assert {f.reason for f in found} <= {decisions.Reason.EXPORTER_SILENT}
+    return {f.node: f.detail for f in found}
+
+
+def test_a_stale_or_missing_exporter_is_silent_while_the_others_are_fresh() -> None:
+    found = silent(
+        [node("fresh"), node("stale"), node("gone"), node("lower")],
+        [newest("fresh", timedelta(seconds=15)), newest("stale", timedelta(minutes=3)),
+         newest("lower", timedelta(seconds=30), label="hostname")],
+    )  # fmt: skip
+    assert set(found) == {"stale", "gone"}
+    assert found["stale"].startswith("newest dcgm-exporter sample is 0:03:00 old (bound 0:02:00)")
+    assert found["gone"].startswith("no dcgm-exporter sample for this node")
+
+
+def test_nodes_that_are_down_or_have_no_gpus_are_not_asked() -> None:
+    assert silent([node("rebooting", ready=False), node("cpu-only", gpus=0)], []) == {}
