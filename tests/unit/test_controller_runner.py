@@ -82,14 +82,15 @@ def test_leader_ticks_once_per_interval() -> None:
     assert loop.healthy()
 
 
-def test_failed_ticks_back_off_and_turn_unhealthy() -> None:
+def test_failed_ticks_back_off_and_turn_unready_but_stay_alive() -> None:
     loop, clock = make(FakeLease(), fakes.FakeMetrics(error=SourceError("down")))
     loop.step()
     clock.t += 30
     assert loop.step() is None  # waits 60 s after one failure
     clock.t += 30
     assert loop.step() is not None
-    assert not loop.healthy()
+    assert not loop.ready()  # Prometheus is down: readiness says so
+    assert loop.healthy()  # the loop runs: Kubernetes must not restart it for that
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_an_unhandled_step_error_fails_the_tick_closed_not_the_loop() -> None:
     result = loop.step()
     assert result is not None
     assert result.error_kind == "internal"
-    assert not loop.healthy()
+    assert not loop.ready()
 
 
 def test_any_exception_in_a_tick_fails_it_closed_and_the_loop_ticks_again() -> None:
@@ -141,3 +142,28 @@ def test_any_exception_in_a_tick_fails_it_closed_and_the_loop_ticks_again() -> N
     assert first.error is not None
     assert "ValueError" in first.error
     assert len(calls) == 2
+
+
+def test_a_loop_stuck_in_a_tick_is_not_alive() -> None:
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    assert loop.step() is not None
+    assert loop.healthy()
+    assert loop.ready()
+
+    def hang() -> tick.TickResult:
+        clock.t += 3 * 30  # an HTTP call without an answer
+        assert not loop.healthy()  # probed while the tick is stuck
+        raise SourceError("gave up")
+
+    clock.t += 30
+    loop.guard.tick = hang  # type: ignore[method-assign]
+    loop.step()
+    assert loop.healthy()  # it came back
+
+
+def test_a_standby_is_ready_while_the_api_answers() -> None:
+    lease = FakeLease(leading=False)
+    loop, _ = make(lease, fakes.FakeMetrics())
+    assert not loop.ready()  # no Lease attempt yet
+    loop.step()
+    assert loop.ready()

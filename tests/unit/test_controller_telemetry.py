@@ -52,13 +52,18 @@ def test_breaker_and_isolated_nodes_are_exported() -> None:
     assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == NOW.timestamp()
 
 
-def test_endpoint_serves_metrics_and_health() -> None:
+def test_endpoint_serves_metrics_liveness_and_readiness_apart() -> None:
     metrics = telemetry.GuardMetrics()
-    health = {"ok": True}
-    with telemetry.serve(metrics, lambda: health["ok"], host="127.0.0.1") as server:
+    health = {"ok": True, "ready": True}
+    with telemetry.serve(
+        metrics, lambda: health["ok"], host="127.0.0.1", ready=lambda: health["ready"]
+    ) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         with httpx.Client() as client:
             assert "gpuguard_ticks_total" in client.get(base + "/metrics").text
+            assert client.get(base + "/healthz").status_code == 200
+            health["ready"] = False  # Prometheus down: not ready, still alive
+            assert client.get(base + "/readyz").status_code == 503
             assert client.get(base + "/healthz").status_code == 200
             health["ok"] = False
             assert client.get(base + "/healthz").status_code == 503

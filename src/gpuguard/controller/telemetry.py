@@ -57,6 +57,11 @@ class GuardMetrics:
             registry=r,
         )
         self.leader = Gauge("gpuguard_leader", "1 while this replica leads.", registry=r)
+        self.writes_skipped = Counter(
+            _counter_base(names.WRITES_SKIPPED_TOTAL),
+            "Writes a tick skipped because leadership lapsed during it.",
+            registry=r,
+        )
         self.phantom = Gauge(
             names.PHANTOM_GPUS,
             "Watts wasted by a GPU busy with nothing (phantom utilization), per GPU.",
@@ -134,8 +139,15 @@ class GuardMetrics:
 
 @contextmanager
 def serve(
-    metrics: GuardMetrics, healthy: Callable[[], bool], host: str = "0.0.0.0", port: int = 0
+    metrics: GuardMetrics,
+    healthy: Callable[[], bool],
+    host: str = "0.0.0.0",
+    port: int = 0,
+    ready: Callable[[], bool] | None = None,
 ) -> Iterator[ThreadingHTTPServer]:
-    """/metrics and /healthz (200 while ``healthy()``, else 503) in a background thread."""
-    with metrics_http.serve(metrics.exposition, healthy, host=host, port=port) as server:
+    """/metrics, /healthz (200 while ``healthy()``, else 503) and /readyz (``ready()``) in a
+    background thread."""
+    with metrics_http.serve(
+        metrics.exposition, healthy, host=host, port=port, ready=ready
+    ) as server:
         yield server

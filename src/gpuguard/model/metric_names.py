@@ -56,6 +56,7 @@ CHECK_STATUS = "gpuguard_check_status"  # agent: 1 for the current {check,status
 NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML library
 TICKS_TOTAL = "gpuguard_ticks_total"
 TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # labels: kind, step
+WRITES_SKIPPED_TOTAL = "gpuguard_writes_skipped_total"  # leadership lapsed during a tick
 LAST_SUCCESSFUL_TICK = "gpuguard_last_successful_tick_timestamp_seconds"
 DECISIONS_TOTAL = "gpuguard_decisions_total"  # labels: action, reason
 BREAKER_OPEN = "gpuguard_breaker_open"
