@@ -6,6 +6,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "gpuguard", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "gpuguard", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("gpuguard")

@@ -39,3 +39,17 @@ def test_a_silent_exporter_is_a_finding_and_its_nodes_gpus_are_unknown_not_healt
     assert burn_in["t"] >= 66 * 60  # only once its exporter answers again
     assert report["returned"] == ["gpu-node-b"]
     assert report["false_isolations"] == []
+
+
+def test_the_real_agent_guards_a_node_whose_exporter_is_silent_and_its_absence_is_blind() -> None:
+    run = harness.play(
+        scenario.load_shipped("agent-guards-silent-exporter"), settings.GuardSettings()
+    )
+    report = score.scenario_report(run)
+    assert report["isolated"] == ["gpu-node-b"]  # gpu-node-c has neither exporter nor agent
+    isolation = next(e for e in report["timeline"] if e["kind"] == "isolate")
+    assert "(agent)" in isolation["detail"]  # read from its kernel log by gpuguard's agent
+    assert report["time_to_isolate_s"]["gpu-node-b"] <= 60
+    blind = {e["reason"] for e in report["timeline"] if e["node"] == "gpu-node-c"
+             and e["kind"] == "guard_finding"}  # fmt: skip
+    assert blind == {"exporter-silent", "gpu-loss-without-xid"}

@@ -22,8 +22,8 @@ from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import recovery, restore, tick
+from gpuguard.demo import agents, job_commands
 from gpuguard.demo import findings as demo_findings
-from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys, decisions, faults
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
@@ -88,6 +88,8 @@ def _play(
     jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(played, hosts))
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
+    node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")
+    view.targets.append(node_agents.scrape)
     with kubeapi.serve(objects) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager="gpuguard"
     ) as client:
@@ -120,7 +122,10 @@ def _play(
                 namespace=namespace,
             ),
         )
-        _drive(run, guard, view, settings, jobs_kubelet)
+        try:
+            _drive(run, guard, view, settings, jobs_kubelet)
+        finally:
+            node_agents.close()
     return run
 
 

@@ -201,6 +201,9 @@ class HostSettings(_Strict):
     packages_held: bool | None = None
     rke2_units: list[str] | None = None
     swap_enabled: bool | None = None
+    # gpuguard's node agent runs there (the demo runs the real one; default off, so the shipped
+    # incidents keep the exporter-only figures they were written with)
+    agent: bool | None = None
 
 
 class FleetSpec(HostSettings):
@@ -250,6 +253,7 @@ class NodeSpec:
     packages_held: bool = False
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
+    agent: bool = False
 
 
 @dataclass(frozen=True)
