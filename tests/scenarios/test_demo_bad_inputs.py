@@ -52,4 +52,4 @@ def test_the_real_agent_guards_a_node_whose_exporter_is_silent_and_its_absence_i
     assert report["time_to_isolate_s"]["gpu-node-b"] <= 60
     blind = {e["reason"] for e in report["timeline"] if e["node"] == "gpu-node-c"
              and e["kind"] == "guard_finding"}  # fmt: skip
-    assert blind == {"exporter-silent", "gpu-loss-without-xid"}
+    assert blind == {"agent-silent", "exporter-silent", "gpu-loss-without-xid"}

@@ -17,15 +17,23 @@ def node(name: str, gpus: int = 8, ready: bool = True) -> fleet.Node:
     return fleet.Node(name, "b", gpus, gpus, conditions={"Ready": "True" if ready else "False"})
 
 
-def newest(name: str, age: timedelta, label: str = "Hostname") -> fleet.MetricSample:
-    return fleet.MetricSample(names.DCGM_NODE_NEWEST, {label: name}, (AT - age).timestamp(), AT)
+def newest(
+    name: str, age: timedelta, label: str = "Hostname", series: str = names.DCGM_NODE_NEWEST
+) -> fleet.MetricSample:
+    return fleet.MetricSample(series, {label: name}, (AT - age).timestamp(), AT)
+
+
+def found(
+    nodes: list[fleet.Node], samples: list[fleet.MetricSample]
+) -> tuple[decisions.Finding, ...]:
+    snapshot = fleet.FleetSnapshot(taken_at=AT, nodes=tuple(nodes), samples=tuple(samples))
+    return freshness.silent_exporters(snapshot, STALENESS)
 
 
 def silent(nodes: list[fleet.Node], samples: list[fleet.MetricSample]) -> dict[str, str]:
-    snapshot = fleet.FleetSnapshot(taken_at=AT, nodes=tuple(nodes), samples=tuple(samples))
-    found = freshness.silent_exporters(snapshot, STALENESS)
-    assert {f.reason for f in found} <= {decisions.Reason.EXPORTER_SILENT}
-    return {f.node: f.detail for f in found}
+    findings = found(nodes, samples)
+    assert {f.reason for f in findings} <= {decisions.Reason.EXPORTER_SILENT}
+    return {f.node: f.detail for f in findings}
 
 
 def test_a_stale_or_missing_exporter_is_silent_while_the_others_are_fresh() -> None:
@@ -41,3 +49,13 @@ def test_a_stale_or_missing_exporter_is_silent_while_the_others_are_fresh() -> N
 
 def test_nodes_that_are_down_or_have_no_gpus_are_not_asked() -> None:
     assert silent([node("rebooting", ready=False), node("cpu-only", gpus=0)], []) == {}
+
+
+def test_a_node_without_its_agent_is_agent_silent_once_any_agent_is_scraped() -> None:
+    fresh = [newest(n, timedelta(seconds=15)) for n in ("a", "b")]
+    agent_a = newest("a", timedelta(seconds=15), "node", names.AGENT_NODE_NEWEST)
+    nodes = [node("a"), node("b")]
+    assert found(nodes, fresh) == ()  # no agent scraped anywhere: not deployed, nothing to say
+    (lost,) = found(nodes, [*fresh, agent_a])
+    assert (lost.node, lost.reason) == ("b", decisions.Reason.AGENT_SILENT)
+    assert lost.detail.startswith("no gpuguard agent sample for this node")

@@ -91,7 +91,9 @@ class Guard:
                 failsafe.guarded("phantom", subject, errors, watch, None)
         silent = partial(freshness.silent_exporters, snapshot, self.settings.prometheus.staleness)
         result.silent = failsafe.guarded("freshness", subject, errors, silent, ())
-        unknown = frozenset(finding.node for finding in result.silent)
+        unknown = frozenset(
+            f.node for f in result.silent if f.reason is decisions.Reason.EXPORTER_SILENT
+        )
         may_write = self._may_write
         if self.recovery is not None:
             run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,

@@ -21,7 +21,7 @@ from gpuguard.agent import daemon, journal
 from gpuguard.model import metric_names as names
 from gpuguard.sim import state, world
 
-SCRAPED = frozenset({names.XID_TOTAL, names.FALLEN_OFF_BUS_TOTAL})
+SCRAPED = frozenset({names.XID_TOTAL, names.FALLEN_OFF_BUS_TOTAL, names.AGENT_KERNEL_LINES_TOTAL})
 
 
 @dataclass

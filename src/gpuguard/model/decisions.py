@@ -45,6 +45,7 @@ class Reason(StrEnum):
     ROW_REMAP_FAILURE = "row-remap-failure"
     PHANTOM_UTILIZATION = "phantom-utilization"
     EXPORTER_SILENT = "exporter-silent"  # a node's dcgm-exporter stopped answering
+    AGENT_SILENT = "agent-silent"  # a node's gpuguard agent stopped answering
     RETURN_CONDITIONS_MET = "return-conditions-met"
     RETURN_BLOCKED = "return-blocked"
     HUMAN_UNCORDONED = "human-uncordoned"

@@ -75,6 +75,7 @@ XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, pe
 FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci
 GPU_LOSS_HELD = "gpu loss held"  # min over the hold window of capacity - allocatable, per node
 DCGM_NODE_NEWEST = "dcgm newest sample"  # per node: unix time of its exporter's newest sample
+AGENT_NODE_NEWEST = "agent newest sample"  # per node: unix time of its agent's newest sample
 FALLEN_OFF_BUS_TOTAL = "gpuguard_gpu_fallen_off_bus_total"  # agent: counter per {node,pci,uuid}
 
 # Per-GPU window statistics of the GPU telemetry plan (sources.gpu_metrics), stored in

@@ -228,7 +228,10 @@ class WorldPrometheus:
         out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at)
         out += self._count_recent(at)
         out += self._loss_held(at)
-        out += self._node_newest(at)
+        out += self._node_newest(at, names.DCGM_GPU_UTIL, ("Hostname", "hostname"),
+                                 names.DCGM_NODE_NEWEST)
+        out += self._node_newest(at, names.AGENT_KERNEL_LINES_TOTAL, ("node",),
+                                 names.AGENT_NODE_NEWEST)
         out += self._recent(names.XID_TOTAL, names.XID_TOTAL_RECENT, at)
         out += self._recent(names.FALLEN_OFF_BUS_TOTAL, names.FALLEN_OFF_BUS_RECENT, at)
         self._check_fresh(at)
@@ -252,22 +255,24 @@ class WorldPrometheus:
                 out.append(fleet.MetricSample(name, dict(labels), grown, at))
         return out
 
-    def _node_newest(self, at: datetime) -> list[fleet.MetricSample]:
-        """``max by (Hostname) (timestamp(DCGM_FI_DEV_GPU_UTIL))``: per node, the last scrape
-        that found its exporter's series, within Prometheus' 5 min lookback."""
+    def _node_newest(
+        self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str
+    ) -> list[fleet.MetricSample]:
+        """``max by (<node label>) (timestamp(<metric>))``: per node, the last scrape that
+        found the metric's series there, within Prometheus' 5 min lookback."""
         scraped = self._last_scrape(at)
         if scraped is None:
             return []
         newest: dict[tuple[str, str], datetime] = {}
         for (metric_name, labels), series in self._series.items():
-            host = next(((k, v) for k, v in labels if k in ("Hostname", "hostname")), None)
-            if metric_name != names.DCGM_GPU_UTIL or host is None:
+            host = next(((k, v) for k, v in labels if k in node_labels), None)
+            if metric_name != metric or host is None:
                 continue
             seen = _last_present(series, scraped)
             if seen is not None and at - seen <= timedelta(minutes=5):
                 newest[host] = max(seen, newest.get(host, seen))
         return [
-            fleet.MetricSample(names.DCGM_NODE_NEWEST, {key: node}, when.timestamp(), at)
+            fleet.MetricSample(name, {key: node}, when.timestamp(), at)
             for (key, node), when in newest.items()
         ]
 

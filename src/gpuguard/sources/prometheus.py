@@ -78,6 +78,7 @@ class QueryPlan:
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
             names.DCGM_NODE_NEWEST: node_freshness_query(),
+            names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
         } | freshness_queries()
 
 
