@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from gpuguard.controller import runner, telemetry, tick
 from gpuguard.errors import SourceError
+from gpuguard.model import metric_names as names
 from gpuguard.model import settings
 from tests import fakes
+from tests.unit import test_sources_prometheus
 
 NOW = datetime(2026, 9, 21, tzinfo=UTC)
 
@@ -167,3 +170,29 @@ def test_a_standby_is_ready_while_the_api_answers() -> None:
     assert not loop.ready()  # no Lease attempt yet
     loop.step()
     assert loop.ready()
+
+
+def test_a_nan_from_prometheus_fails_one_tick_closed_and_the_next_tick_decides() -> None:
+    nan = {"first": True}
+    good = test_sources_prometheus.fleet_answers(1)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if nan["first"] and request.url.params["query"] == names.DCGM_XID_LAST:
+            nan["first"] = False
+            body = {"metric": {"Hostname": "n0", "gpu": "4"}, "value": [1e9, "NaN"]}
+            return httpx.Response(200, content=test_sources_prometheus.vector([body]))
+        return good(request)
+
+    source = test_sources_prometheus.source(answer)
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    loop.guard.metrics = source
+    loop.guard.clock = fakes.FakeClock(test_sources_prometheus.AT)
+    first = loop.step()
+    clock.t += 3600
+    second = loop.step()
+    assert first is not None
+    assert second is not None
+    assert first.error_kind == "source"
+    assert first.error is not None
+    assert "not a finite number" in first.error
+    assert second.ok
