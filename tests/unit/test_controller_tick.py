@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuguard.controller import tick
+from gpuguard.controller import failsafe, tick
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import fleet, jobs, settings
 from gpuguard.model import metric_names as names
@@ -139,7 +139,7 @@ class BrokenClassifier:
         raise KeyError(code)  # a bug, not an input error: nothing in the tick handles it
 
 
-def test_an_unexpected_exception_fails_its_step_closed_and_the_next_steps_run() -> None:
+def test_an_exception_on_one_nodes_input_costs_that_node_and_the_next_steps_run() -> None:
     rec, step_jobs, _, _ = test_controller_recovery.make()
     cluster, metrics = xid79_world()
     isolated = test_controller_recovery.isolated_node()
@@ -149,11 +149,24 @@ def test_an_unexpected_exception_fails_its_step_closed_and_the_next_steps_run() 
     g, writer = guard(classifier=BrokenClassifier(), cluster=cluster, metrics=metrics,
                       recovery=rec)  # fmt: skip
     result = g.tick()
+    assert result.decision is not None  # gpu-node-a and gpu-node-c were decided
+    assert writer.isolated == []
+    assert result.step_errors == [("isolate", "node gpu-node-b (annotations {}): KeyError: 79")]
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-c"]
+
+
+def test_a_step_that_raises_for_every_node_fails_closed_as_a_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def explode(*_: object) -> None:
+        raise RuntimeError("a bug in the policy")
+
+    g, writer = guard()
+    monkeypatch.setattr(failsafe.isolate, "decide", explode)
+    result = g.tick()
     assert result.decision is None
     assert writer.isolated == []
     assert [step for step, _ in result.step_errors] == ["isolate"]
-    assert "KeyError: 79" in result.step_errors[0][1]
-    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-c"]
 
 
 def test_a_node_whose_step_raises_costs_only_that_node() -> None:

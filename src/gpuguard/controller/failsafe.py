@@ -9,9 +9,15 @@ Doing nothing is the safe side here: no isolation, no return, no Job (docs/opera
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
+
+from gpuguard.model import annotation_keys, fleet
+from gpuguard.model import settings as settings_model
+from gpuguard.policy import isolate, xid_signals
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,3 +51,61 @@ def guarded(step: str, subject: str, errors: StepErrors, run: Callable[[], T], d
         log.log(level, "step %s failed closed (nothing done) for %s", step, message, exc_info=True)
         errors.append((step, message))
         return default
+
+
+def isolate_sparing_others(
+    snapshot: fleet.FleetSnapshot,
+    classifier: xid_signals.XidClassifier,
+    settings: settings_model.GuardSettings,
+    errors: StepErrors,
+) -> isolate.IsolationDecision:
+    """The isolation decision; when it raises, each node is decided alone to find the ones
+    whose input raises, and the fleet is decided again without them — one node's bad input
+    costs that node, not every other node's protection. An excluded node that gpuguard holds
+    still counts against the circuit breaker (the cap shrinks by it), never for more."""
+    try:
+        return isolate.decide(snapshot, classifier, settings)
+    except Exception:
+        culprits = [n for n in snapshot.nodes if not _decides(snapshot, n, classifier, settings)]
+        if not culprits or len(culprits) == len(snapshot.nodes):
+            raise  # not some nodes' input: the step fails closed as a whole
+    for node in culprits:
+        marks = {k: v for k, v in node.annotations.items() if annotation_keys.is_gpuguard_key(k)}
+        alone = partial(isolate.decide, _alone(snapshot, node), classifier, settings)
+        guarded("isolate", f"node {node.name} (annotations {marks})", errors, alone, None)
+    held = sum(1 for n in culprits if isolate.is_auto_isolated(n))
+    cap = max(0, settings.isolation.breaker_max_nodes - held)
+    spared = settings.model_copy(
+        update={"isolation": settings.isolation.model_copy(update={"breaker_max_nodes": cap})}
+    )
+    excluded = {n.name for n in culprits}
+    rest = _only(snapshot, {n.name for n in snapshot.nodes} - excluded)
+    return isolate.decide(rest, classifier, spared)
+
+
+def _alone(snapshot: fleet.FleetSnapshot, node: fleet.Node) -> fleet.FleetSnapshot:
+    return _only(snapshot, {node.name})
+
+
+def _only(snapshot: fleet.FleetSnapshot, names: set[str]) -> fleet.FleetSnapshot:
+    """The snapshot of these nodes: their objects, pods and series (and the fleet's own)."""
+    return dataclasses.replace(
+        snapshot,
+        nodes=tuple(n for n in snapshot.nodes if n.name in names),
+        pods=tuple(p for p in snapshot.pods if p.node in names),
+        samples=tuple(s for s in snapshot.samples
+                      if (node := xid_signals.node_of(s.labels)) is None or node in names),
+    )  # fmt: skip
+
+
+def _decides(
+    snapshot: fleet.FleetSnapshot,
+    node: fleet.Node,
+    classifier: xid_signals.XidClassifier,
+    settings: settings_model.GuardSettings,
+) -> bool:
+    try:
+        isolate.decide(_alone(snapshot, node), classifier, settings)
+    except Exception:  # that node's input raises
+        return False
+    return True

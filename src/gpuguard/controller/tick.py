@@ -81,7 +81,9 @@ class Guard:
     def _steps(self, result: TickResult, snapshot: fleet.FleetSnapshot) -> None:
         """Each step fails closed on its own (``controller.failsafe``): the next still runs."""
         errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
-        decide = partial(isolate.decide, snapshot, self.classifier, self.settings)
+        decide = partial(
+            failsafe.isolate_sparing_others, snapshot, self.classifier, self.settings, errors
+        )
         result.decision = decision = failsafe.guarded("isolate", subject, errors, decide, None)
         if decision is not None:
             act = partial(self._act, snapshot, decision.actions, result)
