@@ -7,7 +7,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuguard.errors import InputError
@@ -33,6 +33,9 @@ ENV = st.dictionaries(ENV_KEY, st.text(max_size=12), max_size=4)
 
 
 @given(st.one_of(TREE.map(yaml.safe_dump), st.text(max_size=200)), ENV)
+@example("isolation: null\n", {"GPUGUARD_ISOLATION__HOLD_WINDOW": "5m"})  # was a TypeError
+@example("isolation:\n  hold_window: 86400000000000\n", {})  # was an OverflowError
+@example("", {"GPUGUARD_ISOLATION__HOLD_WINDOW": "nan"})
 def test_any_file_and_environment_load_or_name_the_problem(text: str, env: dict[str, str])\
         -> None:  # fmt: skip
     with TemporaryDirectory() as tmp:

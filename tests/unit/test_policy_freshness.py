@@ -59,3 +59,8 @@ def test_a_node_without_its_agent_is_agent_silent_once_any_agent_is_scraped() ->
     (lost,) = found(nodes, [*fresh, agent_a])
     assert (lost.node, lost.reason) == ("b", decisions.Reason.AGENT_SILENT)
     assert lost.detail.startswith("no gpuguard agent sample for this node")
+
+
+def test_a_newest_time_that_is_no_time_counts_as_silent() -> None:
+    absurd = fleet.MetricSample(names.DCGM_NODE_NEWEST, {"Hostname": "a"}, 1e20, AT)
+    assert set(silent([node("a")], [absurd])) == {"a"}

@@ -136,3 +136,13 @@ def test_connection_failure_is_a_source_error() -> None:
 
     with pytest.raises(SourceError, match="connection refused"):
         source(refuse).samples(AT)
+
+
+def test_an_absurd_freshness_time_is_a_source_error_not_a_crash() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.params["query"].startswith("max(timestamp("):
+            return httpx.Response(200, content=vector([{"metric": {}, "value": [1, "1e15"]}]))
+        return httpx.Response(200, content=vector([]))
+
+    with pytest.raises(SourceError, match="is not a time"):
+        source(answer).samples(AT)

@@ -26,6 +26,7 @@ from gpuguard.model import metric_names as names
 from gpuguard.policy import xid_signals
 
 KIND = "exporter"
+_LAST_SANE_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +79,8 @@ def _newest_by_node(samples: tuple[fleet.MetricSample, ...], name: str) -> dict[
     newest: dict[str, datetime] = {}
     for sample in samples:
         node = xid_signals.node_of(sample.labels)
-        if sample.name != name or node is None:
-            continue
+        if sample.name != name or node is None or not 0 <= sample.value < _LAST_SANE_TIME:
+            continue  # a time that is no time says nothing: the node counts as silent
         when = datetime.fromtimestamp(sample.value, UTC)
         newest[node] = max(when, newest.get(node, when))
     return newest

@@ -157,6 +157,8 @@ class PrometheusSource:
             stamps = [s.value for s in samples if s.name == family]
             if not stamps:
                 raise SourceError(f"Prometheus has no series for {family!r}: refusing to decide")
+            if not 0.0 <= max(stamps) < _LAST_SANE_TIME:
+                raise SourceError(f"{family}: newest sample time {max(stamps)!r} is not a time")
             age = at - datetime.fromtimestamp(max(stamps), UTC)
             if age > self._staleness:
                 raise SourceError(
