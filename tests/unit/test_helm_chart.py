@@ -158,3 +158,29 @@ def test_every_host_path_and_capability_has_its_reason_in_the_security_doc() -> 
     assert capabilities
     missing = {x for x in paths | capabilities if f"`{x}`" not in doc}
     assert not missing, f"not explained in docs/security.md: {sorted(missing)}"
+
+
+@pytest.mark.parametrize(
+    ("template", "switch", "kinds"),
+    [
+        ("agent-podmonitor.yaml", "podMonitor", ["PodMonitor"]),
+        ("agent-servicemonitor.yaml", "serviceMonitor", ["Service", "ServiceMonitor"]),
+    ],
+)
+def test_the_agent_can_be_scraped_with_its_node_label_and_is_not_by_default(
+    template: str, switch: str, kinds: list[str]
+) -> None:
+    values = defaults()
+    assert render(template, values) == []  # optional: needs the Prometheus Operator's CRDs
+    values["agent"]["scrape"][switch] = True
+    objects = render(template, values)
+    assert [o["kind"] for o in objects] == kinds
+    (agent,) = [o for o in render("agent.yaml", values) if o["kind"] == "DaemonSet"]
+    pod_labels = agent["spec"]["template"]["metadata"]["labels"]
+    monitor = objects[-1]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"]["endpoints"]
+    port_names = [p["name"] for p in agent["spec"]["template"]["spec"]["containers"][0]["ports"]]
+    assert endpoint["port"] in port_names or objects[0]["spec"]["ports"][0]["name"] == "metrics"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in (
+        endpoint["relabelings"])

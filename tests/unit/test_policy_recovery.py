@@ -168,3 +168,27 @@ def test_a_phantom_cordon_is_never_a_hardware_fault_in_the_ledger() -> None:
     step = recovery.decide(phantom, job, [], CATALOG, NOW)
     assert step.record is None
     assert step.annotations == {annotation_keys.VERDICT: "human-diagnosis"}
+
+
+def test_a_job_past_its_deadline_records_evidence_unavailable_for_a_human() -> None:
+    detail = "DeadlineExceeded: Job was active longer than specified deadline; its pods are gone"
+    step = decide(jobs.JobResult(jobs.JobState.FAILED, None, detail=detail), [])
+    assert step.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
+    assert step.record is not None
+    assert step.evidence[0].value == f"evidence unavailable ({detail})"
+    assert not step.start_evidence_job
+
+
+def test_a_started_job_that_is_gone_is_a_result_never_a_second_job() -> None:
+    node = isolated()
+    started = fleet.Node(
+        node.name, node.boot_id, 8, 7, unschedulable=True,
+        annotations={**node.annotations, annotation_keys.EVIDENCE_STARTED: ISOLATED_AT},
+    )
+    first = decide(jobs.JobResult(jobs.JobState.ABSENT), [])
+    gone = recovery.decide(started, jobs.JobResult(jobs.JobState.ABSENT), [], CATALOG, NOW)
+    assert first.started_mark == {annotation_keys.EVIDENCE_STARTED: ISOLATED_AT}
+    assert not gone.start_evidence_job
+    assert gone.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
+    assert gone.record is not None
+    assert "evidence unavailable (the evidence Job is gone" in gone.evidence[0].value

@@ -10,7 +10,7 @@ import pytest
 
 from gpuguard.cli import return_checklist
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet, settings
+from gpuguard.model import decisions, faults, fleet, settings
 from gpuguard.model import restore as model
 from gpuguard.policy import restore
 from tests.restore_builders import (
@@ -349,18 +349,40 @@ def test_returning_uncordons_and_removes_gpuguards_marks_but_never_a_hold() -> N
     assert keys.HOLD not in restore.OWN_KEYS + restore.CONSUMED_HUMAN_KEYS
 
 
-def test_burnin_failure_annotates_the_failed_check_once() -> None:
+def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
     failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
 
     first = restore.decide(node(), failed, GUARD, NOW)
-    marked = node(marks(**{keys.RETURN_FAILED: "gpu-count 7/8"}))
+    assert first.action is not None
+    marked = node(marks(**first.action.annotations))
     again = restore.decide(marked, failed, GUARD, NOW)
 
-    assert first.action is not None
     assert first.action.kind is decisions.ActionKind.ANNOTATE
-    assert first.action.annotations == {keys.RETURN_FAILED: "gpu-count 7/8"}
+    assert first.action.annotations == {
+        keys.RETURN_FAILED: "gpu-count 7/8",
+        keys.BURNIN_FAILED: restore.burnin_key(node(), model.BurnInMode.MATMUL),
+    }
+    assert first.record is not None
+    assert first.record.kind is faults.FaultKind.BURNIN_FAILED
+    assert first.record.uuid == node().annotations[keys.GPU_UUID]
     assert again.step is Step.STAY_ISOLATED
-    assert again.action is None
+    assert (again.action, again.record) == (None, None)
+
+
+def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot_or_mark() -> None:
+    failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
+    first = restore.decide(node(), failed, GUARD, NOW)
+    assert first.action is not None
+    marked = marks(**first.action.annotations)
+
+    job_deleted = restore.decide(node(marked), facts(burn_in=None), GUARD, NOW)
+    inspected = node(marked | {keys.INSPECTED: "2026-09-21T07:00:00Z"})
+    after_inspection = restore.decide(inspected, facts(burn_in=None), GUARD, NOW)
+
+    assert job_deleted.step is Step.STAY_ISOLATED
+    assert job_deleted.action is None
+    assert "gpu-count 7/8" in job_deleted.detail
+    assert after_inspection.step is Step.START_BURN_IN
 
 
 def test_human_uncordon_cleans_only_gpuguards_marks_and_records_the_skip() -> None:

@@ -51,6 +51,8 @@ class Reason(StrEnum):
     UNCORRECTABLE_REMAP = "uncorrectable-remap"
     ROW_REMAP_FAILURE = "row-remap-failure"
     PHANTOM_UTILIZATION = "phantom-utilization"
+    EXPORTER_SILENT = "exporter-silent"  # a node's dcgm-exporter stopped answering
+    AGENT_SILENT = "agent-silent"  # a node's gpuguard agent stopped answering
     RETURN_CONDITIONS_MET = "return-conditions-met"
     RETURN_BLOCKED = "return-blocked"
     HUMAN_UNCORDONED = "human-uncordoned"

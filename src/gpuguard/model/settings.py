@@ -298,7 +298,7 @@ class GuardSettings(_Section):
         tree: dict[str, Any] = _read_yaml(path) if path else {}
         for key, value in (environ or {}).items():
             if key.startswith("GPUGUARD_") and "__" in key:
-                _set_path(tree, key.removeprefix("GPUGUARD_").lower().split("__"), value)
+                _set_path(tree, key, value, origin=str(path) if path else "the settings")
         try:
             return cls.model_validate(tree)
         except ValidationError as e:
@@ -319,9 +319,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _set_path(tree: dict[str, Any], keys: list[str], value: str) -> None:
+def _set_path(tree: dict[str, Any], variable: str, value: str, *, origin: str) -> None:
+    """``GPUGUARD_A__B=v`` sets ``a.b``; a section that is not a mapping (``a: null`` in the
+    file, or another variable ``GPUGUARD_A=x``) cannot take it."""
+    keys = variable.removeprefix("GPUGUARD_").lower().split("__")
     for key in keys[:-1]:
         tree = tree.setdefault(key, {})
+        if not isinstance(tree, dict):
+            raise InputError(
+                f"environment {variable}: {key} is not a section in {origin} ({tree!r:.40})"
+            )
     tree[keys[-1]] = value
 
 

@@ -9,6 +9,11 @@ with the verdict and the request for the infra team, which carries the card's an
 history. A failed Job or an unreadable summary still ends in a recorded fault, with the
 verdict ``human-diagnosis`` and the reason in plain words: no silent gaps.
 
+A Job that passed its ``activeDeadlineSeconds`` is ``Failed`` (reason ``DeadlineExceeded``) and
+its pods deleted; a finished Job is deleted after ``ttlSecondsAfterFinished`` (Kubernetes docs,
+"Jobs"). So once a Job was started for this isolation (``gpuguard.io/evidence-started``), its
+absence is a result too — "evidence unavailable (Job gone)" — never a reason to start another.
+
 Pure: the controller gathers the Job's result and the ledger, and applies the step.
 """
 
@@ -40,6 +45,7 @@ class RecoveryStep:
     request: str = ""
     evidence: tuple[decisions.Evidence, ...] = ()
     waiting: str = ""
+    started_mark: dict[str, str] | None = None  # written once the evidence Job exists
 
 
 def needs_recovery(node: fleet.Node) -> bool:
@@ -60,10 +66,16 @@ def decide(
     catalog: xid_catalog.XidCatalog,
     now: datetime,
 ) -> RecoveryStep:
-    if job.state is jobs.JobState.ABSENT:
-        return RecoveryStep(node.name, start_evidence_job=True, waiting="evidence Job started")
+    isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
+    _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
+    started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
+    mark = None if started else {annotation_keys.EVIDENCE_STARTED: isolated_at}
+    if job.state is jobs.JobState.ABSENT and not started:
+        return RecoveryStep(
+            node.name, start_evidence_job=True, waiting="evidence Job started", started_mark=mark
+        )
     if job.state is jobs.JobState.RUNNING:
-        return RecoveryStep(node.name, waiting="evidence Job running")
+        return RecoveryStep(node.name, waiting="evidence Job running", started_mark=mark)
     verdict, proof = _verdict(node, job)
     entry = _entry(node, verdict)
     if entry is None:  # a phantom cordon: no hardware fault to record or escalate
@@ -77,6 +89,8 @@ def decide(
     history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
     level = escalation.escalate(history)
     request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    if job.state is not jobs.JobState.SUCCEEDED:
+        request = f"{request} {proof[0].value[0].upper()}{proof[0].value[1:]}."
     return RecoveryStep(
         node=node.name,
         record=None if len(recorded) < len(ledger) else entry,
@@ -96,8 +110,11 @@ def _verdict(
     node: fleet.Node, job: jobs.JobResult
 ) -> tuple[decisions.Verdict, tuple[decisions.Evidence, ...]]:
     source = f"evidence Job on {node.name}"
+    if job.state is jobs.JobState.ABSENT:
+        why = "evidence unavailable (the evidence Job is gone: deleted before it was read)"
+        return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
     if job.state is jobs.JobState.FAILED:
-        why = f"the evidence Job failed ({job.detail or 'no reason given'})"
+        why = f"evidence unavailable ({job.detail or 'the evidence Job failed, no reason given'})"
         return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
     try:
         summary = evidence.EvidenceSummary.from_json(job.message or "", source=source)
@@ -121,7 +138,7 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry |
     reason = marks.get(annotation_keys.REASON, "")
     if reason == str(decisions.Reason.PHANTOM_UTILIZATION):
         return None
-    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
+    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdecimal() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
     return faults.LedgerEntry(
         at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),

@@ -30,6 +30,10 @@ from gpuguard.sim import managed_fields
 Obj = dict[str, Any]
 
 DEFAULT_HISTORY = 10_000
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+"""``corevalidation.MaxConfigMapSize``: data + binaryData keys and values, 1 MiB."""
+MAX_ANNOTATION_BYTES = 256 * 1024
+"""``apimachinery`` ``TotalAnnotationSizeLimitB``: every annotation key and value, 256 KiB."""
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the real API's generateName letters
 
 
@@ -43,6 +47,13 @@ class StoreError(errors.GpuguardError):
 class StoreInvalid(StoreError, errors.InputError):
     status = 400
     reason = "BadRequest"
+
+
+class StoreUnprocessable(StoreError, errors.InputError):
+    """The object fails the API server's validation (HTTP 422, reason ``Invalid``)."""
+
+    status = 422
+    reason = "Invalid"
 
 
 class StoreConflict(StoreError, errors.ConflictError):
@@ -169,6 +180,7 @@ class ObjectStore:
             if key in self._objects:
                 raise StoreAlreadyExists(f'{kind} "{name}" already exists in "{namespace}"')
             self._fill_server_fields(metadata, kind, namespace, name)
+            validate_limits(kind, stored)
             self._manage(None, stored, manager)
             self._write(key, stored, ChangeType.ADDED)
             return copy.deepcopy(stored)
@@ -262,6 +274,7 @@ class ObjectStore:
             metadata["managedFields"] = copy.deepcopy(current["metadata"]["managedFields"])
         if stored.get("spec") != current.get("spec"):
             metadata["generation"] = int(metadata.get("generation", 0)) + 1
+        validate_limits(key[0], stored)
         self._manage(current, stored, manager)
         self._write(key, stored, ChangeType.MODIFIED, previous=current)
         return copy.deepcopy(stored)
@@ -319,6 +332,29 @@ class ObjectStore:
                 "the object has been modified; please apply your changes to the latest version"
                 f" and try again (resourceVersion {wanted} is stale, current {have})"
             )
+
+
+def validate_limits(kind: str, obj: Obj) -> None:
+    """The API server's size limits, refused with its 422 message (``ValidateAnnotations`` and
+    ``ValidateConfigMap`` in kubernetes/kubernetes ``pkg/apis/core/validation``)."""
+    name = obj.get("metadata", {}).get("name", "")
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if _total_bytes(annotations) > MAX_ANNOTATION_BYTES:
+        raise StoreUnprocessable(
+            f'{kind} "{name}" is invalid: metadata.annotations: Too long: '
+            f"must have at most {MAX_ANNOTATION_BYTES} bytes"
+        )
+    if kind == "ConfigMap":
+        size = _total_bytes(obj.get("data") or {}) + _total_bytes(obj.get("binaryData") or {})
+        if size > MAX_CONFIGMAP_BYTES:
+            raise StoreUnprocessable(
+                f'ConfigMap "{name}" is invalid: []: Too long: '
+                f"must have at most {MAX_CONFIGMAP_BYTES} bytes"
+            )
+
+
+def _total_bytes(mapping: dict[str, Any]) -> int:
+    return sum(len(str(k).encode()) + len(str(v).encode()) for k, v in mapping.items())
 
 
 def _within_scope(current: Obj, updated: Obj, scope: Scope) -> Obj:
