@@ -192,3 +192,22 @@ def test_a_started_job_that_is_gone_is_a_result_never_a_second_job() -> None:
     assert gone.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
     assert gone.record is not None
     assert "evidence unavailable (the evidence Job is gone" in gone.evidence[0].value
+
+
+def test_the_merge_window_follows_the_hold_window() -> None:
+    """With a 30 min hold the fault is first seen up to 30 min before its isolation line: one
+    fault, not two, when the window is derived from the hold window."""
+    from datetime import timedelta
+
+    seen = faults.LedgerEntry(
+        datetime.fromisoformat(ISOLATED_AT) - timedelta(minutes=28), "gpu-node-b", 79, SLOT,
+        CARD, faults.Recorder.GPUGUARD, confirmation=faults.Confirmation.DEVICE_PLUGIN,
+    )
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+    narrow = decide(job, [seen])
+    wide = recovery.decide(
+        isolated(), job, [seen], CATALOG, NOW,
+        merge_window=escalation.merge_window_for(timedelta(minutes=30)),
+    )
+    assert narrow.escalation is escalation.Escalation.INSPECTION
+    assert wide.escalation is escalation.Escalation.NONE

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
@@ -23,7 +23,7 @@ from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import annotation_keys, decisions, fleet, ports
 from gpuguard.model import jobs as job_model
-from gpuguard.policy import recovery
+from gpuguard.policy import escalation, recovery
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Recovery:
     namespace: str = "gpuguard"
     notifier: ports.Notifier | None = None
     runtime_class: str | None = None
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
 
     def run(
         self,
@@ -94,7 +95,9 @@ class Recovery:
             log.warning("%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e)
             return None
         try:
-            return recovery.decide(node, job, entries, self.catalog, now)
+            return recovery.decide(
+                node, job, entries, self.catalog, now, merge_window=self.merge_window
+            )
         except InputError as e:  # a malformed gpuguard annotation on this node only
             message = f"{node.name}: recovery skipped, fix the node's annotation: {e}"
             log.log(logging.ERROR if failsafe.first_time(message) else logging.DEBUG, message)

@@ -364,7 +364,8 @@ class _Gatherer:
             return None
         if any(uuid in line for line in self.ledger.malformed):
             return None  # one of this card's lines cannot be read: the count is not known
-        return escalation.card_fault_count(self.ledger.entries, uuid)
+        window = escalation.merge_window_for(self.step.settings.isolation.hold_window)
+        return escalation.card_fault_count(self.ledger.entries, uuid, merge_window=window)
 
     def burn_in(self, node: fleet.Node, mode: model.BurnInMode) -> model.BurnInResult | None:
         try:

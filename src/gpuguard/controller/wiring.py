@@ -17,6 +17,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
+from gpuguard.policy import escalation
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
 
@@ -90,6 +91,7 @@ def build_guard(
                 namespace=c.namespace,
                 notifier=notifier,
                 runtime_class=c.job_runtime_class,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             )
             if c.recovery
             else None,
@@ -109,7 +111,11 @@ def build_guard(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback, writer
+                ledger.Ledger(client, c.namespace),
+                catalog,
+                isolation.xid_lookback,
+                writer,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
         )
         yield guard, client

@@ -113,6 +113,7 @@ def _play(
                 image=settings.controller.image,
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, namespace),
@@ -125,7 +126,11 @@ def _play(
                 namespace=namespace,
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, namespace), catalog, isolation.xid_lookback, writer
+                ledger.Ledger(client, namespace),
+                catalog,
+                isolation.xid_lookback,
+                writer,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
         )
         try:

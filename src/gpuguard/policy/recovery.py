@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
@@ -65,7 +65,11 @@ def decide(
     ledger: Sequence[faults.LedgerEntry],
     catalog: xid_catalog.XidCatalog,
     now: datetime,
+    *,
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
 ) -> RecoveryStep:
+    """``merge_window``: lines closer than this are one fault (``escalation.merge_window_for``
+    the hold window: the fault's first sighting and its isolation line)."""
     isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
     _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
     started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
@@ -86,7 +90,9 @@ def decide(
             evidence=proof,
         )
     recorded = [e for e in ledger if not _same_fault(e, entry)]
-    history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
+    history = escalation.history_for(
+        [*recorded, entry], entry.uuid, entry.node, entry.pci, merge_window=merge_window
+    )
     level = escalation.escalate(history)
     request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
     if job.state is not jobs.JobState.SUCCEEDED:
@@ -190,6 +196,8 @@ def escalation_update(
     entry: faults.LedgerEntry,
     ledger: Sequence[faults.LedgerEntry],
     catalog: xid_catalog.XidCatalog,
+    *,
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
 ) -> dict[str, str] | None:
     """New escalation and request marks for a node gpuguard isolated with a verdict, when a
     fault recorded later (the same card again while it waits) raises the card's escalation —
@@ -203,7 +211,9 @@ def escalation_update(
         current = escalation.Escalation(marks.get(ESCALATION, "none"))
     except ValueError:
         return None  # a mark gpuguard did not write: leave the node to people
-    history = escalation.history_for(ledger, entry.uuid, entry.node, entry.pci)
+    history = escalation.history_for(
+        ledger, entry.uuid, entry.node, entry.pci, merge_window=merge_window
+    )
     level = escalation.escalate(history)
     if _RANK[level] <= _RANK[current]:
         return None
