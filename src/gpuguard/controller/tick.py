@@ -18,7 +18,7 @@ from gpuguard.controller import fault_history, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import decisions, fleet, ports
+from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
@@ -76,7 +76,9 @@ class Guard:
             result.error, result.error_kind = str(e), "source"
             return result
         cordons = self._phantom_cordons(result)
-        result.decision = isolate.decide(result.snapshot, self.classifier, self.settings, cordons)
+        result.decision = isolate.decide(
+            result.snapshot, self.classifier, self.settings, cordons, self._ledger(result.snapshot)
+        )
         self._act(result.snapshot, result.decision.actions, result)
         self._mark(result.snapshot, result.decision.markings, result)
         if self.history is not None:
@@ -96,6 +98,19 @@ class Guard:
                 result.snapshot, result.at, may_write=lambda: not self.dry_run and self.is_leader()
             )
         return result
+
+    def _ledger(self, snapshot: fleet.FleetSnapshot) -> list[faults.LedgerEntry] | None:
+        """The fault ledger for the GPU-or-node rule, read only when some node misses a GPU
+        (no candidate otherwise); None when it cannot be read (the rule then takes the node)."""
+        if self.history is None:
+            return []
+        if not any(gpu_isolation.unexplained_missing(n) for n in snapshot.nodes):
+            return []
+        try:
+            return self.history.ledger.entries().entries
+        except GpuguardError as e:
+            log.warning("fault ledger unreadable; GPU faults isolate their node: %s", e)
+            return None
 
     def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
         """The cluster first (kept on the result, so ``explain`` can show a node even when
@@ -159,7 +174,10 @@ class Guard:
 
     def _apply(self, node: fleet.Node, action: decisions.Action, result: TickResult) -> None:
         try:
-            self.writer.isolate(node, action)
+            if action.kind is decisions.ActionKind.ISOLATE_GPU:
+                self.writer.annotate(node, dict(action.annotations))
+            else:
+                self.writer.isolate(node, action)
         except ConflictError as e:
             log.info("%s: %s; re-read next tick", node.name, e)
             result.skipped.append((action, "conflict: node changed since read"))

@@ -23,6 +23,9 @@ ONBOARDING_TAINT = PREFIX + "onboarding"
 GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
 WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
+GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
+GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
+DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 
 PER_ISOLATION = (
     REASON,
@@ -39,6 +42,11 @@ PER_ISOLATION = (
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""
+
+
+GPU_LEVEL = (GPU_ISOLATED, GPU_RETURN)
+"""gpuguard's marks of GPU isolations on a node that keeps serving (docs/gpu-isolation.md):
+they outlive a node isolation and are removed only when the last GPU returns."""
 
 
 def is_gpuguard_key(key: str) -> bool:
