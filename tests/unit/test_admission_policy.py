@@ -108,3 +108,63 @@ def test_a_burn_in_job_with_a_host_path_is_refused() -> None:
         "only read-only hostPath volumes of /sys, /var/log, /proc, /etc",
         "every mount is read-only",
     ]
+
+
+def _gpu_isolation(action: str = "apply") -> dict[str, Any]:
+    return jobs.gpu_isolation_job(
+        "gpu-node-a", "k", action=action, uuids=("GPU-0a8e0faa",), image=IMAGE
+    )
+
+
+@pytest.mark.parametrize("action", ["apply", "undo"])
+def test_the_gpu_isolation_job_gpuguard_builds_is_admitted(action: str) -> None:
+    assert failed_rules(_gpu_isolation(action)) == []
+
+
+GPU_ISOLATION_MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
+    (
+        "shell-in-the-uuid-list",
+        "gpu-isolate: exactly",
+        lambda j: _container(j)["command"].insert(6, "sh"),
+    ),
+    (
+        "all-gpus-visible-is-fine-but-other-env-is-not",
+        "environment",
+        lambda j: _container(j)["env"].append({"name": "LD_PRELOAD", "value": "/x.so"}),
+    ),
+    (
+        "driver-capabilities-beyond-utility",
+        "environment",
+        lambda j: _container(j)["env"][1].update(value="all"),
+    ),
+    ("other-runtime", "runtime class", lambda j: _pod(j).update(runtimeClassName="runc-priv")),
+    (
+        "writable-var-log",
+        "read-only",
+        lambda j: _container(j)["volumeMounts"][1].update(readOnly=False),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "rule", "mutate"), GPU_ISOLATION_MUTATIONS, ids=[m[0] for m in GPU_ISOLATION_MUTATIONS]
+)
+def test_any_other_gpu_isolation_shape_is_refused(
+    name: str, rule: str, mutate: Callable[[dict[str, Any]], None]
+) -> None:
+    job = _gpu_isolation()
+    mutate(job)
+    failed = failed_rules(job)
+    assert len(failed) == 1, f"{name}: {failed}"
+    assert rule in failed[0]
+
+
+def test_only_the_gpu_isolation_job_may_write_etc_gpuguard() -> None:
+    job = evidence()
+    _pod(job)["volumes"].append(
+        {"name": "x", "hostPath": {"path": "/etc/gpuguard", "type": "DirectoryOrCreate"}}
+    )
+    _container(job)["volumeMounts"].append(
+        {"name": "x", "mountPath": "/host/etc/gpuguard", "readOnly": False}
+    )
+    assert any("/etc/gpuguard" in rule for rule in failed_rules(job))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuguard.controller import fault_history, phantom_watch
+from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
@@ -43,6 +44,7 @@ class TickResult:
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
     history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
+    gpus: list[gpu_step.Outcome] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -66,6 +68,7 @@ class Guard:
     restore: restore_step.Restore | None = None
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
+    gpu_isolation: gpu_step.GpuIsolation | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -86,6 +89,10 @@ class Guard:
                 result.snapshot,
                 tripped=result.decision.breaker.tripped,
                 may_write=lambda: not self.dry_run and self.is_leader(),
+            )
+        if self.gpu_isolation is not None:
+            result.gpus = self.gpu_isolation.run(
+                result.snapshot, may_write=lambda: not self.dry_run and self.is_leader()
             )
         if self.recovery is not None:
             result.recovery = self.recovery.run(

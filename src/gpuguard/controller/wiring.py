@@ -14,7 +14,7 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
+from gpuguard.controller import fault_history, gpu_isolation, phantom_watch, recovery, restore, tick
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
@@ -108,6 +108,14 @@ def build_guard(
             ),
             history=fault_history.FaultHistory(
                 ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback, writer
+            ),
+            gpu_isolation=gpu_isolation.GpuIsolation(
+                jobs=jobs.Jobs(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace),
+                writer=writer,
+                marker=writer,
+                image=c.image,
+                namespace=c.namespace,
             ),
         )
         yield guard, client

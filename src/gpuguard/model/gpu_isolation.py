@@ -11,6 +11,7 @@ only record of a GPU isolation: every tick derives from it what must be applied 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -22,6 +23,11 @@ DEVICE_PLUGIN_LABEL = annotation_keys.DEVICE_PLUGIN_LABEL
 DEVICE_PLUGIN_EXCLUDING = "excluding"
 """The label value that selects the per-node device-plugin instance which advertises every GPU
 but the ones the isolation Job listed on the host (docs/gpu-isolation.md#host-drivers)."""
+
+
+DEVICE_PLUGIN_PODS = ("nvidia-device-plugin", "gpuguard-device-plugin")
+"""Name prefixes of the device-plugin pods whose restarts make gpuguard re-apply (the NVIDIA
+chart's and the GPU Operator's ``nvidia-device-plugin-*``, the per-node instance's)."""
 
 
 class Scope(StrEnum):
@@ -50,16 +56,27 @@ class IsolatedGpu:
     capacity: int = 0  # the node's GPU capacity before this isolation
     applied_boot: str = ""  # the boot ID the mechanisms were last verified on ("" : not yet)
     confirmed: bool = False  # the isolation Job found the fault in the host's kernel log
+    applied_at: datetime | None = None  # the last verified application
+    plugin: str = ""  # the device-plugin pod (name#restarts) that last advertised without it
 
     @property
     def mechanisms(self) -> tuple[Mechanism, ...]:
         return tuple(Mechanism(m) for m in self.mechanism.split("+") if m)
 
-    def applied(self, boot_id: str, *, confirmed: bool) -> IsolatedGpu:
-        return replace(self, applied_boot=boot_id, confirmed=self.confirmed or confirmed)
+    def applied(
+        self, boot_id: str, at: datetime, plugin: str, *, confirmed: bool
+    ) -> IsolatedGpu:
+        return replace(
+            self,
+            applied_boot=boot_id,
+            applied_at=at,
+            plugin=plugin,
+            confirmed=self.confirmed or confirmed,
+        )
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self) | {"at": timestamps.format_utc(self.at)}
+        applied = timestamps.format_utc(self.applied_at) if self.applied_at else None
+        return asdict(self) | {"at": timestamps.format_utc(self.at), "applied_at": applied}
 
 
 def read(node: fleet.Node) -> tuple[IsolatedGpu, ...]:
@@ -95,6 +112,8 @@ def _entry(item: object) -> IsolatedGpu | None:
             capacity=int(item.get("capacity", 0)),
             applied_boot=str(item.get("applied_boot", "")),
             confirmed=bool(item.get("confirmed", False)),
+            applied_at=timestamps.parse_utc(str(item.get("applied_at") or "")),
+            plugin=str(item.get("plugin", "")),
         )
         entry.mechanisms  # noqa: B018 - an unknown mechanism makes the entry unreadable
     except (TypeError, ValueError):
@@ -129,6 +148,15 @@ def unexplained_missing(node: fleet.Node) -> int:
     expected = expected_capacity(entries)
     counted = 0 if expected is None else max(0, min(len(entries), node.gpu_capacity - expected))
     return max(0, node.gpus_missing - counted)
+
+
+def plugin_stamp(pods: Iterable[fleet.Pod]) -> str:
+    """``name#restarts`` of the node's running device-plugin pod ("" : none is Ready): a new
+    pod or one more restart means the plugin enumerated the GPUs again."""
+    for pod in sorted(pods, key=lambda p: p.name):
+        if pod.name.startswith(DEVICE_PLUGIN_PODS) and pod.ready:
+            return f"{pod.name}#{pod.restarts}"
+    return ""
 
 
 def return_requested(node: fleet.Node) -> frozenset[str]:
