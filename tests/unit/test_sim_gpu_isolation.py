@@ -135,3 +135,20 @@ def test_undo_puts_the_gpu_back(tmp_path: Path) -> None:
     assert advertised(w) == ("4", "4")
     assert node(w).gpu(1).compute_mode == "DEFAULT"
     assert node(w).excluded_uuids == set()
+
+
+def test_nvreg_excluded_gpus_leave_enumeration_at_the_next_boot(tmp_path: Path) -> None:
+    w = build("""
+{at: 10m, nvreg_exclude: {node: gpu-node-a, gpu: 1}}
+{at: 20m, reboot: {node: gpu-node-a}}
+{at: 40m, host_job: {node: gpu-node-a, gpu: 1, name: docker-train}}
+""")
+    step(w, 10)
+    assert advertised(w) == ("4", "3")  # configured, not yet loaded
+    step(w, 30)
+    assert advertised(w) == ("3", "3")
+    assert "no such device" in last(w, "host_job")
+    # the isolation Job finds a card the driver does not attach: it is out, nothing to set
+    report = host.apply(job_commands.SimulatedDriver(node(w)), [node(w).gpu(1).uuid], tmp_path)
+    assert report.ok
+    assert report.gpus[0].compute_mode == host.ABSENT

@@ -304,6 +304,7 @@ EVERY_KIND = """
 {at: 34m, prometheus_down: {duration: 1m}}
 {at: 35m, bad_metric: {node: 0, gpu: 2, xid: 79}}
 {at: 36m, host_job: {node: 1, gpu: 0}}
+{at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
 """
 
 

@@ -73,10 +73,10 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Every GPU as wanted; on undo a card the driver no longer knows (``absent``: it
-        left the host) is as wanted."""
+        """Every GPU as wanted; a card the driver does not know (``absent``: excluded at
+        module load, or it left the host) is out, and on undo it is gone, both as wanted."""
         applying = self.action == "apply"
-        wanted = {PROHIBITED} if applying else {DEFAULT, ABSENT}
+        wanted = {PROHIBITED, ABSENT} if applying else {DEFAULT, ABSENT}
         return all(
             not g.error and g.compute_mode in wanted and g.excluded == applying for g in self.gpus
         )
@@ -122,11 +122,15 @@ def _run(action: str, control: GpuControl, uuids: Sequence[str], root: Path, mod
         excluded = control.excluded()
     except HostError as e:
         excluded, notes = set(), [*notes, str(e)]
-    gpus = tuple(
-        GpuReport(u, modes.get(u, missing), u in excluded, u in faulty, errors.get(u, ""))
-        for u in uuids
-    )
+    gpus = tuple(_gpu(u, modes.get(u, missing), u in excluded, u in faulty, errors.get(u, ""))
+                 for u in uuids)
     return Report(action, gpus, tuple(notes))
+
+
+def _gpu(uuid: str, mode: str, excluded: bool, faulty: bool, error: str) -> GpuReport:
+    """A card the driver does not attach (``NVreg_ExcludedGpus`` at the last module load, or
+    gone) has no compute mode to set: that is no error."""
+    return GpuReport(uuid, mode, excluded, faulty, "" if mode == ABSENT else error)
 
 
 def _kernel_faults(root: Path) -> tuple[set[str], str]:

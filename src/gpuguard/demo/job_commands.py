@@ -62,10 +62,10 @@ class SimulatedDriver:
     node: state.SimNode
 
     def compute_modes(self) -> dict[str, str]:
-        return {g.uuid: g.compute_mode for g in self.node.gpus if g.on_bus}
+        return {g.uuid: g.compute_mode for g in self._attached()}
 
     def set_compute_mode(self, uuid: str, mode: str) -> None:
-        gpu = next((g for g in self.node.gpus if g.uuid == uuid and g.on_bus), None)
+        gpu = next((g for g in self._attached() if g.uuid == uuid), None)
         if gpu is None:
             raise host_isolation.HostError(f"nvidia-smi -i {uuid}: No devices were found")
         gpu.compute_mode = mode
@@ -75,6 +75,10 @@ class SimulatedDriver:
 
     def write_excluded(self, uuids: set[str]) -> None:
         self.node.excluded_uuids = set(uuids)
+
+    def _attached(self) -> list[state.SimGpu]:
+        """GPUs the driver answers for: on the bus, not excluded at module load."""
+        return [g for g in self.node.gpus if g.on_bus and g.uuid not in self.node.nvreg_active]
 
 
 def _gpu_isolate(node: state.SimNode, argv: list[str], hosts_root: Path) -> tuple[int, str]:

@@ -214,7 +214,8 @@ def _report(
     message: str | None, uuids: tuple[str, ...], *, want_mode: str, excluded: bool
 ) -> tuple[dict[str, dict[str, object]], str]:
     """The report's GPUs by UUID, and what is wrong with it ("" : every GPU as wanted). A GPU
-    the driver no longer knows (``absent``) is fine for a return: the card left the host."""
+    the driver does not know (``absent``: ``NVreg_ExcludedGpus`` at boot, or the card left
+    the host) is out when isolating and gone when returning."""
     try:
         data = json.loads(message or "")
         gpus = {str(g["uuid"]): g for g in data["gpus"]}
@@ -227,7 +228,7 @@ def _report(
             problems.append(f"{uuid}: not in the report")
             continue
         mode = str(gpu.get("compute_mode", ""))
-        mode_ok = mode == want_mode or (not excluded and mode == "absent")
+        mode_ok = mode in (want_mode, "absent")  # a card the driver does not attach is out
         if gpu.get("error") or not mode_ok or gpu.get("excluded") is not excluded:
             problems.append(
                 f"{uuid}: compute mode {mode}, excluded {gpu.get('excluded')}"

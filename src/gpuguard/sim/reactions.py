@@ -47,7 +47,8 @@ The world's rules (deterministic):
   the bus as Healthy — a restart re-advertises a GPU it had marked unhealthy — except that the
   per-node instance (selected by the node label ``gpuguard.io/device-plugin=excluding``, which
   the world follows like the DaemonSet controller) leaves out the UUIDs on the host's list.
-  Compute mode resets to DEFAULT at every boot and GPU reset.
+  Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
+  the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
@@ -287,6 +288,9 @@ def boot_complete(w: Stage, node: state.SimNode) -> None:
     node.ipvs_loaded = node.ipvs_persisted and node.ipvs_module_available
     node.kube_proxy_ready = node.ipvs_loaded
     node.exporter_started = now
+    node.nvreg_active = set(node.nvreg_configured)
+    for gpu in node.gpus:
+        gpu.registered = gpu.offered = gpu.registered and _visible(node, gpu)
     w.memory.announced = {a for a in w.memory.announced if a[0] != node.name}
     w.log_kernel(
         node,
@@ -383,7 +387,17 @@ def _restart_device_plugin(w: Stage, node: state.SimNode) -> None:
 
 
 def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
+    if gpu.uuid in node.nvreg_active:
+        return False
     return node.plugin_instance != EXCLUDING_INSTANCE or gpu.uuid not in node.excluded_uuids
+
+
+def on_nvreg_exclude(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
+    """A person adds the GPU to ``NVreg_ExcludedGpus`` in /etc/modprobe.d: nothing changes
+    until the module loads again, at the next boot."""
+    gpu = node.gpu(p.gpu)
+    node.nvreg_configured.add(gpu.uuid)
+    w.record("nvreg_exclude", node.name, f"NVreg_ExcludedGpus={gpu.uuid}: from the next boot")
 
 
 def select_device_plugin(w: Stage, node: state.SimNode, instance: str) -> None:
@@ -410,7 +424,7 @@ def on_host_job(w: Stage, p: scenario.HostJobPayload, node: state.SimNode) -> No
     scheduler. It gets a CUDA context unless the GPU is gone or its compute mode is
     PROHIBITED ("No contexts can be created on this device": cudaErrorDevicesUnavailable)."""
     gpu = node.gpu(p.gpu)
-    if not gpu.on_bus:
+    if not gpu.on_bus or gpu.uuid in node.nvreg_active:
         w.record("host_job", node.name, f"{p.name} fails on GPU {gpu.index}: no such device")
     elif gpu.compute_mode == "PROHIBITED":
         w.record(
@@ -638,4 +652,5 @@ REACTIONS: Mapping[str, Reaction] = {
     "prometheus_down": on_prometheus_down,
     "bad_metric": on_bad_metric,
     "host_job": on_host_job,
+    "nvreg_exclude": on_nvreg_exclude,
 }

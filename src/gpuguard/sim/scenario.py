@@ -187,6 +187,7 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "prometheus_down": PrometheusDownPayload,
     "bad_metric": BadMetricPayload,
     "host_job": HostJobPayload,
+    "nvreg_exclude": GpuPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------

@@ -102,6 +102,11 @@ class SimNode:
     plugin_instance: str = "cluster"
     excluded_uuids: set[str] = field(default_factory=set)
     host_jobs: dict[str, int] = field(default_factory=dict)  # running host jobs -> GPU index
+    # NVreg_ExcludedGpus in /etc/modprobe.d (configured) and as the module loaded it at the
+    # last boot (active): the driver does not attach those GPUs (nv-reg.h: "cannot be
+    # attached or used"), so neither NVML nor the device plugin see them.
+    nvreg_configured: set[str] = field(default_factory=set)
+    nvreg_active: set[str] = field(default_factory=set)
 
     # Added for the exporters (sim.exporters): what this node's dcgm-exporter collects.
     profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported
