@@ -20,8 +20,13 @@ def host_docker() -> harness.ScenarioRun:
     return harness.play(scenario.load_shipped("host-docker-isolated-gpu"), GUARD)
 
 
-def details(run: harness.ScenarioRun, kind: str) -> list[str]:
-    return [e["detail"] for e in score.timeline(run) if e["kind"] == kind]
+def details(run: harness.ScenarioRun, kind: str, *, drafted: bool = False) -> list[str]:
+    """The timeline's details of ``kind``; drafted requests (reason ``escalated``) apart."""
+    return [
+        e["detail"]
+        for e in score.timeline(run)
+        if e["kind"] == kind and (e["reason"] == "escalated") == drafted
+    ]
 
 
 def test_a_host_docker_job_never_gets_the_isolated_gpu(host_docker: harness.ScenarioRun) -> None:
@@ -37,6 +42,9 @@ def test_it_is_re_applied_after_a_plugin_restart_and_a_reboot(
     assert "not applied yet" in applied[0]
     assert "device plugin restarted" in applied[1]
     assert "booted again" in applied[2]
+    (request,) = details(host_docker, "gpu", drafted=True)
+    assert "GPU 2 of gpu-node-a is out of service" in request
+    assert "slot 0000:3a:00.0" in request
     report = score.scenario_report(host_docker)
     assert report["isolated"] == []
     assert [(g["node"], g["gpu"]) for g in report["gpu_isolated"]] == [("gpu-node-a", "2")]

@@ -9,12 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuguard.actuators import ledger as ledger_store
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import gpu_isolation as step
 from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation
 from gpuguard.model import jobs as job_model
 from tests.fakes import FakeWriter
 
 NOW = datetime(2026, 8, 10, 16, 0, tzinfo=UTC)
+CATALOG = xid_catalog.load_catalog()
 CARD = "GPU-0a8e0faa"
 
 
@@ -60,7 +62,7 @@ def snapshot() -> fleet.FleetSnapshot:
 
 
 def run(jobs: FakeJobs, writer: FakeWriter, marker: FakeMarker) -> list[step.Outcome]:
-    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, image="gpuguard:test")
+    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="gpuguard:test")
     return guard.run(snapshot(), may_write=lambda: True)
 
 
@@ -112,7 +114,28 @@ def test_a_gpu_that_cannot_be_kept_out_isolates_its_node() -> None:
 
 def test_dry_run_starts_nothing() -> None:
     jobs = FakeJobs()
-    guard = step.GpuIsolation(jobs, EmptyLedger(), FakeWriter(), FakeMarker(), image="x")
+    guard = step.GpuIsolation(jobs, EmptyLedger(), FakeWriter(), FakeMarker(), CATALOG, image="x")
     (outcome,) = guard.run(snapshot(), may_write=lambda: False)
     assert jobs.created == []
     assert outcome.step is step.Step.APPLY
+
+
+def test_a_held_isolation_gets_its_drafted_request_naming_the_card() -> None:
+    jobs, writer, marker = FakeJobs(), FakeWriter(), FakeMarker()
+    entry = gpu_isolation.IsolatedGpu(CARD, "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
+    entry = entry.applied("boot-1", NOW, "", confirmed=True)
+    node = fleet.Node("gpu-node-a", "boot-1", 3, 3, conditions={"Ready": "True"},
+                      labels={gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"},
+                      annotations={annotation_keys.GPU_ISOLATED:
+                                   gpu_isolation.to_annotation((entry,)) or ""})
+    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="x")
+    (outcome,) = guard.run(fleet.FleetSnapshot(NOW, nodes=(node,)), may_write=lambda: True)
+    assert outcome.action is not None
+    assert outcome.action.reason is decisions.Reason.ESCALATED
+    ((_, annotations, labels),) = marker.marks
+    text = annotations[annotation_keys.GPU_REQUEST] or ""
+    assert text.startswith("GPU 1 of gpu-node-a is out of service")
+    assert f"card {CARD}" in text
+    assert "reset the GPU" in text
+    assert labels == {}
+    assert jobs.created == []

@@ -19,9 +19,18 @@ from datetime import datetime
 from typing import Protocol
 
 from gpuguard.actuators import jobs as job_specs
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller.recovery import JobsPort, LedgerPort
 from gpuguard.errors import GpuguardError
-from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports, timestamps
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    faults,
+    fleet,
+    gpu_isolation,
+    ports,
+    timestamps,
+)
 from gpuguard.model import jobs as job_model
 from gpuguard.policy import gpu_enforcement as policy
 
@@ -55,6 +64,7 @@ class GpuIsolation:
     ledger: LedgerPort
     writer: ports.ClusterWriter
     marker: Marker
+    catalog: xid_catalog.XidCatalog
     image: str
     namespace: str = "gpuguard"
 
@@ -64,14 +74,15 @@ class GpuIsolation:
         nodes = [n for n in snapshot.nodes if gpu_isolation.KEY in n.annotations]
         if not nodes:
             return []
-        entries = self._ledger(nodes)
+        entries = self._ledger()
         out = []
         for node in nodes:
             plan = policy.plan(node, entries, snapshot.pods_on(node.name))
             if plan is None:
                 continue
             if plan.step in (Step.HELD, Step.WAIT) or not may_write():
-                out.append(Outcome(node.name, plan.step, plan.detail))
+                drafted = self._draft(node, entries, snapshot.taken_at) if may_write() else None
+                out.append(drafted or Outcome(node.name, plan.step, plan.detail))
                 continue
             if plan.step is Step.RECORD:
                 outcome = self._record(node, plan)
@@ -81,14 +92,38 @@ class GpuIsolation:
                 out.append(outcome)
         return out
 
-    def _ledger(self, nodes: list[fleet.Node]) -> list[faults.LedgerEntry] | None:
-        if not any(gpu_isolation.return_requested(n) for n in nodes):
-            return []
+    def _ledger(self) -> list[faults.LedgerEntry] | None:
+        """Read once a tick where GPUs are isolated: for returns and the drafted requests."""
         try:
             return self.ledger.entries().entries
         except GpuguardError as e:
-            log.warning("GPU returns wait: the fault ledger cannot be read: %s", e)
+            log.warning("GPU returns and requests wait: the ledger cannot be read: %s", e)
             return None
+
+    def _draft(
+        self, node: fleet.Node, ledger: list[faults.LedgerEntry] | None, now: datetime
+    ) -> Outcome | None:
+        """Write the drafted request when the cards' history changed it (a first isolation, a
+        later fault raising the escalation), with an Event."""
+        if ledger is None:
+            return None
+        text = policy.request(node, ledger, self.catalog)
+        if node.annotations.get(annotation_keys.GPU_REQUEST) == text:
+            return None
+        action = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE,
+            node=node.name,
+            reason=decisions.Reason.ESCALATED,
+            annotations={annotation_keys.GPU_REQUEST: text},
+            detail=text,
+        )
+        try:
+            self.marker.mark(node, {annotation_keys.GPU_REQUEST: text}, {})
+        except GpuguardError as e:
+            log.warning("%s: GPU request not written (next tick retries): %s", node.name, e)
+            return None
+        self._event(action, now)
+        return Outcome(node.name, Step.HELD, text, action)
 
     def _record(self, node: fleet.Node, plan: policy.Plan) -> Outcome | None:
         try:

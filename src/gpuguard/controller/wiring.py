@@ -114,6 +114,7 @@ def build_guard(
                 ledger=ledger.Ledger(client, c.namespace),
                 writer=writer,
                 marker=writer,
+                catalog=catalog,
                 image=c.image,
                 namespace=c.namespace,
             ),

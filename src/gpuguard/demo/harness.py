@@ -143,6 +143,7 @@ def _play(
                 ledger=ledger.Ledger(client, namespace),
                 writer=writer,
                 marker=writer,
+                catalog=catalog,
                 image=settings.controller.image,
                 namespace=namespace,
             ),

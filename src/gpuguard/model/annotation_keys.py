@@ -25,6 +25,7 @@ BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burn
 WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
 GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
+GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 
 PER_ISOLATION = (
@@ -44,7 +45,7 @@ PER_ISOLATION = (
 them. A human's ``HOLD`` is never among them."""
 
 
-GPU_LEVEL = (GPU_ISOLATED, GPU_RETURN)
+GPU_LEVEL = (GPU_ISOLATED, GPU_RETURN, GPU_REQUEST)
 """gpuguard's marks of GPU isolations on a node that keeps serving (docs/gpu-isolation.md):
 they outlive a node isolation and are removed only when the last GPU returns."""
 

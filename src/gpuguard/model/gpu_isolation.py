@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from gpuguard.model import annotation_keys, fleet, timestamps
+from gpuguard.model import annotation_keys, fleet, pci, timestamps
 
 KEY = annotation_keys.GPU_ISOLATED
 DEVICE_PLUGIN_LABEL = annotation_keys.DEVICE_PLUGIN_LABEL
@@ -128,11 +128,12 @@ def to_annotation(entries: tuple[IsolatedGpu, ...]) -> str | None:
     return json.dumps([e.to_json() for e in entries], sort_keys=True, separators=(",", ":"))
 
 
-def is_isolated(entries: tuple[IsolatedGpu, ...], uuid: str | None, pci: str | None) -> bool:
-    """The card is among ``entries`` (by UUID, else by slot)."""
+def is_isolated(entries: tuple[IsolatedGpu, ...], uuid: str | None, slot: str | None) -> bool:
+    """The card is among ``entries`` (by UUID, else by its PCI slot)."""
     if uuid:
         return any(e.uuid == uuid for e in entries)
-    return bool(pci) and any(e.pci == pci for e in entries)
+    address = pci.try_normalize_pci(slot)
+    return address is not None and any(pci.try_normalize_pci(e.pci) == address for e in entries)
 
 
 def expected_capacity(entries: tuple[IsolatedGpu, ...]) -> int | None:

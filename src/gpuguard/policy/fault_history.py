@@ -90,10 +90,8 @@ def _confirmation(
 
 def _isolated_confirmed(node: fleet.Node, signal: xid_signals.HardwareXid) -> bool:
     """The card is one gpuguard holds out, its fault confirmed by the host's kernel log."""
-    return any(
-        e.confirmed and (e.uuid == signal.uuid if signal.uuid else e.pci == signal.pci)
-        for e in gpu_isolation.read(node)
-    )
+    entries = tuple(e for e in gpu_isolation.read(node) if e.confirmed)
+    return gpu_isolation.is_isolated(entries, signal.uuid, signal.pci)
 
 
 def _entry(

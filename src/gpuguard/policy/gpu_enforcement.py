@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation
 from gpuguard.policy import escalation
 
@@ -196,6 +197,37 @@ def record(node: fleet.Node, plan_: Plan) -> dict[str, str | None]:
     return {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)}
 
 
+def request(
+    node: fleet.Node, ledger: Sequence[faults.LedgerEntry], catalog: xid_catalog.XidCatalog
+) -> str:
+    """The drafted request for the node's isolated GPUs, one paragraph per card: which GPU is
+    out, that the node keeps serving, the repair its Xid needs, and the card's and slot's
+    history with their escalation (the same words as a node's request)."""
+    return "\n\n".join(_request(node, e, ledger, catalog) for e in gpu_isolation.read(node))
+
+
+def _request(
+    node: fleet.Node,
+    entry: gpu_isolation.IsolatedGpu,
+    ledger: Sequence[faults.LedgerEntry],
+    catalog: xid_catalog.XidCatalog,
+) -> str:
+    code = entry.fault.removeprefix("xid-")
+    xid = int(code) if code.isdigit() else None
+    line = faults.LedgerEntry(
+        entry.at, node.name, xid, entry.pci or None, entry.uuid, faults.Recorder.GPUGUARD
+    )
+    history = escalation.history_for(ledger, entry.uuid, node.name, entry.pci or None)
+    verdict = xid_catalog.default_verdict(xid) if xid else decisions.Verdict.HUMAN_DIAGNOSIS
+    words = escalation.request_text(
+        line, verdict, history, escalation.escalate(history), catalog=catalog
+    )
+    return (
+        f"GPU {entry.index} of {node.name} is out of service ({entry.mechanism}); the node keeps "
+        f"serving with its other GPUs. {words}"
+    )
+
+
 def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
     """The node's marks once the undo Job put the returned GPUs back."""
     _, problem = _report(message, plan_.uuids, want_mode="DEFAULT", excluded=False)
@@ -205,6 +237,7 @@ def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
     annotations: dict[str, str | None] = {
         annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(left),
         annotation_keys.GPU_RETURN: None,
+        **({} if left else {annotation_keys.GPU_REQUEST: None}),
     }
     labels: dict[str, str | None] = {} if left else {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
     return Applied(True, annotations, labels, f"GPU {', '.join(plan_.uuids)} back in service")

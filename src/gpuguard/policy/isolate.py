@@ -23,6 +23,7 @@ from gpuguard.model import (
     faults,
     fleet,
     gpu_isolation,
+    pci,
     timestamps,
     withheld,
 )
@@ -334,7 +335,7 @@ def _isolate_gpu(
     entries = gpu_isolation.read(node)
     entry = gpu_isolation.IsolatedGpu(
         uuid=fault.uuid or "",
-        pci=fault.pci or "",
+        pci=pci.try_normalize_pci(fault.pci) or fault.pci or "",
         index=fault.gpu,
         at=snapshot.taken_at,
         fault=fault.label,
