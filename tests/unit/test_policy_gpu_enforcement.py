@@ -150,5 +150,13 @@ def test_the_last_return_removes_every_mark_and_the_label() -> None:
     done = policy.after_return(the_node, plan, message)
     assert done.ok
     assert done.annotations == {annotation_keys.GPU_ISOLATED: None,
-                                annotation_keys.GPU_RETURN: None}
+                                annotation_keys.GPU_RETURN: None,
+                                annotation_keys.GPU_REQUEST: None}
     assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+
+
+def test_a_card_waiting_past_the_rma_deadline_is_overdue() -> None:
+    the_node = node(applied())
+    assert policy.overdue(the_node, NOW, timedelta(hours=6)) == ()
+    (late,) = policy.overdue(the_node, NOW, timedelta(hours=4))
+    assert late.uuid == CARD

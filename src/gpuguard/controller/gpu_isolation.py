@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from gpuguard.actuators import jobs as job_specs
@@ -56,6 +56,7 @@ class Outcome:
     step: Step
     detail: str
     action: decisions.Action | None = None  # what was written, if anything
+    overdue: tuple[gpu_isolation.IsolatedGpu, ...] = ()  # cards past the RMA deadline
 
 
 @dataclass
@@ -67,6 +68,7 @@ class GpuIsolation:
     catalog: xid_catalog.XidCatalog
     image: str
     namespace: str = "gpuguard"
+    rma_deadline: timedelta = timedelta(days=14)
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, may_write: Callable[[], bool]
@@ -90,7 +92,12 @@ class GpuIsolation:
                 outcome = self._run_job(node, plan, snapshot.taken_at)
             if outcome is not None:
                 out.append(outcome)
-        return out
+        return [self._overdue(o, snapshot) for o in out]
+
+    def _overdue(self, outcome: Outcome, snapshot: fleet.FleetSnapshot) -> Outcome:
+        node = snapshot.node(outcome.node)
+        late = policy.overdue(node, snapshot.taken_at, self.rma_deadline) if node else ()
+        return replace(outcome, overdue=late)
 
     def _ledger(self) -> list[faults.LedgerEntry] | None:
         """Read once a tick where GPUs are isolated: for returns and the drafted requests."""

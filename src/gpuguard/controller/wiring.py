@@ -115,6 +115,7 @@ def build_guard(
                 writer=writer,
                 marker=writer,
                 catalog=catalog,
+                rma_deadline=guard_settings.gpu_isolation.rma_deadline,
                 image=c.image,
                 namespace=c.namespace,
             ),

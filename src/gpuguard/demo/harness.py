@@ -144,6 +144,7 @@ def _play(
                 writer=writer,
                 marker=writer,
                 catalog=catalog,
+                rma_deadline=settings.gpu_isolation.rma_deadline,
                 image=settings.controller.image,
                 namespace=namespace,
             ),

@@ -126,6 +126,11 @@ class GpuIsolationSettings(_Section):
         description="The fault that makes this many in one slot (the ledger's history, this "
         "one included) isolates the node: the slot, riser or power needs hands.",
     )
+    rma_deadline: Duration = Field(
+        default=timedelta(days=14),
+        description="An isolated card waiting longer than this raises "
+        "GpuguardIsolatedCardOverdue (the ECC incident's card waited 38 days).",
+    )
     mechanisms: tuple[Literal["compute-prohibited", "device-plugin"], ...] = Field(
         default=("compute-prohibited", "device-plugin"),
         description="How the GPU is kept out: compute mode PROHIBITED (the safety net, also "

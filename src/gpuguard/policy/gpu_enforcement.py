@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from gpuguard.catalog import xid as xid_catalog
@@ -195,6 +195,13 @@ def record(node: fleet.Node, plan_: Plan) -> dict[str, str | None]:
     next restart is noticed."""
     entries = tuple(replace(e, plugin=plan_.plugin) for e in gpu_isolation.read(node))
     return {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)}
+
+
+def overdue(
+    node: fleet.Node, now: datetime, deadline: timedelta
+) -> tuple[gpu_isolation.IsolatedGpu, ...]:
+    """Isolated cards that have waited longer than the RMA deadline."""
+    return tuple(e for e in gpu_isolation.read(node) if now - e.at > deadline)
 
 
 def request(
