@@ -46,8 +46,15 @@ def test_the_same_card_falling_again_is_isolated_again() -> None:
 NODE_ONLY = settings.GuardSettings.model_validate({"gpu_isolation": {"enabled": False}})
 
 
-def test_ecc_dbe_isolates_the_card_after_the_hold_window_and_never_the_node() -> None:
-    r = report("ecc-dbe-five")
+@pytest.fixture(scope="module")
+def ecc_gpu_level() -> dict[str, Any]:
+    return report("ecc-dbe-five")
+
+
+def test_ecc_dbe_isolates_the_card_after_the_hold_window_and_never_the_node(
+    ecc_gpu_level: dict[str, Any],
+) -> None:
+    r = ecc_gpu_level
     assert r["isolated"] == []
     assert [(g["node"], g["gpu"]) for g in r["gpu_isolated"]] == [("gpu-node-a", "1")]
     assert 600 <= r["time_to_isolate_gpu_s"]["gpu-node-a/1"] <= 660
@@ -58,8 +65,10 @@ def test_ecc_dbe_isolates_the_card_after_the_hold_window_and_never_the_node() ->
     assert not [e for e in r["timeline"] if e["kind"] == "workload_end"]
 
 
-def test_ecc_dbe_keeps_ten_times_fewer_healthy_gpus_out_than_a_node_cordon() -> None:
-    gpu_level = report("ecc-dbe-five")
+def test_ecc_dbe_keeps_ten_times_fewer_healthy_gpus_out_than_a_node_cordon(
+    ecc_gpu_level: dict[str, Any],
+) -> None:
+    gpu_level = ecc_gpu_level
     node_level = score.scenario_report(
         harness.play(scenario.load_shipped("ecc-dbe-five"), NODE_ONLY)
     )
