@@ -176,3 +176,18 @@ def test_the_breaker_counts_an_unconfirmed_gpu_isolation(
     state = admission.admit([], [record], None, 4, DEFAULTS.isolation, NOW)
     assert state.state.unconfirmed == counted
     assert state.state.recent_unconfirmed == counted
+
+
+def test_a_pod_on_the_isolated_gpu_is_reported_not_evicted() -> None:
+    labels = {"Hostname": "gpu-node-a", "gpu": "1", "UUID": "GPU-card-1",
+              "pci_bus_id": "00000000:2A:00.0", "namespace": "ml", "pod": "train-0"}
+    samples = (
+        fleet.MetricSample(names.DCGM_XID_LAST, labels, 94.0, NOW),
+        fleet.MetricSample(names.GPU_LOSS_HELD, {"node": "gpu-node-a"}, 1.0, NOW),
+    )
+    snapshot = fleet.FleetSnapshot(NOW, nodes=(node(),), samples=samples)
+    (action,) = isolate.decide(snapshot, Classifier(), DEFAULTS).actions
+    assert action.kind is decisions.ActionKind.ISOLATE_GPU
+    assert "pod ml/train-0 is on it: left running, not evicted" in action.detail
+    (entry,) = json.loads(action.annotations[annotation_keys.GPU_ISOLATED])
+    assert entry["pci"] == PCI  # dcgm-exporter's spelling, normalised

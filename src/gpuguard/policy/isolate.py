@@ -349,8 +349,19 @@ def _isolate_gpu(
         reason=candidate.reason,
         evidence=(*candidate.evidence, *scope.evidence),
         annotations={annotation_keys.GPU_ISOLATED: value or ""},
-        detail=f"GPU {fault.gpu} ({fault.uuid}) out, the node keeps serving: {scope.detail}",
+        detail=f"GPU {fault.gpu} ({fault.uuid}) out, the node keeps serving: {scope.detail}"
+        f"{_pods_on(fault)}",
     )
+
+
+def _pods_on(fault: xid_signals.HardwareXid) -> str:
+    """The pod dcgm-exporter maps to the faulty GPU, reported, never evicted: it keeps its
+    context (compute mode PROHIBITED stops only new ones) until it ends or a person moves it."""
+    labels = fault.evidence.labels
+    pod = labels.get("pod", "")
+    if not pod:
+        return ""
+    return f"; pod {labels.get('namespace', '')}/{pod} is on it: left running, not evicted"
 
 
 def _cordon(
