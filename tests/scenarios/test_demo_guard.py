@@ -43,10 +43,38 @@ def test_the_same_card_falling_again_is_isolated_again() -> None:
     assert [(e["node"], e["reason"]) for e in isolations] == [("gpu-node-b", "fast-path")] * 2
 
 
-def test_ecc_dbe_waits_for_the_hold_window() -> None:
-    r = report("ecc-dbe-five")
-    assert r["isolated"] == ["gpu-node-a"]
-    assert 600 <= r["time_to_isolate_s"]["gpu-node-a"] <= 660
+NODE_ONLY = settings.GuardSettings.model_validate({"gpu_isolation": {"enabled": False}})
+
+
+@pytest.fixture(scope="module")
+def ecc_gpu_level() -> dict[str, Any]:
+    return report("ecc-dbe-five")
+
+
+def test_ecc_dbe_isolates_the_card_after_the_hold_window_and_never_the_node(
+    ecc_gpu_level: dict[str, Any],
+) -> None:
+    r = ecc_gpu_level
+    assert r["isolated"] == []
+    assert [(g["node"], g["gpu"]) for g in r["gpu_isolated"]] == [("gpu-node-a", "1")]
+    assert 600 <= r["time_to_isolate_gpu_s"]["gpu-node-a/1"] <= 660
+    assert r["missed"] == []
+    # the later double-bit errors hit no job: the RayJob asking for 2 GPUs lands beside it
+    placed = [e["detail"] for e in r["timeline"] if e["kind"] == "workload"]
+    assert "raytrain-worker Running on GPU [0, 2] (training)" in placed
+    assert not [e for e in r["timeline"] if e["kind"] == "workload_end"]
+
+
+def test_ecc_dbe_keeps_ten_times_fewer_healthy_gpus_out_than_a_node_cordon(
+    ecc_gpu_level: dict[str, Any],
+) -> None:
+    gpu_level = ecc_gpu_level
+    node_level = score.scenario_report(
+        harness.play(scenario.load_shipped("ecc-dbe-five"), NODE_ONLY)
+    )
+    assert node_level["isolated"] == ["gpu-node-a"]  # the node path: cordoned at the 1st DBE
+    assert node_level["healthy_gpu_hours_out"] > 1000
+    assert gpu_level["healthy_gpu_hours_out"] <= 0.1 * node_level["gpu_hours_out"]
 
 
 @pytest.mark.parametrize("name", FALSE_POSITIVE_CASES)

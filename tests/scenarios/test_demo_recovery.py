@@ -90,7 +90,9 @@ def test_the_same_card_failing_again_is_held_for_a_human_not_returned(
 
 
 def test_ecc_dbe_gets_the_reset_procedure_and_no_return_on_operand_restarts_alone() -> None:
-    run = harness.play(scenario.load_shipped("ecc-dbe-five"), settings.GuardSettings())
+    """The node path (GPU isolation off): the cordoned node's recovery."""
+    node_only = settings.GuardSettings.model_validate({"gpu_isolation": {"enabled": False}})
+    run = harness.play(scenario.load_shipped("ecc-dbe-five"), node_only)
     report = score.scenario_report(run)
     assert set(report["verdicts"]["gpu-node-a"]) == {"gpu-reset"}
     assert all(line["xid"] == 48 for line in report["ledger"])

@@ -98,3 +98,15 @@ def test_the_guard_notifies_after_isolating_and_survives_a_failed_notice(
     result = guard.tick()
     assert [a.node for a in result.applied] == ["gpu-node-b"]
     assert recorder.sent == ([] if error else ["gpu-node-b"])
+
+
+def test_a_gpu_isolation_is_a_warning_of_its_own() -> None:
+    action = decisions.Action(
+        kind=decisions.ActionKind.ISOLATE_GPU,
+        node="gpu-node-a",
+        reason=decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS,
+        detail="GPU 1 out, the node keeps serving",
+    )
+    (alert,) = notify.alertmanager_payload(action, datetime(2026, 8, 10, tzinfo=UTC))
+    assert alert["labels"]["alertname"] == "GpuguardGpuIsolated"
+    assert alert["labels"]["severity"] == "warning"

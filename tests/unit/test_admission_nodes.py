@@ -3,6 +3,7 @@ gpuguard's service account, people keep their keys, and no one uncordons a node 
 
 from __future__ import annotations
 
+import ast
 import copy
 from typing import Any
 
@@ -112,7 +113,10 @@ def test_the_hold_message_says_how_to_release_it() -> None:
 
 
 def test_every_key_gpuguard_writes_is_protected_and_the_peoples_are_not() -> None:
-    people = {keys.HOLD, keys.RESET_DONE, keys.INSPECTED, keys.GATE_REPORT}
+    people = set(keys.FOR_PEOPLE)
+    variables = policy()["spec"]["variables"]
+    (listed,) = [v["expression"] for v in variables if v["name"] == "peopleKeys"]
+    assert set(ast.literal_eval(listed)) == people
     own = [getattr(keys, n) for n in dir(keys) if n.isupper() and isinstance(getattr(keys, n), str)
            and getattr(keys, n).startswith(keys.PREFIX) and getattr(keys, n) not in people
            and getattr(keys, n) != keys.PREFIX]

@@ -11,14 +11,17 @@ from typing import Any
 
 import pytest
 
+from gpuguard.actuators import jobs
 from tests import cel, chart
 from tests.admission import (
     GPUGUARD,
+    IMAGE,
     NODE,
     burnin,
     controller_pod,
     defaulted,
     evidence,
+    failed_rules,
     pod_of,
     policy,
 )
@@ -292,3 +295,59 @@ def test_only_gpuguards_accounts_run_pods_in_its_namespace() -> None:
     assert cel.rule_names(refused) == ["namespace"]
     assert cel.refusals(policy("gpuguard-namespace"), controller_pod(), username=TENANT) == []
     assert cel.refusals(policy("gpuguard-namespace"), pod_of(evidence()), username=TENANT) == []
+
+
+# ---- the GPU-isolation Job (docs/gpu-isolation.md) --------------------------------------------
+
+CARD = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
+
+
+def gpu_isolation(action: str = "apply") -> Obj:
+    return jobs.gpu_isolation_job(NODE, "k", action=action, uuids=(CARD,), image=IMAGE)
+
+
+@pytest.mark.parametrize("action", ["apply", "undo"])
+def test_the_gpu_isolation_job_and_its_pod_are_admitted(action: str) -> None:
+    job = gpu_isolation(action)
+    assert failed_rules(job) == []
+    assert cel.refusals(policy("gpuguard-jobs"), pod_of(job), username=JOB_CONTROLLER) == []
+
+
+def _mount(job: Obj, name: str) -> Obj:
+    (mount,) = [m for m in _c(job)["volumeMounts"] if m["name"] == name]
+    return mount
+
+
+GPU_ISOLATION_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("shell-among-the-uuids", "command", lambda j: _c(j)["command"].insert(6, "sh")),
+    ("unknown-action", "command", lambda j: _c(j)["command"].__setitem__(2, "exec")),
+    ("not-a-uuid", "command", lambda j: _c(j)["command"].__setitem__(6, "$(id)")),
+    ("ld-preload", "env", lambda j: _c(j)["env"].append({"name": "LD_PRELOAD", "value": "/x.so"})),
+    ("every-gpu-visible", "env", lambda j: _c(j)["env"][0].update(value="all")),
+    ("driver-capabilities-beyond-utility", "env", lambda j: _c(j)["env"][1].update(value="all")),
+    ("other-runtime", "runtime-class", lambda j: _pod(j).update(runtimeClassName="runc-priv")),
+    ("writable-var-log", "mounts", lambda j: _mount(j, "host-var-log").update(readOnly=False)),
+    ("a-capability", "capabilities",
+     lambda j: _c(j)["securityContext"]["capabilities"].update(add=["SYS_ADMIN"])),
+    ("host-etc", "volumes", lambda j: _pod(j)["volumes"][0]["hostPath"].update(path="/etc")),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), GPU_ISOLATION_HOSTILE,
+                         ids=[m[0] for m in GPU_ISOLATION_HOSTILE])
+def test_any_other_gpu_isolation_shape_is_refused(name: str, rule: str, mutate: Mutation) -> None:
+    job = gpu_isolation()
+    mutate(job)
+    assert failed_rules(job) == [rule]
+
+
+def test_only_the_gpu_isolation_job_may_write_etc_gpuguard() -> None:
+    job = evidence()
+    _pod(job)["volumes"].append(
+        {"name": "host-gpuguard",
+         "hostPath": {"path": "/etc/gpuguard", "type": "DirectoryOrCreate"}}
+    )
+    _c(job)["volumeMounts"].append(
+        {"name": "host-gpuguard", "mountPath": "/host/etc/gpuguard", "readOnly": False}
+    )
+    assert failed_rules(job) == ["volumes", "mounts"]

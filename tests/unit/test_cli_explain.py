@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from gpuguard.catalog import gpu_models
 from gpuguard.cli import guard
 from gpuguard.cli.main import app
+from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import tick, wiring
-from gpuguard.model import fleet, settings
+from gpuguard.model import annotation_keys, fleet, gpu_isolation, settings
 from gpuguard.policy import admission, isolate, phantom
 from tests.builders import window
 
@@ -52,3 +53,28 @@ def test_explain_shows_phantom_gpus_with_evidence_commands(
     assert any("nvidia-smi -q -d ACCOUNTING" in c for c in gpu["commands"])
     text = CliRunner().invoke(app, ["explain", "gpu-node-1"]).stdout
     assert "phantom: GPU 5 busy with nothing" in " ".join(text.split())
+
+
+def test_explain_shows_the_isolated_gpus_and_what_keeps_them_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entry = gpu_isolation.IsolatedGpu(
+        "GPU-0a8e0faa", "0000:2a:00.0", "1", NOW, "xid-48", capacity=8
+    ).applied("boot-1", NOW, "", confirmed=True)
+    marks = {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation((entry,)) or ""}
+    node = fleet.Node("gpu-node-1", "boot-1", 7, 7, conditions={"Ready": "True"},
+                      annotations=marks)
+
+    def with_gpu(config: Path | None, conn: wiring.Connection, *, dry_run: bool) -> tick.TickResult:
+        result = fake_tick(config, conn, dry_run=dry_run)
+        result.snapshot = fleet.FleetSnapshot(NOW, nodes=(node,))
+        result.gpus = [gpu_step.Outcome("gpu-node-1", gpu_step.Step.APPLY, "lost its label")]
+        return result
+
+    monkeypatch.setattr(guard, "run_tick", with_gpu)
+    data = json.loads(CliRunner().invoke(app, ["explain", "gpu-node-1", "-o", "json"]).stdout)
+    (gpu,) = data["gpu_isolation"]["gpus"]
+    assert (gpu["gpu"], gpu["mechanism"]) == ("1", "compute-prohibited+device-plugin")
+    assert data["gpu_isolation"]["step"] == "apply"
+    text = " ".join(CliRunner().invoke(app, ["explain", "gpu-node-1"]).stdout.split())
+    assert "GPU 1 (GPU-0a8e0faa) isolated for xid-48: compute-prohibited+device-plugin" in text

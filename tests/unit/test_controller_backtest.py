@@ -79,3 +79,34 @@ def test_a_storm_in_the_history_trips_once_and_the_trip_holds_through_the_replay
     report = backtest.replay(history, Classifier(), settings.GuardSettings())
     assert [i.node for i in report.isolations] == ["gpu-node-0"]
     assert "breaker-tripped" in report.findings
+
+
+def gpu_fault_at(minute: int) -> tuple[datetime, tuple[fleet.MetricSample, ...]]:
+    """gpu-node-b: a DBE on GPU 4, held from the start; GPU 6 falls off the bus at minute 5."""
+    at = T0 + minute * STEP
+    lost = 1 + (minute >= 5)
+
+    def s(name: str, labels: dict[str, str], value: float) -> fleet.MetricSample:
+        return fleet.MetricSample(name, labels, value, at)
+
+    dcgm = {"Hostname": "gpu-node-b", "pci_bus_id": "00000000:99:00.0"}
+    samples = [
+        s(names.KSM_NODE_CAPACITY, {"node": "gpu-node-b"}, 8),
+        s(names.KSM_NODE_ALLOCATABLE, {"node": "gpu-node-b"}, 8 - lost),
+        s(names.KSM_NODE_UNSCHEDULABLE, {"node": "gpu-node-b"}, 0),
+        s(names.GPU_LOSS_HELD, {"node": "gpu-node-b"}, 1),
+        s(names.DCGM_XID_LAST, dcgm | {"gpu": "4", "UUID": "GPU-card-4"}, 48),
+    ]
+    if minute >= 5:
+        samples.append(s(names.DCGM_XID_LAST, {"Hostname": "gpu-node-b", "gpu": "6"}, 79))
+    return at, tuple(samples)
+
+
+def test_a_replayed_gpu_isolation_leaves_the_node_serving_for_the_rest_of_the_replay() -> None:
+    report = backtest.replay(
+        [gpu_fault_at(m) for m in range(8)], Classifier(), settings.GuardSettings()
+    )
+    assert [(i.at, i.fault, i.reason) for i in report.isolations] == [
+        (T0, "xid-48 (GPU 4)", decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS),
+        (T0 + 5 * STEP, "xid-79", decisions.Reason.FAST_PATH),
+    ]

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import telemetry, tick
-from gpuguard.model import annotation_keys, fleet, settings
+from gpuguard.model import annotation_keys, fleet, gpu_isolation, settings
 from gpuguard.policy import admission, isolate
 
 NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
@@ -119,3 +120,26 @@ def test_a_step_that_failed_closed_is_counted_by_step() -> None:
     metrics.observe(tick.TickResult(at=NOW, step_errors=failed))
     seen = values(metrics)
     assert seen[("gpuguard_tick_errors_total", (("kind", "internal"), ("step", "recovery")))] == 2
+
+
+def test_isolated_gpus_and_overdue_cards_are_exported() -> None:
+    entry = gpu_isolation.IsolatedGpu("GPU-0a8e", "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
+    node = fleet.Node(
+        "gpu-node-a", "a", 3, 3,
+        annotations={annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation((entry,)) or ""},
+    )
+    state = admission.admit([], (), None, 1, settings.IsolationSettings(), NOW).state
+    result = tick.TickResult(
+        at=NOW,
+        decision=isolate.IsolationDecision((), (), state),
+        snapshot=fleet.FleetSnapshot(NOW, nodes=(node,)),
+        gpus=[gpu_step.Outcome("gpu-node-a", gpu_step.Step.HELD, "", overdue=(entry,))],
+    )
+    metrics = telemetry.GuardMetrics()
+    metrics.observe(result)
+    seen = values(metrics)
+    labels = (("gpu", "1"), ("node", "gpu-node-a"), ("uuid", "GPU-0a8e"))
+    assert seen[("gpuguard_gpu_isolated", labels)] == NOW.timestamp()
+    assert seen[("gpuguard_gpu_isolation_overdue", labels)] == 1
+    metrics.set_leading(False)
+    assert ("gpuguard_gpu_isolated", labels) not in values(metrics)

@@ -64,7 +64,11 @@ def decide(
     samples: list[fleet.MetricSample],
     guard: settings.GuardSettings | None = None,
 ) -> isolate.IsolationDecision:
-    return isolate.decide(snapshot(nodes, samples), Classifier(), guard or settings.GuardSettings())
+    return isolate.decide(snapshot(nodes, samples), Classifier(), guard or NODE_ONLY)
+
+
+NODE_ONLY = settings.GuardSettings.model_validate({"gpu_isolation": {"enabled": False}})
+"""This table is about *when* to isolate; GPU or node is tests/unit/test_policy_gpu_scope.py."""
 
 
 ISOLATED_MARKS = {annotation_keys.ISOLATED_AT: "2026-09-10T13:04:00Z"}

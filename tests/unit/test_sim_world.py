@@ -305,6 +305,8 @@ EVERY_KIND = """
 {at: 35m, bad_metric: {node: 0, gpu: 2, xid: 79}}
 {at: 35m, exporter_down: {node: 0, duration: 2m}}
 {at: 35m, job_hang: {node: 1, job: burnin}}
+{at: 36m, host_job: {node: 1, gpu: 0}}
+{at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
 """
 
 

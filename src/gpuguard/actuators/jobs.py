@@ -53,6 +53,7 @@ BURNIN_UID = 65532  # any non-root uid: /dev/nvidia* are 0666
 class JobKind(StrEnum):
     EVIDENCE = "evidence"
     BURNIN = "burnin"
+    GPU_ISOLATION = "gpu-isolation"
 
 
 def job_name(kind: JobKind, node: str, isolated_at: str) -> str:
@@ -175,6 +176,70 @@ def burnin_job(
         **({annotation_keys.RESET_DONE: reset_done} if reset_done else {}),
     }
     job["spec"]["activeDeadlineSeconds"] = BURNIN_DEADLINE_S
+    return job
+
+
+GPU_ISOLATION_HOST_PATHS = {"gpuguard": ("/etc/gpuguard", False), "var-log": ("/var/log", True)}
+"""The isolation Job's host paths: the exclusion list it writes (``/etc/gpuguard``, created if
+missing) and the kernel log it reads to confirm the fault (read-only)."""
+
+
+def gpu_isolation_job(
+    node: str,
+    key: str,
+    *,
+    action: str,
+    uuids: tuple[str, ...],
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = "nvidia",
+) -> dict[str, Any]:
+    """The GPU-isolation Job (batch/v1): ``gpuguard gpu-isolate apply|undo`` for ``uuids`` on
+    ``node`` (docs/gpu-isolation.md). It reaches the GPUs it acts on through the NVIDIA
+    container runtime (``runtimeClassName: nvidia``, ``NVIDIA_VISIBLE_DEVICES`` = those UUIDs,
+    ``utility`` capability: nvidia-smi only) — never through the device plugin, which no longer
+    offers them — and runs as root without any capability: NVML's compute-mode setter needs
+    root. Named by ``key`` (what it applies, on which boot, after which application)."""
+    command = ["gpuguard", "gpu-isolate", action, "--root", "/host"]
+    for uuid in uuids:
+        command += ["--uuid", uuid]
+    command += ["--summary-file", "/dev/termination-log"]
+    container = {
+        "name": "gpu-isolate",  # the command's name, as every gpuguard Job (admission policy)
+        "image": image,
+        "command": command,
+        "env": [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(uuids)},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        ],
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "32Mi"},
+            "limits": {"cpu": "200m", "memory": "128Mi"},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": read_only}
+            for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
+        ],
+    }
+    volumes = [
+        {
+            "name": f"host-{name}",
+            "hostPath": {"path": path, "type": "Directory" if read_only else "DirectoryOrCreate"},
+        }
+        for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
+    ]
+    job = _job(JobKind.GPU_ISOLATION, node, key, namespace, container, volumes, runtime_class)
+    job["metadata"]["annotations"] = {annotation_keys.GPU_ISOLATED: key}
+    job["spec"]["activeDeadlineSeconds"] = 120
     return job
 
 

@@ -73,6 +73,17 @@ class NodeWriter:
         }
         self._patch(node.name, patch)
 
+    def mark(
+        self,
+        node: fleet.Node,
+        annotations: dict[str, str | None],
+        labels: dict[str, str | None],
+    ) -> None:
+        """Set (or, with None, remove) annotations and labels in one merge patch,
+        conditional on what was read."""
+        meta = {"resourceVersion": node.resource_version, "annotations": annotations}
+        self._patch(node.name, {"metadata": meta | {"labels": labels}})
+
     def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None:
         """Return the node: ONE merge patch, conditional on what was read, that uncordons
         and removes the given annotations (``null`` deletes a key in a merge patch)."""

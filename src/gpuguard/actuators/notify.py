@@ -24,8 +24,12 @@ class NotifyFormat(StrEnum):
 
 ALERT_NAMES = {
     decisions.ActionKind.ISOLATE: "GpuguardNodeIsolated",
+    decisions.ActionKind.ISOLATE_GPU: "GpuguardGpuIsolated",
     decisions.ActionKind.UNCORDON: "GpuguardNodeReturned",
 }
+
+
+_WARNINGS = frozenset({decisions.ActionKind.ISOLATE, decisions.ActionKind.ISOLATE_GPU})
 
 
 def json_payload(action: decisions.Action, now: datetime) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def alertmanager_payload(action: decisions.Action, now: datetime) -> list[dict[s
                 "alertname": name,
                 "node": action.node,
                 "reason": str(action.reason),
-                "severity": "warning" if action.kind is decisions.ActionKind.ISOLATE else "info",
+                "severity": "warning" if action.kind in _WARNINGS else "info",
                 "source": "gpuguard",
             },
             "annotations": {

@@ -91,9 +91,14 @@ def _figures(report: dict[str, Any]) -> str:
         parts.append(
             f"{len(phantoms)} phantom GPUs wasting ~{wasted:.0f} W (reported, not cordoned)"
         )
+    parts += [
+        f"GPU {g['gpu']} of {g['node']} isolated ({g['mechanism']}), the node serving"
+        for g in report.get("gpu_isolated", [])
+    ]
     parts.append(
         f"false isolations {len(report['false_isolations'])}, missed {len(report['missed'])},"
         f" GPU-hours out {report['gpu_hours_out']:g}"
+        f" (healthy {report.get('healthy_gpu_hours_out', 0):g})"
     )
     return "[bold]figures:[/bold] " + "; ".join(parts)
 

@@ -13,7 +13,7 @@ import typer
 from gpuguard.cli import output, return_checklist
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, gpu_isolation
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import lifecycle
 
@@ -170,6 +170,27 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "error": result.error,
         "return_checklist": _checklist(name, result),
         "phantom_gpus": _phantoms(name, result),
+        "gpu_isolation": _gpu_isolation(name, node, result),
+    }
+
+
+def _gpu_isolation(
+    name: str, node: fleet.Node | None, result: tick.TickResult
+) -> dict[str, Any] | None:
+    """The node's isolated GPUs, the mechanisms keeping each out, and what the guard would do
+    about them now (docs/gpu-isolation.md)."""
+    entries = gpu_isolation.read(node) if node else ()
+    if not entries:
+        return None
+    step = next((o for o in result.gpus if o.node == name), None)
+    return {
+        "gpus": [
+            {"gpu": e.index, "uuid": e.uuid, "mechanism": e.mechanism, "fault": e.fault,
+             "applied_boot": e.applied_boot[:8], "confirmed": e.confirmed}
+            for e in entries
+        ],
+        "step": str(step.step) if step else None,
+        "detail": step.detail if step else "",
     }
 
 
@@ -219,6 +240,14 @@ def _print_explanation(data: dict[str, Any]) -> None:
         )
         for command in gpu["commands"]:
             con.print(f"    {command}", highlight=False)
+    isolated = data["gpu_isolation"]
+    if isolated:
+        for gpu in isolated["gpus"]:
+            con.print(
+                f"- GPU {gpu['gpu']} ({gpu['uuid']}) isolated for {gpu['fault']}: "
+                f"{gpu['mechanism']}, applied on boot {gpu['applied_boot'] or '-'}"
+            )
+        con.print(f"  now: {isolated['step']}: {isolated['detail']}", highlight=False)
     checklist = data["return_checklist"]
     if checklist:
         done = "" if checklist["done"] == "-" else f"; {checklist['done']}"

@@ -13,6 +13,7 @@ from gpuguard.cli import (
     demo,
     evidence,
     gate,
+    gpu_isolate,
     guard,
     hygiene,
     ledger,
@@ -40,6 +41,7 @@ app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
 app.add_typer(breaker.app, name="breaker")
 app.add_typer(manifest.app, name="manifest")
+app.add_typer(gpu_isolate.app, name="gpu-isolate")
 app.command("check")(check.check)
 app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
     evidence.evidence

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys, decisions, fleet, withheld
+from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, withheld
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
@@ -99,11 +99,21 @@ def replay(
 def _overlay(
     node: fleet.Node, marks: Mapping[str, str] | None, withheld_mark: str | None
 ) -> fleet.Node:
+    """The node as the replay's own isolations left it: cordoned with the marks, or — for a
+    GPU isolation (docs/gpu-isolation.md) — serving with the GPU's mark."""
     if withheld_mark is not None:
         node = replace(node, annotations={**node.annotations, withheld.KEY: withheld_mark})
     if marks is None:
         return node
-    return replace(node, unschedulable=True, annotations=dict(marks))
+    if annotation_keys.ISOLATED_AT in marks:
+        return replace(node, unschedulable=True, annotations=dict(marks))
+    return replace(node, annotations={**node.annotations, **marks})
+
+
+def _gpu_fault(action: decisions.Action) -> str:
+    """A GPU isolation's fault: the newest entry of its ``gpuguard.io/gpu-isolated`` mark."""
+    entries = gpu_isolation.read(fleet.Node(action.node, "", 0, 0, annotations=action.annotations))
+    return f"{entries[-1].fault} (GPU {entries[-1].index})" if entries else ""
 
 
 def _would(at: datetime, action: decisions.Action) -> WouldIsolate:
@@ -111,7 +121,7 @@ def _would(at: datetime, action: decisions.Action) -> WouldIsolate:
         at=at,
         node=action.node,
         reason=action.reason,
-        fault=action.annotations.get(annotation_keys.REASON, ""),
+        fault=action.annotations.get(annotation_keys.REASON) or _gpu_fault(action),
         detail=action.detail,
         evidence=tuple(e.describe() for e in action.evidence),
     )

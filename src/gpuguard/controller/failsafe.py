@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
-from gpuguard.model import annotation_keys, decisions, fleet
+from gpuguard.model import annotation_keys, decisions, faults, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
 
@@ -59,6 +59,7 @@ def isolate_sparing_others(
     settings: settings_model.GuardSettings,
     errors: StepErrors,
     phantom_cordons: Sequence[decisions.Action] = (),
+    ledger: Sequence[faults.LedgerEntry] | None = (),
 ) -> isolate.IsolationDecision:
     """The isolation decision; when it raises, each node is decided alone to find the ones
     whose input raises, and the fleet is decided again without them — one node's bad input
@@ -66,7 +67,7 @@ def isolate_sparing_others(
     still counts against the breaker: it stays in the fleet with only the marks the breaker
     reads (``policy.admission.history``), so it can neither raise again nor make room."""
     decide = partial(isolate.decide, classifier=classifier, settings=settings,
-                     phantom_cordons=phantom_cordons)  # fmt: skip
+                     phantom_cordons=phantom_cordons, ledger=ledger)  # fmt: skip
     try:
         return decide(snapshot)
     except Exception:

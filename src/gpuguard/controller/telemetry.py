@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuguard import metrics_http
 from gpuguard.controller import tick
-from gpuguard.model import annotation_keys
+from gpuguard.model import annotation_keys, gpu_isolation
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate
 
@@ -88,6 +88,18 @@ class GuardMetrics:
             ["node", "gpu"],
             registry=r,
         )
+        self.gpu_isolated = Gauge(
+            names.GPU_ISOLATED,
+            "Unix time each GPU gpuguard holds out on a serving node was isolated.",
+            ["node", "gpu", "uuid"],
+            registry=r,
+        )
+        self.gpu_overdue = Gauge(
+            names.GPU_ISOLATION_OVERDUE,
+            "1 per isolated card waiting longer than gpu_isolation.rma_deadline.",
+            ["node", "gpu", "uuid"],
+            registry=r,
+        )
         self.returned = Counter(
             _counter_base(names.RETURNED_TOTAL), "Nodes returned to the pool after a burn-in.",
             ["node"], registry=r,
@@ -115,7 +127,20 @@ class GuardMetrics:
             self.decisions.labels("finding", str(finding.reason)).inc()
         self._observe_phantoms(result)
         self._observe_isolated(result)
+        self._observe_gpus(result)
         self._observe_returns(result)
+
+    def _observe_gpus(self, result: tick.TickResult) -> None:
+        self.gpu_isolated.clear()
+        self.gpu_overdue.clear()
+        for node in result.snapshot.nodes if result.snapshot else ():
+            for entry in gpu_isolation.read(node):
+                self.gpu_isolated.labels(node.name, entry.index, entry.uuid).set(
+                    entry.at.timestamp()
+                )
+        for outcome in result.gpus:
+            for entry in outcome.overdue:
+                self.gpu_overdue.labels(outcome.node, entry.index, entry.uuid).set(1)
 
     def _observe_phantoms(self, result: tick.TickResult) -> None:
         if result.phantom is None:
@@ -156,6 +181,8 @@ class GuardMetrics:
             self.isolated,
             self.phantom,
             self.return_checks,
+            self.gpu_isolated,
+            self.gpu_overdue,
         ):
             labelled.clear()
 

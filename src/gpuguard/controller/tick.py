@@ -16,10 +16,11 @@ from datetime import datetime
 from functools import partial
 
 from gpuguard.controller import failsafe, fault_history, phantom_watch
+from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import decisions, fleet, ports
+from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import freshness, isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
@@ -46,6 +47,7 @@ class TickResult:
     history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
     step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
     silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
+    gpus: list[gpu_step.Outcome] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +71,7 @@ class Guard:
     restore: restore_step.Restore | None = None
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
+    gpu_isolation: gpu_step.GpuIsolation | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -90,7 +93,7 @@ class Guard:
         )
         decide = partial(
             failsafe.isolate_sparing_others,
-            snapshot, self.classifier, self.settings, errors, cordons,
+            snapshot, self.classifier, self.settings, errors, cordons, self._ledger(snapshot),
         )  # fmt: skip
         result.decision = decision = failsafe.guarded("isolate", subject, errors, decide, None)
         if decision is not None:
@@ -99,6 +102,9 @@ class Guard:
             mark = partial(self._mark, snapshot, decision.markings, result)
             failsafe.guarded("isolate", subject, errors, mark, None)
             self._history(result, snapshot, decision)
+        if self.gpu_isolation is not None:
+            gpus = partial(self.gpu_isolation.run, snapshot, may_write=self._may_write)
+            result.gpus = failsafe.guarded("gpu-isolation", subject, errors, gpus, [])
         silent = partial(freshness.silent_exporters, snapshot, self.settings.prometheus.staleness)
         result.silent = failsafe.guarded("freshness", subject, errors, silent, ())
         unknown = frozenset(
@@ -134,6 +140,19 @@ class Guard:
 
     def _may_write(self) -> bool:
         return not self.dry_run and self.is_leader()
+
+    def _ledger(self, snapshot: fleet.FleetSnapshot) -> list[faults.LedgerEntry] | None:
+        """The fault ledger for the GPU-or-node rule, read only when some node misses a GPU
+        (no candidate otherwise); None when it cannot be read (the rule then takes the node)."""
+        if self.history is None:
+            return []
+        if not any(gpu_isolation.unexplained_missing(n) for n in snapshot.nodes):
+            return []
+        try:
+            return self.history.ledger.entries().entries
+        except GpuguardError as e:
+            log.warning("fault ledger unreadable; GPU faults isolate their node: %s", e)
+            return None
 
     def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
         """The cluster first (kept on the result, so ``explain`` can show a node even when
@@ -197,7 +216,10 @@ class Guard:
 
     def _apply(self, node: fleet.Node, action: decisions.Action, result: TickResult) -> None:
         try:
-            self.writer.isolate(node, action)
+            if action.kind is decisions.ActionKind.ISOLATE_GPU:
+                self.writer.annotate(node, dict(action.annotations))
+            else:
+                self.writer.isolate(node, action)
         except ConflictError as e:
             log.info("%s: %s; re-read next tick", node.name, e)
             result.skipped.append((action, "conflict: node changed since read"))

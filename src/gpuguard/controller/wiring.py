@@ -14,7 +14,14 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
+from gpuguard.controller import (
+    fault_history,
+    gpu_isolation,
+    phantom_watch,
+    recovery,
+    restore,
+    tick,
+)
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
@@ -116,6 +123,17 @@ def build_guard(
                 isolation.xid_lookback,
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
+            ),
+            gpu_isolation=gpu_isolation.GpuIsolation(
+                jobs=jobs.Jobs(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace),
+                writer=writer,
+                marker=writer,
+                catalog=catalog,
+                rma_deadline=guard_settings.gpu_isolation.rma_deadline,
+                image=c.image,
+                namespace=c.namespace,
+                runtime_class=c.job_runtime_class,
             ),
         )
         yield guard, client

@@ -22,14 +22,25 @@ from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import fault_history, recovery, restore, tick
+from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.demo import agents, job_commands
 from gpuguard.demo import findings as demo_findings
-from gpuguard.model import annotation_keys, decisions, faults, fleet, withheld
+from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import kubeapi, kubelet, prometheus_view, return_view, scenario, store, world
+from gpuguard.sim import (
+    kubeapi,
+    kubelet,
+    prometheus_view,
+    reactions,
+    return_view,
+    scenario,
+    state,
+    store,
+    world,
+)
 from gpuguard.sources import kubernetes
 
 STEP = timedelta(seconds=15)
@@ -54,6 +65,9 @@ class ScenarioRun:
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # each card's final history
     withheld: list[dict[str, Any]] = field(default_factory=list)  # pending faults at the end
     trips: list[dict[str, Any]] = field(default_factory=list)  # when the breaker tripped
+    gpu_isolated_at: dict[str, datetime] = field(default_factory=dict)  # node/index -> first
+    gpu_isolated: list[dict[str, Any]] = field(default_factory=list)  # still out at the end
+    healthy_gpu_seconds_out: float = 0.0  # healthy GPUs made unavailable by gpuguard
 
 
 @dataclass
@@ -132,6 +146,17 @@ def _play(
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
+            gpu_isolation=gpu_step.GpuIsolation(
+                jobs=jobs.Jobs(client, namespace),
+                ledger=ledger.Ledger(client, namespace),
+                writer=writer,
+                marker=writer,
+                catalog=catalog,
+                rma_deadline=settings.gpu_isolation.rma_deadline,
+                image=settings.controller.image,
+                namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
+            ),
         )
         try:
             _drive(run, guard, view, settings, jobs_kubelet)
@@ -139,7 +164,22 @@ def _play(
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
     run.withheld = _withheld(run)
+    run.gpu_isolated = _gpu_isolated(run)
     return run
+
+
+def _marked_node(obj: dict[str, Any]) -> fleet.Node:
+    meta = obj["metadata"]
+    return fleet.Node(meta["name"], "", 0, 0, annotations=meta.get("annotations") or {})
+
+
+def _gpu_isolated(run: ScenarioRun) -> list[dict[str, Any]]:
+    """The GPUs gpuguard holds out at the end, from their nodes' marks."""
+    return [
+        {"node": node.name, "gpu": entry.index, "uuid": entry.uuid, "mechanism": entry.mechanism}
+        for node in map(_marked_node, run.played.store.list("Node"))
+        for entry in gpu_isolation.read(node)
+    ]
 
 
 def _cards(entries: list[faults.LedgerEntry]) -> dict[str, dict[str, Any]]:
@@ -183,12 +223,13 @@ def _drive(
     interval = settings.controller.interval
     seen: tuple[int, int] | None = None
     last = played.now
-    out = 0
+    out = healthy = 0
     findings: Shown = {}
 
     def on_step(w: world.World) -> None:
-        nonlocal seen, last, out
+        nonlocal seen, last, out, healthy
         run.gpu_seconds_out += out * (w.now - last).total_seconds()
+        run.healthy_gpu_seconds_out += healthy * (w.now - last).total_seconds()
         last = w.now
         if jobs_kubelet.due(w.now):  # a run time, deadline or TTL passed between ticks
             jobs_kubelet.step()
@@ -196,7 +237,7 @@ def _drive(
         if current != seen:
             view.scrape()
             activity.mark(w.now)
-            out = _gpus_out(objects)
+            out, healthy = _gpus_out(w)
             seen = current
         if w.elapsed % interval == timedelta(0) and activity.active(w.now):
             jobs_kubelet.step()
@@ -226,8 +267,19 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
         kind = "withheld" if marking.value is not None else "withheld_cleared"
         run.guard_timeline.append(_entry(t, marking.node, kind, marking.reason, marking.detail))
     for action in result.applied:
+        if action.kind is decisions.ActionKind.ISOLATE_GPU:
+            _record_gpu_isolation(run, action, result.at, t)
+            continue
         run.isolated_at.setdefault(action.node, result.at)
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
+    for outcome in result.gpus:
+        if outcome.action is not None:
+            kind = "isolate" if outcome.action.kind is decisions.ActionKind.ISOLATE else "gpu"
+            if kind == "isolate":
+                run.isolated_at.setdefault(outcome.node, result.at)
+            run.guard_timeline.append(
+                _entry(t, outcome.node, kind, outcome.action.reason, outcome.action.detail)
+            )
     if result.error:
         run.guard_timeline.append(_entry(t, None, "guard_error", None, result.error))
     for step, failure in result.step_errors:
@@ -244,6 +296,15 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
             )
     findings.clear()
     findings.update(current)
+
+
+def _record_gpu_isolation(
+    run: ScenarioRun, action: decisions.Action, at: datetime, t: float
+) -> None:
+    node = fleet.Node(action.node, "", 0, 0, annotations=action.annotations)
+    for entry in gpu_isolation.read(node):
+        run.gpu_isolated_at.setdefault(f"{action.node}/{entry.index}", at)
+    run.guard_timeline.append(_entry(t, action.node, "isolate_gpu", action.reason, action.detail))
 
 
 def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
@@ -315,11 +376,27 @@ def _entry(
             "detail": detail}
 
 
-def _gpus_out(objects: store.ObjectStore) -> int:
-    """GPUs on nodes gpuguard holds cordoned (its annotation present)."""
-    total = 0
-    for node in objects.list("Node"):
-        marks = node["metadata"].get("annotations") or {}
-        if node.get("spec", {}).get("unschedulable") and annotation_keys.ISOLATED_AT in marks:
-            total += int(node["status"]["capacity"].get("nvidia.com/gpu", "0"))
-    return total
+def _gpus_out(played: world.World) -> tuple[int, int]:
+    """GPUs gpuguard holds out of service — every GPU of a node it cordoned (its annotation
+    present), and the GPUs it isolated on serving nodes — and how many of those are healthy
+    (no hardware fault ever, still on the bus: capacity lost to the isolation, not the fault)."""
+    out = healthy = 0
+    for obj in played.store.list("Node"):
+        node = _marked_node(obj)
+        sim = played.node(node.name)
+        if obj.get("spec", {}).get("unschedulable") and annotation_keys.ISOLATED_AT in (
+            node.annotations
+        ):
+            gpus = [g for g in sim.gpus if g.registered]
+        else:
+            isolated = {e.uuid for e in gpu_isolation.read(node)}
+            gpus = [g for g in sim.gpus if g.uuid in isolated]
+        out += len(gpus)
+        healthy += sum(1 for g in gpus if _healthy(g))
+    return out, healthy
+
+
+def _healthy(gpu: state.SimGpu) -> bool:
+    return gpu.on_bus and all(
+        code in reactions.DEVICE_PLUGIN_SKIPPED_XIDS for _, code in gpu.xid_history
+    )

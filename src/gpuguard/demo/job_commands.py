@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuguard.agent import gpu_isolation as host_isolation
 from gpuguard.agent.burnin import hardware, running
 from gpuguard.agent.evidence import collect
 from gpuguard.catalog import gpu_models
@@ -52,6 +53,41 @@ class SimulatedGpus:
         return 0
 
 
+@dataclass
+class SimulatedDriver:
+    """The isolation Job's GpuControl on a simulated node: ``nvidia-smi -c`` sets the GPU's
+    compute mode (a GPU off the bus does not answer), and the host's exclusion list is the
+    node's (what the per-node device-plugin instance reads at its start)."""
+
+    node: state.SimNode
+
+    def compute_modes(self) -> dict[str, str]:
+        return {g.uuid: g.compute_mode for g in self._attached()}
+
+    def set_compute_mode(self, uuid: str, mode: str) -> None:
+        gpu = next((g for g in self._attached() if g.uuid == uuid), None)
+        if gpu is None:
+            raise host_isolation.HostError(f"nvidia-smi -i {uuid}: No devices were found")
+        gpu.compute_mode = mode
+
+    def excluded(self) -> set[str]:
+        return set(self.node.excluded_uuids)
+
+    def write_excluded(self, uuids: set[str]) -> None:
+        self.node.excluded_uuids = set(uuids)
+
+    def _attached(self) -> list[state.SimGpu]:
+        """GPUs the driver answers for: on the bus, not excluded at module load."""
+        return [g for g in self.node.gpus if g.on_bus and g.uuid not in self.node.nvreg_active]
+
+
+def _gpu_isolate(node: state.SimNode, argv: list[str], hosts_root: Path) -> tuple[int, str]:
+    uuids = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--uuid"]
+    step = host_isolation.apply if argv[2] == "apply" else host_isolation.undo
+    report = step(SimulatedDriver(node), uuids, hosts_root / node.name)
+    return (0 if report.ok else 1), report.to_json()
+
+
 def _flags(argv: Sequence[str]) -> dict[str, str]:
     return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
 
@@ -88,6 +124,9 @@ def runner(
                 hosts_root / node.name, options, NoHostPrograms(), catalog, played.now
             )
             return 0, termination_message(argv, bundle.summary().to_json())
+        if argv[:2] == ["gpuguard", "gpu-isolate"]:
+            code, report = _gpu_isolate(node, argv, hosts_root)
+            return code, termination_message(argv, report)
         if argv[:2] == ["gpuguard", "burnin"]:
             code, summary = _burnin(node, argv)
             return code, termination_message(argv, summary)

@@ -17,9 +17,13 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "nodes": list(spec.node_names),
         "isolated": isolated,
         "time_to_isolate_s": _time_to_isolate(run),
+        "time_to_isolate_gpu_s": _time_to_isolate_gpu(run),
         "false_isolations": [n for n in isolated if n in spec.expect.never_isolate],
-        "missed": [n for n in spec.expect.isolate if n not in run.isolated_at],
+        "missed": [n for n in spec.expect.isolate if n not in run.isolated_at]
+        + [g for g in spec.expect.isolate_gpus if g not in run.gpu_isolated_at],
         "gpu_hours_out": round(run.gpu_seconds_out / 3600, 2),
+        "healthy_gpu_hours_out": round(run.healthy_gpu_seconds_out / 3600, 2),
+        "gpu_isolated": run.gpu_isolated,
         "guard_ticks": run.ticks,
         "verdicts": run.verdicts,
         "returned": [n for n in spec.node_names if n in run.returned_at],
@@ -40,6 +44,16 @@ def _time_to_isolate(run: harness.ScenarioRun) -> dict[str, float]:
         first = run.played.first_fault_at(name)
         if first is not None:
             out[name] = ((when - run.played.origin) - first).total_seconds()
+    return out
+
+
+def _time_to_isolate_gpu(run: harness.ScenarioRun) -> dict[str, float]:
+    """Seconds from the node's first fault to each GPU isolation (``node/index``)."""
+    out = {}
+    for ref, when in run.gpu_isolated_at.items():
+        first = run.played.first_fault_at(ref.split("/")[0])
+        if first is not None:
+            out[ref] = ((when - run.played.origin) - first).total_seconds()
     return out
 
 

@@ -25,6 +25,10 @@ BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burn
 WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
 EVIDENCE_STARTED = PREFIX + "evidence-started"  # the isolation its evidence Job was made for
 BURNIN_FAILED = PREFIX + "burnin-failed"  # the burn-in key (isolation/boot/reset/...) that failed
+GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
+GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
+GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
+DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 
 PER_ISOLATION = (
     REASON,
@@ -49,6 +53,17 @@ FIELD_MANAGER = "gpuguard"
 """The field manager of every write gpuguard makes: the API server records it in the object's
 ``metadata.managedFields`` as the owner of the marks gpuguard wrote."""
 
+GPU_LEVEL = (GPU_ISOLATED, GPU_RETURN, GPU_REQUEST)
+"""gpuguard's marks of GPU isolations on a node that keeps serving (docs/gpu-isolation.md):
+they outlive a node isolation and are removed only when the last GPU returns."""
+
 
 def is_gpuguard_key(key: str) -> bool:
     return key.startswith(PREFIX)
+
+
+FOR_PEOPLE = (HOLD, RESET_DONE, INSPECTED, GATE_REPORT, GPU_RETURN)
+"""The keys people write (a hold, a done reset, an inspection, the gate's report written by
+`gpuguard gate` under a person's credentials, a request to return isolated GPUs). Every other
+``gpuguard.io/`` key is gpuguard's own: the Node admission policy lets only gpuguard's service
+account write them."""

@@ -63,6 +63,21 @@ class Reason(StrEnum):
     BURN_IN_RUNNING = "burn-in-running"
     BURN_IN_PASSED = "burn-in-passed"
     BURN_IN_FAILED = "burn-in-failed"
+    # GPU or node (docs/gpu-isolation.md; policy.gpu_scope)
+    GPU_SCOPED_FAULT = "gpu-scoped-fault"
+    GPU_ISOLATION_OFF = "gpu-isolation-off"
+    NEEDS_POWER_CYCLE = "needs-power-cycle"
+    SEVERAL_GPUS = "several-gpus"
+    FABRIC_FAULT = "fabric-fault"
+    NODE_SCOPED_XID = "node-scoped-xid"
+    GPU_UNIDENTIFIED = "gpu-unidentified"
+    SLOT_REPEATS = "slot-repeats"
+    SLOT_HISTORY_UNKNOWN = "slot-history-unknown"
+    NO_GPU_LEFT = "no-gpu-left"
+    GPU_ISOLATION_APPLIED = "gpu-isolation-applied"
+    GPU_ISOLATION_REAPPLIED = "gpu-isolation-reapplied"
+    GPU_ISOLATION_FAILED = "gpu-isolation-failed"
+    GPU_RETURNED = "gpu-returned"
     # Utilization diagnosis of GPUs held by pods (docs/design.md#what-utilisation-means;
     # policy.utilization)
     TENSOR_IDLE = "tensor-idle"
@@ -83,6 +98,7 @@ class ActionKind(StrEnum):
     """What an actuator is asked to do. There is deliberately no evict and no drain."""
 
     ISOLATE = "isolate"
+    ISOLATE_GPU = "isolate-gpu"  # one GPU out, the node keeps serving (no cordon)
     UNCORDON = "uncordon"
     CLEAN_ANNOTATIONS = "clean-annotations"
     START_EVIDENCE_JOB = "start-evidence-job"

@@ -35,6 +35,9 @@ class Confirmation(StrEnum):
     EVIDENCE = "confirmed-by-evidence"  # the evidence Job found the fault (not human-diagnosis)
     DEVICE_PLUGIN = "confirmed-by-device-plugin"  # the GPU stopped being allocatable
     KERNEL_LOG = "confirmed-by-kernel-log"  # the kernel said the GPU fell off the bus
+    # a card gpuguard holds out (GPU isolation) whose kernel log showed a hardware fault:
+    # the device plugin no longer sees it, so its later faults cannot show as GPU loss
+    ISOLATED_CARD = "confirmed-isolated-card"
     MANUAL = "confirmed-by-person"  # a person recorded it (``gpuguard ledger add``)
     OBSERVED = "observed"  # seen in metrics only: kept in the history, never escalates
 

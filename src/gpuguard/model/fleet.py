@@ -44,6 +44,7 @@ class Pod:
     gpu_request: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     ready: bool = False
+    restarts: int = 0  # container restarts, summed (a device-plugin restart shows here)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,43 @@ class IsolationSettings(_Section):
     )
 
 
+class GpuIsolationSettings(_Section):
+    """When one GPU is taken out instead of its node (docs/gpu-isolation.md)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Isolate one GPU (its node keeps serving) when the fault belongs to that "
+        "card; false: every isolation cordons the node.",
+    )
+    gpu_xids: frozenset[int] = Field(
+        default=frozenset({48, 63, 64, 94, 95}),
+        description="Xids that belong to one card (ECC double-bit errors, row remapping, "
+        "contained/uncontained ECC errors): the GPU is isolated when its node is otherwise "
+        "sound.",
+    )
+    fabric_xids: frozenset[int] = Field(
+        default=frozenset({74}),
+        description="NVLink / fabric Xids: the node is isolated (the fault spans GPUs).",
+    )
+    node_after_slot_faults: int = Field(
+        default=3,
+        ge=1,
+        description="The fault that makes this many in one slot (the ledger's history, this "
+        "one included) isolates the node: the slot, riser or power needs hands.",
+    )
+    rma_deadline: Duration = Field(
+        default=timedelta(days=14),
+        description="An isolated card waiting longer than this raises "
+        "GpuguardIsolatedCardOverdue (the ECC incident's card waited 38 days).",
+    )
+    mechanisms: tuple[Literal["compute-prohibited", "device-plugin"], ...] = Field(
+        default=("compute-prohibited", "device-plugin"),
+        description="How the GPU is kept out: compute mode PROHIBITED (the safety net, also "
+        "for jobs started on the host) and the per-node device-plugin instance that does not "
+        "advertise it (host drivers).",
+    )
+
+
 class PrometheusSettings(_Section):
     url: str = Field(default="http://prometheus-operated.monitoring:9090")
     staleness: Duration = Field(
@@ -282,6 +319,7 @@ class GuardSettings(_Section):
     """The whole tree."""
 
     isolation: IsolationSettings = IsolationSettings()
+    gpu_isolation: GpuIsolationSettings = GpuIsolationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     controller: ControllerSettings = ControllerSettings()
     phantom: PhantomSettings = PhantomSettings()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuguard.model import annotation_keys, decisions, fleet, timestamps, withheld
+from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, timestamps, withheld
 from gpuguard.model import settings as settings_model
 
 Reason = decisions.Reason
@@ -141,6 +141,7 @@ def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
     for node in nodes:
         marks = node.annotations
         if not (node.unschedulable and annotation_keys.ISOLATED_AT in marks):
+            out += _gpu_isolations(node)
             continue
         at = timestamps.parse_utc(marks[annotation_keys.ISOLATED_AT])
         confirmed = annotation_keys.HOLD in marks or marks.get(annotation_keys.VERDICT) in {
@@ -148,6 +149,17 @@ def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
         }
         out.append(Isolation(node.name, at, confirmed))
     return tuple(out)
+
+
+def _gpu_isolations(node: fleet.Node) -> list[Isolation]:
+    """A node serving with isolated GPUs counts as one isolation, as recent as its latest GPU
+    one, confirmed once the kernel log showed every GPU's fault (the isolation Job reads it)
+    or a person holds the node (docs/breaker.md#gpu-isolations)."""
+    entries = gpu_isolation.read(node)
+    if not entries:
+        return []
+    confirmed = annotation_keys.HOLD in node.annotations or all(e.confirmed for e in entries)
+    return [Isolation(node.name, max(e.at for e in entries), confirmed)]
 
 
 def tripped_since(nodes: Iterable[fleet.Node]) -> datetime | None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuguard.model import faults, fleet, pci
+from gpuguard.model import faults, fleet, gpu_isolation, pci
 from gpuguard.policy import xid_signals
 
 SignalKey = tuple[str, str, str]  # (node, card: uuid, else PCI, else GPU index, fault label)
@@ -81,9 +81,17 @@ def _confirmation(
 ) -> faults.Confirmation:
     if signal.fallen_off_bus and signal.source is xid_signals.XidSource.AGENT:
         return faults.Confirmation.KERNEL_LOG
+    if node is not None and not tripped and _isolated_confirmed(node, signal):
+        return faults.Confirmation.ISOLATED_CARD
     if node is not None and node.gpus_missing > 0 and not tripped:
         return faults.Confirmation.DEVICE_PLUGIN
     return faults.Confirmation.OBSERVED
+
+
+def _isolated_confirmed(node: fleet.Node, signal: xid_signals.HardwareXid) -> bool:
+    """The card is one gpuguard holds out, its fault confirmed by the host's kernel log."""
+    entries = tuple(e for e in gpu_isolation.read(node) if e.confirmed)
+    return gpu_isolation.is_isolated(entries, signal.uuid, signal.pci)
 
 
 def _entry(

@@ -17,10 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuguard.model import annotation_keys, decisions, fleet, timestamps, withheld
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    faults,
+    fleet,
+    gpu_isolation,
+    pci,
+    timestamps,
+    withheld,
+)
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import admission, xid_signals
+from gpuguard.policy import admission, gpu_scope, xid_signals
 
 Reason = decisions.Reason
 
@@ -71,17 +80,24 @@ def decide(
     classifier: xid_signals.XidClassifier,
     settings: settings_model.GuardSettings,
     phantom_cordons: Sequence[decisions.Action] = (),
+    ledger: Sequence[faults.LedgerEntry] | None = (),
 ) -> IsolationDecision:
     """This tick's isolations, withheld-marks and findings. ``phantom_cordons`` are the opt-in
-    phantom isolations, admitted after the faults by the same breaker."""
+    phantom isolations, admitted after the faults by the same breaker. ``ledger`` is the fault
+    ledger the GPU-or-node rule reads (None: it could not be read)."""
     signals = xid_signals.hardware_xids(snapshot.samples, classifier)
     held = _gpu_loss_held(snapshot.samples)
     candidates: dict[str, _Admissible] = {}
     findings: list[decisions.Finding] = []
     for node in snapshot.nodes:
-        candidate, finding = _assess(node, signals.get(node.name, []), held, settings, snapshot)
+        current = _not_isolated(node, signals.get(node.name, []))
+        candidate, finding = _assess(node, current, held, settings, snapshot)
         if candidate is not None:
-            candidates[node.name] = _Admissible(_isolate(candidate, snapshot), candidate.fault.gpu)
+            scope = gpu_scope.decide(
+                candidate.fault, current, node, ledger, settings, snapshot.taken_at
+            )
+            action = _isolate(candidate, snapshot, scope)
+            candidates[node.name] = _Admissible(action, candidate.fault.gpu)
         if finding is not None:
             findings.append(finding)
     for action in _phantom_candidates(phantom_cordons, snapshot):
@@ -225,21 +241,22 @@ def _assess(
     if is_auto_isolated(node):
         return None, None
     loss = _loss_evidence(node, snapshot)
+    missing = gpu_isolation.unexplained_missing(node)
     if not signals and (pending := _pending_fault(node)) is not None:
-        if node.gpus_missing and not node.unschedulable:
+        if missing and not node.unschedulable:
             return _Candidate(
                 node, pending, Reason.HARDWARE_XID_WITH_GPU_LOSS, (pending.evidence, loss)
             ), None
         return None, None
     if not signals:
-        if node.gpus_missing and not node.unschedulable:
+        if missing and not node.unschedulable:
             return None, _finding(node, Reason.GPU_LOSS_WITHOUT_XID, (loss,))
         return None, None
     fault = _primary(signals, settings.isolation)
     evidence = (fault.evidence, loss)
     if is_human_cordoned(node):
         return None, _finding(node, Reason.HUMAN_CORDON, evidence, fault)
-    if not node.gpus_missing:
+    if not missing:
         return None, _finding(node, Reason.HARDWARE_XID_WITHOUT_GPU_LOSS, evidence, fault)
     if _is_fast_path(fault, settings.isolation):
         return _Candidate(node, fault, Reason.FAST_PATH, evidence), None
@@ -294,7 +311,63 @@ def _finding(
     )
 
 
-def _isolate(candidate: _Candidate, snapshot: fleet.FleetSnapshot) -> decisions.Action:
+def _not_isolated(
+    node: fleet.Node, signals: list[xid_signals.HardwareXid]
+) -> list[xid_signals.HardwareXid]:
+    """The node's signals but those of GPUs already isolated (they are out: their Xids and
+    their absence from allocatable change nothing)."""
+    entries = gpu_isolation.read(node)
+    return [s for s in signals if not gpu_isolation.is_isolated(entries, s.uuid, s.pci)]
+
+
+def _isolate(
+    candidate: _Candidate, snapshot: fleet.FleetSnapshot, scope: gpu_scope.ScopeDecision
+) -> decisions.Action:
+    if scope.scope is gpu_isolation.Scope.GPU:
+        return _isolate_gpu(candidate, snapshot, scope)
+    return _cordon(candidate, snapshot, scope)
+
+
+def _isolate_gpu(
+    candidate: _Candidate, snapshot: fleet.FleetSnapshot, scope: gpu_scope.ScopeDecision
+) -> decisions.Action:
+    """One more entry in the node's ``gpuguard.io/gpu-isolated`` list; no cordon."""
+    node, fault = candidate.node, candidate.fault
+    entries = gpu_isolation.read(node)
+    entry = gpu_isolation.IsolatedGpu(
+        uuid=fault.uuid or "",
+        pci=pci.try_normalize_pci(fault.pci) or fault.pci or "",
+        index=fault.gpu,
+        at=snapshot.taken_at,
+        fault=fault.label,
+        mechanism="+".join(scope.mechanisms),
+        capacity=max((e.capacity for e in entries), default=node.gpu_capacity),
+    )
+    value = gpu_isolation.to_annotation((*entries, entry))
+    return decisions.Action(
+        kind=decisions.ActionKind.ISOLATE_GPU,
+        node=node.name,
+        reason=candidate.reason,
+        evidence=(*candidate.evidence, *scope.evidence),
+        annotations={annotation_keys.GPU_ISOLATED: value or ""},
+        detail=f"GPU {fault.gpu} ({fault.uuid}) out, the node keeps serving: {scope.detail}"
+        f"{_pods_on(fault)}",
+    )
+
+
+def _pods_on(fault: xid_signals.HardwareXid) -> str:
+    """The pod dcgm-exporter maps to the faulty GPU, reported, never evicted: it keeps its
+    context (compute mode PROHIBITED stops only new ones) until it ends or a person moves it."""
+    labels = fault.evidence.labels
+    pod = labels.get("pod", "")
+    if not pod:
+        return ""
+    return f"; pod {labels.get('namespace', '')}/{pod} is on it: left running, not evicted"
+
+
+def _cordon(
+    candidate: _Candidate, snapshot: fleet.FleetSnapshot, scope: gpu_scope.ScopeDecision
+) -> decisions.Action:
     node, fault = candidate.node, candidate.fault
     marks = {
         annotation_keys.REASON: fault.label,
@@ -313,7 +386,8 @@ def _isolate(candidate: _Candidate, snapshot: fleet.FleetSnapshot) -> decisions.
         evidence=candidate.evidence,
         annotations=marks,
         detail=f"{fault.label} on GPU {fault.gpu} ({fault.source}), "
-        f"GPUs {node.gpu_allocatable}/{node.gpu_capacity} allocatable",
+        f"GPUs {node.gpu_allocatable}/{node.gpu_capacity} allocatable; "
+        f"the node, not the GPU ({scope.reason}): {scope.detail}",
     )
 
 

@@ -40,6 +40,15 @@ The world's rules (deterministic):
   phantom it lands on (the phantom incident) and ends Succeeded/Failed after ``duration``; it fails
   earlier when its GPU hits Xid 48/79/95, falls off the bus or is reset, or the node restarts.
 - ``cordon``/``uncordon``/``annotate``: a human, through the store, like kubectl.
+- ``host_job``: a job started on the host with docker, outside Kubernetes: it runs on its GPU
+  unless the GPU is off the bus or its compute mode is PROHIBITED; an Xid that kills workloads
+  on that GPU, or a restart, kills it too.
+- per-GPU advertising (docs/gpu-isolation.md): every device-plugin start enumerates the GPUs on
+  the bus as Healthy — a restart re-advertises a GPU it had marked unhealthy — except that the
+  per-node instance (selected by the node label ``gpuguard.io/device-plugin=excluding``, which
+  the world follows like the DaemonSet controller) leaves out the UUIDs on the host's list.
+  Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
+  the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
@@ -58,6 +67,7 @@ from gpuguard.model import durations
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state, store
 
+EXCLUDING_INSTANCE = "excluding"  # state.SimNode.plugin_instance
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WORKLOAD_KILLING_XIDS = frozenset({48, 79, 95})  # the job on that GPU dies with it
 REBOOT_DOWNTIME = timedelta(minutes=3)
@@ -212,6 +222,7 @@ def on_gpu_reset(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     _fail_workloads(w, node, gpu.index)
     gpu.phantom = False
     gpu.row_remap_pending = 0
+    gpu.compute_mode = "DEFAULT"  # a reset re-initialises the GPU
     _restart_device_plugin(w, node)
     _restart_exporter(w, node)
     w.record(
@@ -252,6 +263,7 @@ def _restart(
     _fail_workloads(w, node)
     for gpu in node.gpus:
         _power_on_gpu(gpu, stay_lost=stay_lost, retrain_link=kind == "power_cycle")
+        gpu.registered = gpu.offered = gpu.registered and _visible(node, gpu)
     node.reboot_hung = False
     node.allocatable_dip_until = None
     node.down_until = w.clock.now() + downtime
@@ -277,6 +289,9 @@ def boot_complete(w: Stage, node: state.SimNode) -> None:
     node.ipvs_loaded = node.ipvs_persisted and node.ipvs_module_available
     node.kube_proxy_ready = node.ipvs_loaded
     node.exporter_started = now
+    node.nvreg_active = set(node.nvreg_configured)
+    for gpu in node.gpus:
+        gpu.registered = gpu.offered = gpu.registered and _visible(node, gpu)
     w.memory.announced = {a for a in w.memory.announced if a[0] != node.name}
     w.log_kernel(
         node,
@@ -362,9 +377,66 @@ def _restart_exporter(w: Stage, node: state.SimNode) -> None:
 
 
 def _restart_device_plugin(w: Stage, node: state.SimNode) -> None:
+    """A (re)started device plugin rebuilds its device list from NVML enumeration and
+    reports every device Healthy (k8s-device-plugin v0.20.0 internal/rm: "there is no way to
+    recover from the Unhealthy state" except a restart, which re-advertises the GPU); an
+    instance started with NVIDIA_VISIBLE_DEVICES set to a subset sees only that subset
+    (k8s-device-plugin issues #81, #197)."""
     for gpu in node.gpus:
-        gpu.registered = gpu.offered = gpu.on_bus
+        gpu.registered = gpu.offered = gpu.on_bus and _visible(node, gpu)
     w.count_restart(node.name, "device-plugin")
+
+
+def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
+    if gpu.uuid in node.nvreg_active:
+        return False
+    return node.plugin_instance != EXCLUDING_INSTANCE or gpu.uuid not in node.excluded_uuids
+
+
+def on_nvreg_exclude(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
+    """A person adds the GPU to ``NVreg_ExcludedGpus`` in /etc/modprobe.d: nothing changes
+    until the module loads again, at the next boot."""
+    gpu = node.gpu(p.gpu)
+    node.nvreg_configured.add(gpu.uuid)
+    w.record("nvreg_exclude", node.name, f"NVreg_ExcludedGpus={gpu.uuid}: from the next boot")
+
+
+def select_device_plugin(w: Stage, node: state.SimNode, instance: str) -> None:
+    """The node's device-plugin DaemonSets follow its labels: when the label moves the node
+    from one DaemonSet's node selector to the other's, the DaemonSet controller deletes the
+    old pod and creates the new one (Kubernetes docs, DaemonSet: "If node labels are changed,
+    the DaemonSet will promptly add Pods to newly matching nodes and delete Pods from newly
+    not-matching nodes"). The new instance starts like any plugin start."""
+    if node.plugin_instance == instance:
+        return
+    node.plugin_instance = instance
+    _restart_device_plugin(w, node)
+    w.record(
+        "device_plugin_switch",
+        node.name,
+        f"device plugin instance {instance!r}: allocatable "
+        f"{node.gpu_allocatable}/{node.gpu_capacity}",
+    )
+    w.touch(node)
+
+
+def on_host_job(w: Stage, p: scenario.HostJobPayload, node: state.SimNode) -> None:
+    """A job started on the host with docker, outside Kubernetes: no device plugin, no
+    scheduler. It gets a CUDA context unless the GPU is gone or its compute mode is
+    PROHIBITED ("No contexts can be created on this device": cudaErrorDevicesUnavailable)."""
+    gpu = node.gpu(p.gpu)
+    if not gpu.on_bus or gpu.uuid in node.nvreg_active:
+        w.record("host_job", node.name, f"{p.name} fails on GPU {gpu.index}: no such device")
+    elif gpu.compute_mode == "PROHIBITED":
+        w.record(
+            "host_job",
+            node.name,
+            f"{p.name} fails on GPU {gpu.index}: cudaErrorDevicesUnavailable "
+            "(compute mode PROHIBITED)",
+        )
+    else:
+        node.host_jobs[p.name] = gpu.index
+        w.record("host_job", node.name, f"{p.name} Running on GPU {gpu.index} (outside Kubernetes)")
 
 
 # ---- host configuration --------------------------------------------------------------------------
@@ -535,9 +607,14 @@ def finish_workload(
 
 
 def _fail_workloads(w: Stage, node: state.SimNode, gpu: int | None = None) -> None:
-    """Fail the workloads of the node, or only those holding GPU ``gpu``."""
+    """Fail the workloads of the node, or only those holding GPU ``gpu``; host jobs too."""
     for workload in [job for job in node.workloads if gpu is None or gpu in job.gpus]:
         finish_workload(w, node, workload, outcome="Failed")
+    for name, index in list(node.host_jobs.items()):
+        if gpu is None or index == gpu:
+            del node.host_jobs[name]
+            detail = f"{name} on GPU {index} Failed (outside Kubernetes)"
+            w.record("host_job_end", node.name, detail)
 
 
 def _announce(w: Stage, node: state.SimNode, gpu: state.SimGpu) -> None:
@@ -562,6 +639,7 @@ def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> 
     gpu.xid_last_msg = ""
     gpu.phantom = False
     gpu.row_remap_pending = 0
+    gpu.compute_mode = "DEFAULT"
 
 
 # ---- the table -----------------------------------------------------------------------------------
@@ -597,4 +675,6 @@ REACTIONS: Mapping[str, Reaction] = {
     "bad_metric": on_bad_metric,
     "exporter_down": on_exporter_down,
     "job_hang": on_job_hang,
+    "host_job": on_host_job,
+    "nvreg_exclude": on_nvreg_exclude,
 }

@@ -52,6 +52,8 @@ def _to_duration(value: Any) -> timedelta:
 
 Duration = Annotated[timedelta, pydantic.BeforeValidator(_to_duration)]
 NodeRef = pydantic.StrictInt | pydantic.StrictStr
+GpuRef = Annotated[pydantic.StrictStr, pydantic.Field(pattern=r"^[a-z0-9][-a-z0-9.]*/[0-9]+$")]
+"""``node/index``: one GPU of a node, e.g. ``gpu-node-a/1``."""
 Version = Annotated[pydantic.StrictStr, pydantic.Field(min_length=1)]
 _Model = TypeVar("_Model", bound=pydantic.BaseModel)
 
@@ -149,6 +151,12 @@ class BadMetricPayload(GpuPayload):
     xid: Annotated[int, pydantic.Field(ge=1, le=999)] = 79
 
 
+class HostJobPayload(GpuPayload):
+    """A job started on the host outside Kubernetes (``docker run --gpus device=N``)."""
+
+    name: Annotated[str, pydantic.Field(min_length=1)] = "host-docker-job"
+
+
 class PrometheusDownPayload(_Strict):
     duration: Duration
 
@@ -188,6 +196,8 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "bad_metric": BadMetricPayload,
     "exporter_down": ExporterDownPayload,
     "job_hang": JobHangPayload,
+    "host_job": HostJobPayload,
+    "nvreg_exclude": GpuPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------
@@ -224,6 +234,7 @@ class ExpectSpec(_Strict):
     isolate: list[NodeRef] = pydantic.Field(default_factory=list)
     never_isolate: list[NodeRef] = pydantic.Field(default_factory=list)
     isolate_within: Duration | None = None
+    isolate_gpus: list[GpuRef] = pydantic.Field(default_factory=list)  # GPU-level isolations
 
 
 class ScenarioFile(_Strict):
@@ -279,6 +290,7 @@ class Expectations:
     isolate: tuple[str, ...] = ()
     never_isolate: tuple[str, ...] = ()
     isolate_within: timedelta | None = None
+    isolate_gpus: tuple[str, ...] = ()  # node/index
 
 
 @dataclass(frozen=True)
@@ -535,5 +547,8 @@ def _expectations(expect: ExpectSpec, names: tuple[str, ...], source: str) -> Ex
     both = sorted(set(isolate) & set(never))
     if both:
         raise ScenarioError(f"{source}: expect: {both} both in isolate and never_isolate")
+    for ref in expect.isolate_gpus:
+        _resolve_node(ref.split("/")[0], names, f"{source}: expect.isolate_gpus")
     return Expectations(isolate=isolate, never_isolate=never,
-                        isolate_within=expect.isolate_within)
+                        isolate_within=expect.isolate_within,
+                        isolate_gpus=tuple(expect.isolate_gpus))

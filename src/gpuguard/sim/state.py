@@ -55,6 +55,9 @@ class SimGpu:
     link_speed_max_gts: float = 32.0
     # Added for the exporters (sim.exporters):
     ecc_dbe_volatile: int = 0  # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (reset by a driver reload)
+    # nvidia-smi -c: DEFAULT or PROHIBITED. NVML: "not persistent across reboots and always
+    # resets to Default" (nvmlDeviceSetComputeMode); a GPU reset re-initialises it as well.
+    compute_mode: str = "DEFAULT"
     metric_overrides: dict[str, float] = field(default_factory=dict)  # dcgm name -> value
 
 
@@ -92,6 +95,19 @@ class SimNode:
     allocatable_dip_gpus: int = 0  # GPUs withheld during allocatable_dip_until (0: all)
     booted_at: datetime | None = None  # kernel uptime stamps count from here
     exporter_down_until: datetime | None = None  # exporter_down: dcgm-exporter does not answer
+    # Per-GPU advertising (docs/gpu-isolation.md): which device-plugin instance runs on the
+    # node — "cluster" (the cluster's DaemonSet: every GPU on the bus) or "excluding" (the
+    # per-node instance selected by the node label gpuguard.io/device-plugin=excluding,
+    # whose visible devices leave out the UUIDs listed on the host) — and that host list
+    # (/etc/gpuguard/excluded-gpus: on disk, so it outlives a reboot).
+    plugin_instance: str = "cluster"
+    excluded_uuids: set[str] = field(default_factory=set)
+    host_jobs: dict[str, int] = field(default_factory=dict)  # running host jobs -> GPU index
+    # NVreg_ExcludedGpus in /etc/modprobe.d (configured) and as the module loaded it at the
+    # last boot (active): the driver does not attach those GPUs (nv-reg.h: "cannot be
+    # attached or used"), so neither NVML nor the device plugin see them.
+    nvreg_configured: set[str] = field(default_factory=set)
+    nvreg_active: set[str] = field(default_factory=set)
 
     # Added for the exporters (sim.exporters): what this node's dcgm-exporter collects.
     profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from gpuguard.model import annotation_keys
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import hosts, kernel_lines, mirror, reactions, scenario, state, store
 
@@ -50,6 +51,7 @@ class World:
         self._mirror = mirror.StoreMirror(objects, self.origin)
         self.memory = reactions.Memory()
         self._dirty_hosts: set[str] = set()
+        self._labels_seen = -1
 
     @classmethod
     def from_scenario(cls, spec: scenario.Scenario, objects: store.ObjectStore,
@@ -98,6 +100,7 @@ class World:
         target = self.origin + offset
         if target < self.clock.now():
             raise ValueError(f"cannot step back to {offset} (now at {self.elapsed})")
+        self._follow_labels()
         while (due := self._next_due()) is not None and due <= target:
             self.clock.advance_to(due)
             self._react()
@@ -198,6 +201,20 @@ class World:
     def count_restart(self, node: str, component: str) -> None:
         """One more restart of a system pod (``dcgm-exporter``, ``device-plugin``) on ``node``."""
         self._mirror.restarted(node, component)
+
+    def _follow_labels(self) -> None:
+        """Node labels written since the last step move the node between the cluster's
+        device-plugin DaemonSet and the per-node instance that the label
+        ``gpuguard.io/device-plugin=excluding`` selects (docs/gpu-isolation.md#host-drivers:
+        the cluster runs both, with node selectors that split on the label)."""
+        if self.store.resource_version == self._labels_seen:
+            return
+        for node in self.nodes:
+            labels = self.store.get("Node", "", node.name)["metadata"].get("labels") or {}
+            value = labels.get(annotation_keys.DEVICE_PLUGIN_LABEL)
+            instance = "cluster" if value != reactions.EXCLUDING_INSTANCE else value
+            reactions.select_device_plugin(self, node, instance)
+        self._labels_seen = self.store.resource_version
 
     # ---- keeping the store and host trees in step ---------------------------------------------
 

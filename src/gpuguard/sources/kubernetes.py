@@ -146,4 +146,7 @@ def pod_from_api(pod: Pod) -> fleet.Pod:
         gpu_request=_gpu_request(spec.containers if spec else []),
         labels=dict((meta.labels if meta else None) or {}),
         ready=ready,
+        restarts=sum(c.restartCount or 0 for c in (status.containerStatuses or []))
+        if status
+        else 0,
     )

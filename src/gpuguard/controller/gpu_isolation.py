@@ -1,0 +1,218 @@
+"""The GPU-isolation step of a tick: apply, re-apply and undo the mechanisms that keep
+isolated GPUs out (``policy.gpu_enforcement`` decides; this runs the pinned isolation Job and
+writes the node's marks and label).
+
+For each node serving with isolated GPUs: start the Job its plan names (named by what it
+applies, on which boot — a crash between creating it and reading it finds the same Job), and
+once it ended, write the marks (annotation and device-plugin label, one merge patch each) and
+an Event. A Job that failed, or whose report shows a GPU not held, isolates the node instead:
+a GPU gpuguard cannot keep out must not keep serving next to jobs. Writes are re-checked
+against leadership and skipped in dry-run, like every other step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from gpuguard.actuators import jobs as job_specs
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller.recovery import JobsPort, LedgerPort
+from gpuguard.errors import GpuguardError
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    faults,
+    fleet,
+    gpu_isolation,
+    ports,
+    timestamps,
+)
+from gpuguard.model import jobs as job_model
+from gpuguard.policy import gpu_enforcement as policy
+
+log = logging.getLogger(__name__)
+Step = policy.Step
+
+
+class Marker(Protocol):
+    def mark(
+        self,
+        node: fleet.Node,
+        annotations: dict[str, str | None],
+        labels: dict[str, str | None],
+    ) -> None:
+        """Merge annotations and labels in one write (None removes one); ConflictError when
+        the node changed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    node: str
+    step: Step
+    detail: str
+    action: decisions.Action | None = None  # what was written, if anything
+    overdue: tuple[gpu_isolation.IsolatedGpu, ...] = ()  # cards past the RMA deadline
+
+
+@dataclass
+class GpuIsolation:
+    jobs: JobsPort
+    ledger: LedgerPort
+    writer: ports.ClusterWriter
+    marker: Marker
+    catalog: xid_catalog.XidCatalog
+    image: str
+    namespace: str = "gpuguard"
+    rma_deadline: timedelta = timedelta(days=14)
+    runtime_class: str | None = "nvidia"
+
+    def run(
+        self, snapshot: fleet.FleetSnapshot, *, may_write: Callable[[], bool]
+    ) -> list[Outcome]:
+        nodes = [n for n in snapshot.nodes if gpu_isolation.KEY in n.annotations]
+        if not nodes:
+            return []
+        entries = self._ledger()
+        out = []
+        for node in nodes:
+            plan = policy.plan(node, entries, snapshot.pods_on(node.name))
+            if plan is None:
+                continue
+            if plan.step in (Step.HELD, Step.WAIT) or not may_write():
+                drafted = self._draft(node, entries, snapshot.taken_at) if may_write() else None
+                out.append(drafted or Outcome(node.name, plan.step, plan.detail))
+                continue
+            if plan.step is Step.RECORD:
+                outcome = self._record(node, plan)
+            else:
+                outcome = self._run_job(node, plan, snapshot.taken_at)
+            if outcome is not None:
+                out.append(outcome)
+        return [self._overdue(o, snapshot) for o in out]
+
+    def _overdue(self, outcome: Outcome, snapshot: fleet.FleetSnapshot) -> Outcome:
+        node = snapshot.node(outcome.node)
+        late = policy.overdue(node, snapshot.taken_at, self.rma_deadline) if node else ()
+        return replace(outcome, overdue=late)
+
+    def _ledger(self) -> list[faults.LedgerEntry] | None:
+        """Read once a tick where GPUs are isolated: for returns and the drafted requests."""
+        try:
+            return self.ledger.entries().entries
+        except GpuguardError as e:
+            log.warning("GPU returns and requests wait: the ledger cannot be read: %s", e)
+            return None
+
+    def _draft(
+        self, node: fleet.Node, ledger: list[faults.LedgerEntry] | None, now: datetime
+    ) -> Outcome | None:
+        """Write the drafted request when the cards' history changed it (a first isolation, a
+        later fault raising the escalation), with an Event."""
+        if ledger is None:
+            return None
+        text = policy.request(node, ledger, self.catalog)
+        if node.annotations.get(annotation_keys.GPU_REQUEST) == text:
+            return None
+        action = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE,
+            node=node.name,
+            reason=decisions.Reason.ESCALATED,
+            annotations={annotation_keys.GPU_REQUEST: text},
+            detail=text,
+        )
+        try:
+            self.marker.mark(node, {annotation_keys.GPU_REQUEST: text}, {})
+        except GpuguardError as e:
+            log.warning("%s: GPU request not written (next tick retries): %s", node.name, e)
+            return None
+        self._event(action, now)
+        return Outcome(node.name, Step.HELD, text, action)
+
+    def _record(self, node: fleet.Node, plan: policy.Plan) -> Outcome | None:
+        try:
+            self.marker.mark(node, policy.record(node, plan), {})
+        except GpuguardError as e:
+            log.warning("%s: device-plugin pod not recorded (next tick retries): %s", node.name, e)
+            return None
+        return Outcome(node.name, plan.step, f"device plugin {plan.plugin}: {plan.detail}")
+
+    def _run_job(self, node: fleet.Node, plan: policy.Plan, now: datetime) -> Outcome | None:
+        action = "apply" if plan.step is Step.APPLY else "undo"
+        manifest = job_specs.gpu_isolation_job(
+            node.name, plan.key, action=action, uuids=plan.uuids, image=self.image,
+            namespace=self.namespace, runtime_class=self.runtime_class,
+        )
+        name = manifest["metadata"]["name"]
+        try:
+            result = self.jobs.result(name)
+            if result.state is job_model.JobState.ABSENT:
+                self.jobs.create(manifest)
+                log.info("%s: GPU isolation Job %s started (%s)", node.name, name, plan.detail)
+                return Outcome(node.name, plan.step, f"Job {name} started: {plan.detail}")
+        except GpuguardError as e:
+            log.warning("%s: GPU isolation Job %s: %s (next tick retries)", node.name, name, e)
+            return None
+        if result.state is job_model.JobState.RUNNING:
+            return Outcome(node.name, plan.step, f"Job {name} running")
+        return self._finish(node, plan, result, now)
+
+    def _finish(
+        self, node: fleet.Node, plan: policy.Plan, result: job_model.JobResult, now: datetime
+    ) -> Outcome | None:
+        if plan.step is Step.APPLY:
+            applied = policy.after_apply(node, plan, result.message, now)
+        else:
+            applied = policy.after_return(node, plan, result.message)
+        if not applied.ok:
+            return self._failed(node, plan, applied.detail or result.detail, now)
+        reason = _reason(plan)
+        action = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE,
+            node=node.name,
+            reason=reason,
+            annotations={k: v for k, v in applied.annotations.items() if v is not None},
+            detail=applied.detail,
+        )
+        try:
+            self.marker.mark(node, dict(applied.annotations), dict(applied.labels))
+        except GpuguardError as e:
+            log.warning("%s: GPU isolation marks not written (next tick retries): %s", node.name, e)
+            return None
+        self._event(action, now)
+        return Outcome(node.name, plan.step, applied.detail, action)
+
+    def _failed(
+        self, node: fleet.Node, plan: policy.Plan, detail: str, now: datetime
+    ) -> Outcome | None:
+        if plan.step is Step.RETURN:
+            log.warning("%s: GPU return failed, the GPUs stay out: %s", node.name, detail)
+            return Outcome(node.name, plan.step, f"return failed: {detail}")
+        action = policy.failed_cordon(node, detail, timestamps.format_utc(now))
+        try:
+            self.writer.isolate(node, action)
+        except GpuguardError as e:
+            log.error("%s: GPU isolation failed and the node could not be isolated: %s",
+                      node.name, e)
+            return None
+        self._event(action, now)
+        return Outcome(node.name, plan.step, action.detail, action)
+
+    def _event(self, action: decisions.Action, now: datetime) -> None:
+        try:
+            self.writer.record_event(action, now)
+        except GpuguardError as e:
+            log.warning("%s: %s, but the Event could not be recorded: %s",
+                        action.node, action.reason, e)
+
+
+def _reason(plan: policy.Plan) -> decisions.Reason:
+    if plan.step is Step.RETURN:
+        return decisions.Reason.GPU_RETURNED
+    if plan.detail.startswith("not applied yet"):
+        return decisions.Reason.GPU_ISOLATION_APPLIED
+    return decisions.Reason.GPU_ISOLATION_REAPPLIED

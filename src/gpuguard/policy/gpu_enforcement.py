@@ -1,0 +1,298 @@
+"""Keep isolated GPUs out, and let them back only through the return checks
+(docs/gpu-isolation.md).
+
+Every mechanism that keeps a GPU out can be lost: compute mode resets to Default at every boot
+(NVML, ``nvmlDeviceSetComputeMode``), and a device plugin that restarts without its exclusion
+advertises every GPU again (k8s-device-plugin: a restart rebuilds the device list as Healthy).
+So each tick, for every node serving with isolated GPUs, ``plan`` says what to do:
+
+- **apply** when an isolated GPU was never applied on the node's current boot (a new isolation,
+  or the node rebooted: the boot ID changed), or when the node advertises more GPUs than it
+  should (a device-plugin restart re-advertised one) — the isolation Job runs again;
+- **return** the GPUs a person asked back (``gpuguard.io/gpu-return``) once their card history
+  allows it (a card with a replacement asked is held unless the request says it was replaced:
+  ``replaced:GPU-...``);
+- **held** otherwise: verified on this boot, the node advertises what it should.
+
+``after_apply`` and ``after_return`` turn the isolation Job's report into the node's new marks.
+A report that shows a GPU not held (compute mode not PROHIBITED, not on the exclusion list)
+fails the application: the caller isolates the node instead. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation
+from gpuguard.policy import escalation
+
+Reason = decisions.Reason
+REPLACED = "replaced:"
+
+
+class Step(StrEnum):
+    APPLY = "apply"
+    RETURN = "return"
+    RECORD = "record"  # the device plugin restarted with the exclusion: remember that pod
+    HELD = "held"
+    WAIT = "wait"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    node: str
+    step: Step
+    uuids: tuple[str, ...]
+    key: str  # what the Job does: action, GPUs, boot, after which application
+    detail: str
+    refused: Mapping[str, str] = field(default_factory=dict)  # return asked, not allowed: why
+    plugin: str = ""  # the node's device-plugin pod now (``gpu_isolation.plugin_stamp``)
+
+
+def plan(
+    node: fleet.Node, ledger: Sequence[faults.LedgerEntry] | None, pods: Iterable[fleet.Pod]
+) -> Plan | None:
+    """This tick's step for a node serving with isolated GPUs (None: it has none); ``pods``
+    are the node's pods (its device-plugin pod's restarts say when to re-apply)."""
+    entries = gpu_isolation.read(node)
+    if not entries:
+        return None
+    if not node.ready:
+        return Plan(node.name, Step.WAIT, (), "", "node not Ready: applied when it is back")
+    plugin = gpu_isolation.plugin_stamp(pods)
+    returning, refused = _returns(node, entries, ledger)
+    if returning:
+        uuids = tuple(sorted(returning))
+        key = f"undo/{','.join(uuids)}/{node.boot_id}"
+        return Plan(node.name, Step.RETURN, uuids, key, "return asked", refused, plugin)
+    uuids = tuple(e.uuid for e in entries)
+    why = _stale(node, entries, plugin)
+    if why:
+        last = max((e.applied_at for e in entries if e.applied_at), default=None)
+        stamp = last.isoformat() if last else "never"
+        key = f"apply/{','.join(uuids)}/{node.boot_id}/{stamp}"
+        return Plan(node.name, Step.APPLY, uuids, key, why, refused, plugin)
+    expected = gpu_isolation.expected_capacity(entries)
+    detail = (
+        f"verified on boot {node.boot_id[:8]}: GPUs {node.gpu_allocatable}/{node.gpu_capacity} "
+        f"advertised (expected {expected}), {len(entries)} isolated"
+    )
+    step = Step.RECORD if plugin and any(not e.plugin for e in entries) else Step.HELD
+    return Plan(node.name, step, uuids, "", detail, refused, plugin)
+
+
+def _stale(
+    node: fleet.Node, entries: tuple[gpu_isolation.IsolatedGpu, ...], plugin: str
+) -> str:
+    """Why the mechanisms must be applied again now ("" : they hold)."""
+    fresh = [e.uuid for e in entries if not e.applied_boot]
+    if fresh:
+        return f"not applied yet: {', '.join(fresh)}"
+    if any(e.applied_boot != node.boot_id for e in entries):
+        return f"the node booted again (boot {node.boot_id[:8]}): compute mode is back to Default"
+    expected = gpu_isolation.expected_capacity(entries)
+    via_plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in entries)
+    if via_plugin and expected is not None and node.gpu_allocatable > expected:
+        return (
+            f"the device plugin advertises {node.gpu_allocatable} GPUs, expected {expected}: "
+            "it restarted without the exclusion"
+        )
+    if via_plugin and node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) != (
+        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
+    ):
+        return f"the node lost its label {gpu_isolation.DEVICE_PLUGIN_LABEL}"
+    seen = {e.plugin for e in entries if e.plugin}
+    if plugin and seen and plugin not in seen:
+        return f"the device plugin restarted ({plugin}): a GPU reset or operand restart"
+    return ""
+
+
+def _returns(
+    node: fleet.Node,
+    entries: tuple[gpu_isolation.IsolatedGpu, ...],
+    ledger: Sequence[faults.LedgerEntry] | None,
+) -> tuple[set[str], dict[str, str]]:
+    """The GPUs a person asked back that may return now, and those refused with why."""
+    asked = gpu_isolation.return_requested(node)
+    allowed: set[str] = set()
+    refused: dict[str, str] = {}
+    for entry in entries:
+        if f"{REPLACED}{entry.uuid}" in asked:
+            allowed.add(entry.uuid)
+        elif entry.uuid in asked:
+            why = _card_refusal(entry, node, ledger)
+            if why:
+                refused[entry.uuid] = why
+            else:
+                allowed.add(entry.uuid)
+    return allowed, refused
+
+
+def _card_refusal(
+    entry: gpu_isolation.IsolatedGpu, node: fleet.Node, ledger: Sequence[faults.LedgerEntry] | None
+) -> str:
+    if ledger is None:
+        return "the fault ledger cannot be read: the card's history is unknown"
+    history = escalation.history_for(ledger, entry.uuid, node.name, entry.pci or None)
+    level = escalation.escalate(history)
+    if level is escalation.Escalation.REPLACEMENT:
+        return (
+            f"card history: {len(history.card_faults)} faults, replacement asked; swap the card "
+            f"and write {REPLACED}{entry.uuid} in {annotation_keys.GPU_RETURN}"
+        )
+    if level is escalation.Escalation.SLOT_CHECK:
+        return "slot history: two cards failed in this slot; check the slot first"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    ok: bool
+    annotations: dict[str, str | None]
+    labels: dict[str, str | None]
+    detail: str
+
+
+def after_apply(
+    node: fleet.Node, plan_: Plan, message: str | None, now: datetime
+) -> Applied:
+    """The node's marks after the isolation Job's report (``message``)."""
+    gpus, problem = _report(message, plan_.uuids, want_mode="PROHIBITED", excluded=True)
+    if problem:
+        return Applied(False, {}, {}, problem)
+    current = gpu_isolation.read(node)
+    plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in current)
+    labelled = node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) == (
+        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
+    )
+    # A new label restarts the plugin: its new pod is recorded once it runs (Step.RECORD).
+    stamp = plan_.plugin if labelled or not plugin else ""
+    entries = tuple(
+        e.applied(node.boot_id, now, stamp, confirmed=gpus[e.uuid].get("kernel_fault") is True)
+        if e.uuid in gpus
+        else e
+        for e in current
+    )
+    labels: dict[str, str | None] = {
+        gpu_isolation.DEVICE_PLUGIN_LABEL: gpu_isolation.DEVICE_PLUGIN_EXCLUDING
+    }
+    return Applied(
+        True,
+        {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)},
+        labels if plugin else {},
+        f"GPU {', '.join(plan_.uuids)}: compute mode PROHIBITED, excluded from the device "
+        f"plugin; applied on boot {node.boot_id[:8]} ({plan_.detail})",
+    )
+
+
+def record(node: fleet.Node, plan_: Plan) -> dict[str, str | None]:
+    """The marks once the device plugin runs again with the exclusion: its pod, so that its
+    next restart is noticed."""
+    entries = tuple(replace(e, plugin=plan_.plugin) for e in gpu_isolation.read(node))
+    return {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)}
+
+
+def overdue(
+    node: fleet.Node, now: datetime, deadline: timedelta
+) -> tuple[gpu_isolation.IsolatedGpu, ...]:
+    """Isolated cards that have waited longer than the RMA deadline."""
+    return tuple(e for e in gpu_isolation.read(node) if now - e.at > deadline)
+
+
+def request(
+    node: fleet.Node, ledger: Sequence[faults.LedgerEntry], catalog: xid_catalog.XidCatalog
+) -> str:
+    """The drafted request for the node's isolated GPUs, one paragraph per card: which GPU is
+    out, that the node keeps serving, the repair its Xid needs, and the card's and slot's
+    history with their escalation (the same words as a node's request)."""
+    return "\n\n".join(_request(node, e, ledger, catalog) for e in gpu_isolation.read(node))
+
+
+def _request(
+    node: fleet.Node,
+    entry: gpu_isolation.IsolatedGpu,
+    ledger: Sequence[faults.LedgerEntry],
+    catalog: xid_catalog.XidCatalog,
+) -> str:
+    code = entry.fault.removeprefix("xid-")
+    xid = int(code) if code.isdigit() else None
+    line = faults.LedgerEntry(
+        entry.at, node.name, xid, entry.pci or None, entry.uuid, faults.Recorder.GPUGUARD
+    )
+    history = escalation.history_for(ledger, entry.uuid, node.name, entry.pci or None)
+    verdict = xid_catalog.default_verdict(xid) if xid else decisions.Verdict.HUMAN_DIAGNOSIS
+    words = escalation.request_text(
+        line, verdict, history, escalation.escalate(history), catalog=catalog
+    )
+    return (
+        f"GPU {entry.index} of {node.name} is out of service ({entry.mechanism}); the node keeps "
+        f"serving with its other GPUs. {words}"
+    )
+
+
+def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
+    """The node's marks once the undo Job put the returned GPUs back."""
+    _, problem = _report(message, plan_.uuids, want_mode="DEFAULT", excluded=False)
+    if problem:
+        return Applied(False, {}, {}, problem)
+    left = tuple(e for e in gpu_isolation.read(node) if e.uuid not in plan_.uuids)
+    annotations: dict[str, str | None] = {
+        annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(left),
+        annotation_keys.GPU_RETURN: None,
+        **({} if left else {annotation_keys.GPU_REQUEST: None}),
+    }
+    labels: dict[str, str | None] = {} if left else {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+    return Applied(True, annotations, labels, f"GPU {', '.join(plan_.uuids)} back in service")
+
+
+def _report(
+    message: str | None, uuids: tuple[str, ...], *, want_mode: str, excluded: bool
+) -> tuple[dict[str, dict[str, object]], str]:
+    """The report's GPUs by UUID, and what is wrong with it ("" : every GPU as wanted). A GPU
+    the driver does not know (``absent``: ``NVreg_ExcludedGpus`` at boot, or the card left
+    the host) is out when isolating and gone when returning."""
+    try:
+        data = json.loads(message or "")
+        gpus = {str(g["uuid"]): g for g in data["gpus"]}
+    except (ValueError, KeyError, TypeError):
+        return {}, f"the isolation Job's report is unreadable: {(message or '')[:200]!r}"
+    problems = []
+    for uuid in uuids:
+        gpu = gpus.get(uuid)
+        if gpu is None:
+            problems.append(f"{uuid}: not in the report")
+            continue
+        mode = str(gpu.get("compute_mode", ""))
+        mode_ok = mode in (want_mode, "absent")  # a card the driver does not attach is out
+        if gpu.get("error") or not mode_ok or gpu.get("excluded") is not excluded:
+            problems.append(
+                f"{uuid}: compute mode {mode}, excluded {gpu.get('excluded')}"
+                + (f", {gpu['error']}" if gpu.get("error") else "")
+            )
+    return gpus, "; ".join(problems)
+
+
+def failed_cordon(node: fleet.Node, detail: str, now_text: str) -> decisions.Action:
+    """The node isolation that replaces a GPU isolation whose mechanisms did not hold."""
+    entries = gpu_isolation.read(node)
+    first = entries[0] if entries else None
+    marks = {
+        annotation_keys.REASON: first.fault if first else "gpu-isolation-failed",
+        annotation_keys.ISOLATED_AT: now_text,
+        annotation_keys.BOOT_ID: node.boot_id,
+        annotation_keys.GPU_CAPACITY: str(node.gpu_capacity),
+    }
+    if first is not None:
+        marks |= {annotation_keys.GPU_UUID: first.uuid, annotation_keys.GPU_PCI: first.pci}
+    return decisions.Action(
+        kind=decisions.ActionKind.ISOLATE,
+        node=node.name,
+        reason=Reason.GPU_ISOLATION_FAILED,
+        annotations=marks,
+        detail=f"the GPU isolation did not hold, the node is isolated instead: {detail}",
+    )

@@ -1,0 +1,86 @@
+"""The isolation Job's host side on a host tree with a fake nvidia-smi: what it runs, what it
+writes, what it reads back, and what it reports when the driver does not answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuguard.agent import gpu_isolation as host
+from gpuguard.model import ports
+
+BAD, GOOD = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b", "GPU-1b9f1abb-e6ae-4a6e-8c07-1bec631f0c7c"
+
+
+@dataclass
+class FakeSmi:
+    """nvidia-smi on a 2-GPU host: ``-c`` sets a mode; ``broken`` makes every call fail."""
+
+    modes: dict[str, str] = field(default_factory=lambda: {BAD: "Default", GOOD: "Default"})
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    broken: bool = False
+
+    def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
+        self.calls.append(tuple(argv))
+        if self.broken:
+            return ports.CommandResult(tuple(argv), None, "", "")
+        if "-c" in argv:
+            uuid = argv[argv.index("-i") + 1]
+            if uuid not in self.modes:
+                return ports.CommandResult(tuple(argv), 6, "", "No devices were found")
+            self.modes[uuid] = argv[argv.index("-c") + 1].title()
+            return ports.CommandResult(tuple(argv), 0, "ok", "")
+        out = "".join(f"{uuid}, {mode}\n" for uuid, mode in self.modes.items())
+        return ports.CommandResult(tuple(argv), 0, out, "")
+
+
+def kernel_log(root: Path) -> None:
+    log = root / "var" / "log" / "kern.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        "Aug 10 15:36:00 gpu-node-a kernel: NVRM: GPU at PCI:0000:2a:00: " + BAD + "\n"
+        "Aug 10 15:36:00 gpu-node-a kernel: NVRM: Xid (PCI:0000:2a:00): 48, pid=1, "
+        "DBE (Double Bit Error) ECC Error\n"
+    )
+
+
+def test_apply_prohibits_excludes_and_confirms_from_the_kernel_log(tmp_path: Path) -> None:
+    kernel_log(tmp_path)
+    smi = FakeSmi()
+    report = host.apply(host.NvidiaSmi(smi, tmp_path), [BAD], tmp_path)
+    assert report.ok
+    ((gpu),) = report.gpus
+    assert (gpu.compute_mode, gpu.excluded, gpu.kernel_fault) == ("PROHIBITED", True, True)
+    assert smi.modes[GOOD] == "Default"  # only the bad card
+    assert (tmp_path / "etc/gpuguard/excluded-gpus").read_text() == f"{BAD}\n"
+    assert json.loads(report.to_json())["ok"] is True
+
+
+def test_undo_puts_it_back_and_keeps_the_other_exclusions(tmp_path: Path) -> None:
+    smi = FakeSmi()
+    control = host.NvidiaSmi(smi, tmp_path)
+    host.apply(control, [BAD, GOOD], tmp_path)
+    report = host.undo(control, [BAD], tmp_path)
+    assert report.ok
+    assert smi.modes == {BAD: "Default", GOOD: "Prohibited"}
+    assert control.excluded() == {GOOD}
+
+
+def test_a_driver_that_does_not_answer_is_not_held(tmp_path: Path) -> None:
+    report = host.apply(host.NvidiaSmi(FakeSmi(broken=True), tmp_path), [BAD], tmp_path)
+    assert not report.ok
+    ((gpu),) = report.gpus
+    assert gpu.compute_mode == "unknown"
+    assert "timed out" in gpu.error
+    assert any("compute modes not read back" in note for note in report.notes)
+
+
+def test_undo_of_a_card_that_left_the_host_is_done(tmp_path: Path) -> None:
+    smi = FakeSmi(modes={GOOD: "Default"})
+    control = host.NvidiaSmi(smi, tmp_path)
+    control.write_excluded({BAD})
+    report = host.undo(control, [BAD], tmp_path)
+    assert report.ok
+    assert report.gpus[0].compute_mode == host.ABSENT

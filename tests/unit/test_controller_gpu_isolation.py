@@ -1,0 +1,141 @@
+"""The GPU-isolation step against fakes: the Job it starts, the marks it writes from the Job's
+report, and the node isolation when the GPU cannot be kept out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuguard.actuators import ledger as ledger_store
+from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import gpu_isolation as step
+from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation
+from gpuguard.model import jobs as job_model
+from tests.fakes import FakeWriter
+
+NOW = datetime(2026, 8, 10, 16, 0, tzinfo=UTC)
+CATALOG = xid_catalog.load_catalog()
+CARD = "GPU-0a8e0faa"
+
+
+@dataclass
+class FakeJobs:
+    created: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, job_model.JobResult] = field(default_factory=dict)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        self.created.append(manifest)
+        return True
+
+    def result(self, name: str) -> job_model.JobResult:
+        return self.results.get(name, job_model.JobResult(job_model.JobState.ABSENT))
+
+
+class EmptyLedger:
+    def entries(self) -> ledger_store.LedgerRead:
+        return ledger_store.LedgerRead([], [])
+
+    def append(self, entry: Any) -> None:
+        raise AssertionError("the GPU step writes no ledger line")
+
+
+@dataclass
+class FakeMarker:
+    marks: list[tuple[str, dict[str, str | None], dict[str, str | None]]] = field(
+        default_factory=list
+    )
+
+    def mark(
+        self, node: fleet.Node, annotations: dict[str, str | None], labels: dict[str, str | None]
+    ) -> None:
+        self.marks.append((node.name, annotations, labels))
+
+
+def snapshot() -> fleet.FleetSnapshot:
+    isolated = gpu_isolation.IsolatedGpu(CARD, "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
+    node = fleet.Node("gpu-node-a", "boot-1", 4, 3, conditions={"Ready": "True"},
+                      annotations={annotation_keys.GPU_ISOLATED:
+                                   gpu_isolation.to_annotation((isolated,)) or ""})
+    return fleet.FleetSnapshot(NOW, nodes=(node,))
+
+
+def run(jobs: FakeJobs, writer: FakeWriter, marker: FakeMarker) -> list[step.Outcome]:
+    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="gpuguard:test")
+    return guard.run(snapshot(), may_write=lambda: True)
+
+
+def test_a_new_gpu_isolation_starts_the_pinned_job() -> None:
+    jobs = FakeJobs()
+    run(jobs, FakeWriter(), FakeMarker())
+    (job,) = jobs.created
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "gpu-node-a"
+    assert pod["containers"][0]["command"][:6] == [
+        "gpuguard", "gpu-isolate", "apply", "--root", "/host", "--uuid"
+    ]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": CARD} in pod["containers"][0]["env"]
+
+
+def finished(jobs: FakeJobs, mode: str) -> None:
+    run(jobs, FakeWriter(), FakeMarker())
+    name = jobs.created[0]["metadata"]["name"]
+    gpu = {"uuid": CARD, "compute_mode": mode, "excluded": True, "kernel_fault": True}
+    jobs.results[name] = job_model.JobResult(
+        job_model.JobState.SUCCEEDED, json.dumps({"gpus": [gpu]})
+    )
+
+
+def test_a_held_report_writes_the_marks_and_the_label_in_one_write() -> None:
+    jobs, writer, marker = FakeJobs(), FakeWriter(), FakeMarker()
+    finished(jobs, "PROHIBITED")
+    (outcome,) = run(jobs, writer, marker)
+    ((node_name, annotations, labels),) = marker.marks
+    assert node_name == "gpu-node-a"
+    assert labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"}
+    assert '"applied_boot":"boot-1"' in (annotations[annotation_keys.GPU_ISOLATED] or "")
+    assert outcome.action is not None
+    assert outcome.action.reason is decisions.Reason.GPU_ISOLATION_APPLIED
+    assert writer.events == [outcome.action]
+    assert writer.isolated == []
+
+
+def test_a_gpu_that_cannot_be_kept_out_isolates_its_node() -> None:
+    jobs, writer, marker = FakeJobs(), FakeWriter(), FakeMarker()
+    finished(jobs, "DEFAULT")
+    run(jobs, writer, marker)
+    assert marker.marks == []
+    ((name, marks),) = writer.isolated
+    assert name == "gpu-node-a"
+    assert marks[annotation_keys.GPU_UUID] == CARD
+    assert writer.events[0].reason is decisions.Reason.GPU_ISOLATION_FAILED
+
+
+def test_dry_run_starts_nothing() -> None:
+    jobs = FakeJobs()
+    guard = step.GpuIsolation(jobs, EmptyLedger(), FakeWriter(), FakeMarker(), CATALOG, image="x")
+    (outcome,) = guard.run(snapshot(), may_write=lambda: False)
+    assert jobs.created == []
+    assert outcome.step is step.Step.APPLY
+
+
+def test_a_held_isolation_gets_its_drafted_request_naming_the_card() -> None:
+    jobs, writer, marker = FakeJobs(), FakeWriter(), FakeMarker()
+    entry = gpu_isolation.IsolatedGpu(CARD, "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
+    entry = entry.applied("boot-1", NOW, "", confirmed=True)
+    node = fleet.Node("gpu-node-a", "boot-1", 3, 3, conditions={"Ready": "True"},
+                      labels={gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"},
+                      annotations={annotation_keys.GPU_ISOLATED:
+                                   gpu_isolation.to_annotation((entry,)) or ""})
+    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="x")
+    (outcome,) = guard.run(fleet.FleetSnapshot(NOW, nodes=(node,)), may_write=lambda: True)
+    assert outcome.action is not None
+    assert outcome.action.reason is decisions.Reason.ESCALATED
+    ((_, annotations, labels),) = marker.marks
+    text = annotations[annotation_keys.GPU_REQUEST] or ""
+    assert text.startswith("GPU 1 of gpu-node-a is out of service")
+    assert f"card {CARD}" in text
+    assert "reset the GPU" in text
+    assert labels == {}
+    assert jobs.created == []

@@ -1,0 +1,162 @@
+"""Keeping isolated GPUs out (policy.gpu_enforcement): when the isolation Job runs again, how
+its report becomes the node's marks, and when a GPU may return."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuguard.model import annotation_keys, faults, fleet, gpu_isolation
+from gpuguard.policy import gpu_enforcement as policy
+
+NOW = datetime(2026, 8, 11, 9, 0, tzinfo=UTC)
+CARD = "GPU-0a8e0faa"
+PCI = "0000:2a:00.0"
+PLUGIN = "nvidia-device-plugin-daemonset-x1"
+Step = policy.Step
+
+
+def entry() -> gpu_isolation.IsolatedGpu:
+    return gpu_isolation.IsolatedGpu(CARD, PCI, "1", NOW - timedelta(hours=5), "xid-48",
+                                     capacity=4)
+
+
+def applied(boot: str = "boot-1", plugin: str = f"{PLUGIN}#0") -> gpu_isolation.IsolatedGpu:
+    return entry().applied(boot, NOW - timedelta(hours=4), plugin, confirmed=True)
+
+
+def node(
+    *entries: gpu_isolation.IsolatedGpu,
+    boot: str = "boot-1",
+    capacity: int = 3,
+    allocatable: int = 3,
+    label: bool = True,
+    marks: dict[str, str] | None = None,
+    ready: bool = True,
+) -> fleet.Node:
+    annotations = {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries) or ""}
+    labels = {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"} if label else {}
+    return fleet.Node("gpu-node-a", boot, capacity, allocatable,
+                      annotations=annotations | (marks or {}), labels=labels,
+                      conditions={"Ready": "True" if ready else "False"})
+
+
+def plugin_pod(restarts: int = 0) -> fleet.Pod:
+    return fleet.Pod("gpu-operator", PLUGIN, "gpu-node-a", fleet.PodPhase.RUNNING, ready=True,
+                     restarts=restarts)
+
+
+PLANS = [
+    pytest.param(node(entry(), capacity=4, label=False), [plugin_pod()], Step.APPLY,
+                 "not applied yet", id="a-new-isolation-is-applied"),
+    pytest.param(node(applied()), [plugin_pod()], Step.HELD, "verified", id="held-on-this-boot"),
+    pytest.param(node(applied(), boot="boot-2"), [plugin_pod()], Step.APPLY, "booted again",
+                 id="a-reboot-resets-compute-mode"),
+    pytest.param(node(applied(), capacity=4, allocatable=4), [plugin_pod()], Step.APPLY,
+                 "advertises 4 GPUs, expected 3", id="the-plugin-re-advertised-it"),
+    pytest.param(node(applied()), [plugin_pod(restarts=1)], Step.APPLY, "device plugin restarted",
+                 id="a-plugin-restart-or-gpu-reset"),
+    pytest.param(node(applied(), label=False), [plugin_pod()], Step.APPLY, "lost its label",
+                 id="the-label-was-removed"),
+    pytest.param(node(applied(plugin="")), [plugin_pod(restarts=1)], Step.RECORD, "verified",
+                 id="the-new-plugin-pod-is-recorded-once-it-runs"),
+    pytest.param(node(applied(), ready=False), [], Step.WAIT, "not Ready",
+                 id="a-node-not-ready-waits"),
+]
+
+
+@pytest.mark.parametrize(("the_node", "pods", "step", "why"), PLANS)
+def test_plan(the_node: fleet.Node, pods: list[fleet.Pod], step: Step, why: str) -> None:
+    plan = policy.plan(the_node, [], pods)
+    assert plan is not None
+    assert plan.step is step
+    assert why in plan.detail
+
+
+def test_each_re_application_is_a_new_job() -> None:
+    first = policy.plan(node(entry(), capacity=4, label=False), [], [plugin_pod()])
+    again = policy.plan(node(applied(), boot="boot-2"), [], [plugin_pod()])
+    assert first is not None
+    assert again is not None
+    assert first.key != again.key
+
+
+def report(mode: str = "PROHIBITED", excluded: bool = True, kernel: bool = True) -> str:
+    gpu = {"uuid": CARD, "compute_mode": mode, "excluded": excluded, "kernel_fault": kernel,
+           "error": ""}
+    return json.dumps({"action": "apply", "ok": True, "gpus": [gpu]})
+
+
+def test_a_held_report_marks_the_boot_the_fault_and_labels_the_node() -> None:
+    the_node = node(entry(), capacity=4, label=False)
+    plan = policy.plan(the_node, [], [plugin_pod()])
+    assert plan is not None
+    done = policy.after_apply(the_node, plan, report(), NOW)
+    assert done.ok
+    (written,) = gpu_isolation.read(
+        fleet.Node("n", "", 0, 0, annotations={
+            annotation_keys.GPU_ISOLATED: done.annotations[annotation_keys.GPU_ISOLATED] or ""})
+    )
+    assert (written.applied_boot, written.confirmed, written.plugin) == ("boot-1", True, "")
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [report(mode="DEFAULT"), report(excluded=False), "not json", None],
+    ids=["compute-mode-not-set", "not-excluded", "garbage", "no-message"],
+)
+def test_a_report_that_does_not_show_the_gpu_held_fails(message: str | None) -> None:
+    the_node = node(entry(), capacity=4, label=False)
+    plan = policy.plan(the_node, [], [plugin_pod()])
+    assert plan is not None
+    assert not policy.after_apply(the_node, plan, message, NOW).ok
+
+
+def fault_line(days_ago: int) -> faults.LedgerEntry:
+    return faults.LedgerEntry(NOW - timedelta(days=days_ago), "gpu-node-a", 48, PCI, CARD,
+                              faults.Recorder.GPUGUARD,
+                              confirmation=faults.Confirmation.DEVICE_PLUGIN)
+
+
+RETURNS = [
+    pytest.param(CARD, [fault_line(3)], Step.RETURN, id="one-fault-returns"),
+    pytest.param(CARD, [fault_line(30), fault_line(20), fault_line(3)], Step.HELD,
+                 id="a-card-to-replace-is-refused"),
+    pytest.param(f"replaced:{CARD}", [fault_line(30), fault_line(20), fault_line(3)],
+                 Step.RETURN, id="a-replaced-card-leaves-the-list"),
+    pytest.param(CARD, None, Step.HELD, id="an-unreadable-ledger-refuses"),
+]
+
+
+@pytest.mark.parametrize(("asked", "ledger", "step"), RETURNS)
+def test_a_return_goes_through_the_card_history(
+    asked: str, ledger: list[faults.LedgerEntry] | None, step: Step
+) -> None:
+    the_node = node(applied(), marks={annotation_keys.GPU_RETURN: asked})
+    plan = policy.plan(the_node, ledger, [plugin_pod()])
+    assert plan is not None
+    assert plan.step is step
+    assert (plan.step is Step.HELD) == (CARD in plan.refused)
+
+
+def test_the_last_return_removes_every_mark_and_the_label() -> None:
+    the_node = node(applied(), marks={annotation_keys.GPU_RETURN: CARD})
+    plan = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
+    assert plan is not None
+    message = json.dumps({"gpus": [{"uuid": CARD, "compute_mode": "DEFAULT", "excluded": False}]})
+    done = policy.after_return(the_node, plan, message)
+    assert done.ok
+    assert done.annotations == {annotation_keys.GPU_ISOLATED: None,
+                                annotation_keys.GPU_RETURN: None,
+                                annotation_keys.GPU_REQUEST: None}
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+
+
+def test_a_card_waiting_past_the_rma_deadline_is_overdue() -> None:
+    the_node = node(applied())
+    assert policy.overdue(the_node, NOW, timedelta(hours=6)) == ()
+    (late,) = policy.overdue(the_node, NOW, timedelta(hours=4))
+    assert late.uuid == CARD
