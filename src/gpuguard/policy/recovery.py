@@ -20,7 +20,16 @@ from datetime import datetime
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
-from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs, pci
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    evidence,
+    faults,
+    fleet,
+    jobs,
+    pci,
+    timestamps,
+)
 from gpuguard.policy import escalation
 
 REQUEST = annotation_keys.REQUEST
@@ -129,10 +138,7 @@ def _pci(text: str | None) -> str | None:
 
 
 def _isolated_at(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise InputError(f"annotation {annotation_keys.ISOLATED_AT}={text!r}: not a time") from e
+    return timestamps.parse_utc(text, what=f"annotation {annotation_keys.ISOLATED_AT}")
 
 
 def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
