@@ -1,4 +1,4 @@
-"""The eleven conditions a node must meet to go back to the pool (docs/design.md#return-to-pool).
+"""The conditions a node must meet to go back to the pool (docs/design.md#return-to-pool).
 
 Checked in order and all reported, each PASS / FAIL / UNKNOWN with evidence: still cordoned by
 gpuguard; rebooted since isolation (reset-class faults: a human's ``gpuguard.io/reset-done``
