@@ -123,3 +123,10 @@ def burnin_summary(argv: Sequence[str], tflops: Sequence[float]) -> tuple[int, s
     result = running.run(request, env)
     return (0 if result.passed else 1), result.summary()
 
+
+
+class Classifier:
+    """The Xid classifier with the default user-class codes (13, 31, 43, 45, 68, 109)."""
+
+    def is_hardware(self, code: int) -> bool:
+        return code not in {13, 31, 43, 45, 68, 109}

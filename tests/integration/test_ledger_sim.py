@@ -1,6 +1,7 @@
 """The fault ledger's ConfigMap storage against the simulator's Kubernetes API over HTTP:
 concurrent writers lose and duplicate nothing, 100,000 faults stay far below the object size
-limits, malformed lines are reported and skipped, and API errors arrive as gpuguard's."""
+limits, malformed lines are reported and skipped, API errors arrive as gpuguard's, and a
+person's corrections (amend, remove) are audit lines that every reader applies."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import io
 import json
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import lightkube
@@ -177,6 +179,14 @@ def ledger_cli(api: SimApi, *args: str) -> Result:
     return cli.invoke(ledger_cli_app.app, [*args, "--kube-server", api.url])
 
 
+@pytest.fixture
+def cluster(sim_api: SimApi) -> SimApi:
+    """The simulator's API with the seed's GPU nodes registered."""
+    for name in ("gpu-node-a", "gpu-node-b"):
+        sim_api.store.create("Node", "", {"metadata": {"name": name}, "spec": {}, "status": {}})
+    return sim_api
+
+
 def add_seed_fault(api: SimApi, at: str, uuid: str = SEED_CARD) -> Result:
     result = ledger_cli(api, "add", "--node", "gpu-node-b", "--xid", "79", "--pci", "99:00",
                         "--uuid", uuid, "--at", at, "--verdict", "power-cycle")
@@ -184,28 +194,45 @@ def add_seed_fault(api: SimApi, at: str, uuid: str = SEED_CARD) -> Result:
     return result
 
 
-def test_cli_seed_backfill_then_third_fault_drafts_a_replacement(sim_api: SimApi) -> None:
-    first = add_seed_fault(sim_api, "2026-09-10T13:03:59Z")
+def test_cli_seed_backfill_then_third_fault_drafts_a_replacement(cluster: SimApi) -> None:
+    first = add_seed_fault(cluster, "2026-09-10T13:03:59Z")
     assert "escalation: none" in first.stdout
-    second = add_seed_fault(sim_api, "2026-09-21T14:52:44+09:00")  # KST, stored in UTC
+    second = add_seed_fault(cluster, "2026-09-21T14:52:44+09:00")  # KST, stored in UTC
     assert "escalation: inspection" in second.stdout
-    third = add_seed_fault(sim_api, "2026-10-02T08:00:00Z")
+    third = add_seed_fault(cluster, "2026-10-02T08:00:00Z")
     assert f"recorded on gpu-node-b: 2026-10-02T08:00:00Z xid-79 0000:99:00.0 {SEED_CARD}" \
         in third.stdout
     assert "escalation: replacement" in third.stdout
     assert ("failed 3 times (2026-09-10 on gpu-node-b slot 0000:99:00.0, 2026-09-21 on "
             "gpu-node-b slot 0000:99:00.0, 2026-10-02 on gpu-node-b slot 0000:99:00.0)"
             in third.stdout)
-    stored = sim_api.store.get("ConfigMap", NAMESPACE, "gpuguard-ledger-2026-09-0")
+    stored = cluster.store.get("ConfigMap", NAMESPACE, "gpuguard-ledger-2026-09-0")
     assert stored["data"]["gpu-node-b"].splitlines() == [
-        f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {SEED_CARD} manual power-cycle",
-        f"2026-09-21T05:52:44Z xid-79 0000:99:00.0 {SEED_CARD} manual power-cycle",
+        f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {SEED_CARD} manual power-cycle "
+        "confirmed-by-person",
+        f"2026-09-21T05:52:44Z xid-79 0000:99:00.0 {SEED_CARD} manual power-cycle "
+        "confirmed-by-person",
     ]
 
 
-def test_cli_new_card_in_the_same_slot_asks_for_a_slot_check(sim_api: SimApi) -> None:
-    add_seed_fault(sim_api, "2026-09-10T13:03:59Z")
-    result = add_seed_fault(sim_api, "2026-10-02T08:00:00Z", uuid=card(7))
+def test_cli_add_refuses_a_node_the_cluster_does_not_have_unless_forced(cluster: SimApi) -> None:
+    args = ("add", "--node", "gpu-node-z", "--xid", "79", "--pci", "99:00", "--uuid", SEED_CARD,
+            "--at", "2026-09-10T13:03:59Z")
+    refused = ledger_cli(cluster, *args)
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == (
+        "error: node gpu-node-z is not in the cluster: check the name (kubectl get nodes), "
+        "or --force for a node that has left it"
+    )
+    assert cluster.store.list("ConfigMap", NAMESPACE) == []  # nothing written
+    forced = ledger_cli(cluster, *args, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "recorded on gpu-node-z" in forced.stdout
+
+
+def test_cli_new_card_in_the_same_slot_asks_for_a_slot_check(cluster: SimApi) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    result = add_seed_fault(cluster, "2026-10-02T08:00:00Z", uuid=card(7))
     assert "escalation: slot-check" in result.stdout
     assert "check the riser, the slot and its power" in result.stdout
 
@@ -234,15 +261,18 @@ def test_cli_list_filters_and_counts_card_faults(sim_api: SimApi) -> None:
     assert "fault ledger: 4 of 4" in table.stdout
 
 
-def test_cli_export_csv_and_json(sim_api: SimApi) -> None:
-    add_seed_fault(sim_api, "2026-09-10T13:03:59Z")
-    csv_out = ledger_cli(sim_api, "export", "--format", "csv")
+def test_cli_export_csv_and_json(cluster: SimApi) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    csv_out = ledger_cli(cluster, "export", "--format", "csv")
     assert csv_out.exit_code == 0, csv_out.output
-    assert list(csv.DictReader(io.StringIO(csv_out.stdout))) == [{
+    (row,) = list(csv.DictReader(io.StringIO(csv_out.stdout)))
+    assert row == {
         "at": "2026-09-10T13:03:59Z", "node": "gpu-node-b", "fault": "xid-79", "xid": "79",
         "pci": "0000:99:00.0", "uuid": SEED_CARD, "recorder": "manual", "verdict": "power-cycle",
-    }]
-    json_out = json.loads(ledger_cli(sim_api, "export", "--format", "json").stdout)
+        "confirmation": "confirmed-by-person", "id": row["id"], "record": "fault", "op": "",
+        "by": "", "why": "", "target": "", "new": "",
+    }
+    json_out = json.loads(ledger_cli(cluster, "export", "--format", "json").stdout)
     assert json_out[0]["xid"] == 79
     assert json_out[0]["uuid"] == SEED_CARD
 
@@ -258,3 +288,131 @@ def test_cli_warns_about_malformed_lines_and_shows_the_rest(sim_api: SimApi) -> 
     assert len(json.loads(result.stdout)) == 1
     assert "warning: skipped malformed line: ConfigMap gpu-fault-ledger key gpu-node-b line 2" \
         in result.stderr
+
+
+# --- corrections: amend and remove write audit lines, never delete ---------------------------
+
+
+def rows(api: SimApi, *args: str) -> list[dict[str, Any]]:
+    result = ledger_cli(api, "list", *args, "-o", "json")
+    assert result.exit_code == 0, result.output
+    listed: list[dict[str, Any]] = json.loads(result.stdout)
+    return listed
+
+
+def test_cli_remove_takes_a_wrong_line_out_of_every_count_and_keeps_who_and_why(
+    cluster: SimApi,
+) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    add_seed_fault(cluster, "2026-09-21T05:52:44Z")
+    wrong = ledger_cli(cluster, "add", "--node", "gpu-node-b", "--xid", "13", "--pci", "99:00",
+                       "--uuid", SEED_CARD, "--at", "2026-09-25T10:00:00Z", "--force")
+    assert "escalation: replacement" in wrong.stdout  # the user Xid pushed a healthy card over
+    (listed,) = [r for r in rows(cluster, "--uuid", SEED_CARD) if r["fault"] == "xid-13"]
+    assert listed["card_faults"] == 3
+    wrong_line = (f"2026-09-25T10:00:00Z xid-13 0000:99:00.0 {SEED_CARD} manual "
+                  "confirmed-by-person")
+
+    removed = ledger_cli(cluster, "remove", "--id", listed["id"], "--by", "kim",
+                         "--why", "Xid 13 came from a user's kernel")
+    assert removed.exit_code == 0, removed.output
+    assert removed.stdout == (f"removed from gpu-node-b by kim: {wrong_line}\n"
+                              f"card {SEED_CARD}: 2 confirmed fault(s) now counted\n")
+    assert [(r["fault"], r["card_faults"]) for r in rows(cluster)] == [("xid-79", 2)] * 2
+
+    stored = cluster.store.get("ConfigMap", NAMESPACE, "gpuguard-ledger-2026-09-0")
+    *faults_kept, audit_line = stored["data"]["gpu-node-b"].splitlines()
+    assert wrong_line in faults_kept  # never deleted
+    at, word, record = audit_line.split(" ", 2)
+    assert word == "audit"
+    assert json.loads(record) == {"op": "remove", "target": wrong_line, "by": "kim",
+                                  "why": "Xid 13 came from a user's kernel"}
+    (trail,) = rows(cluster, "--audit")
+    assert (trail["at"], trail["op"], trail["by"], trail["target"]) == (
+        at, "remove", "kim", wrong_line)
+
+    again = ledger_cli(cluster, "remove", "--id", listed["id"], "--why", "twice", "--by", "kim")
+    assert again.exit_code == 2
+    assert "already removed or amended" in again.stderr
+    exported = json.loads(ledger_cli(cluster, "export", "--format", "json").stdout)
+    assert [(r["record"], r["fault"], r["op"]) for r in exported] == [
+        ("fault", "xid-79", None), ("fault", "xid-79", None), ("audit", None, "remove")]
+
+
+def test_cli_amend_by_place_replaces_the_line_and_keeps_the_old_one(cluster: SimApi) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    old = f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {SEED_CARD} manual power-cycle " \
+          "confirmed-by-person"
+    new = old.replace("power-cycle", "rma")
+    where = ("--node", "gpu-node-b", "--at", "2026-09-10T22:03:59+09:00", "--fault", "xid-79")
+    amended = cli.invoke(ledger_cli_app.app, [
+        "amend", *where, "--set-verdict", "rma", "--why", "the vendor confirmed an RMA",
+        "--kube-server", cluster.url], env={"USER": "lee"})
+    assert amended.exit_code == 0, amended.output
+    assert amended.stdout.startswith(f"amended on gpu-node-b by lee:\n  was: {old}\n  now: {new}\n")
+    assert [(r["verdict"], r["recorder"]) for r in rows(cluster)] == [("rma", "manual")]
+    (trail,) = rows(cluster, "--audit")
+    assert (trail["op"], trail["by"], trail["target"], trail["new"]) == ("amend", "lee", old, new)
+
+    same = ledger_cli(cluster, "amend", *where, "--set-verdict", "rma", "--why", "again",
+                      "--by", "lee")  # the place now names the amended line
+    assert same.exit_code == 2
+    assert f"nothing to change: the line already reads {new}" in same.stderr
+
+
+def test_cli_amend_checks_the_new_line_as_add_does(cluster: SimApi) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    (row,) = rows(cluster)
+    for change, says in ((("--set-fault", "xid-13"), "user-class Xid"),
+                         (("--set-at", "2999-01-01T00:00:00Z"), "in the future")):
+        result = ledger_cli(cluster, "amend", "--id", row["id"], *change, "--why", "x",
+                            "--by", "kim")
+        assert result.exit_code == 2
+        assert says in result.stderr
+    assert rows(cluster, "--audit") == []
+
+
+def test_cli_two_lines_at_one_instant_ask_for_an_id(cluster: SimApi) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z", uuid=card(7))
+    result = ledger_cli(cluster, "remove", "--node", "gpu-node-b", "--at",
+                        "2026-09-10T13:03:59Z", "--fault", "xid-79", "--why", "x", "--by", "kim")
+    assert result.exit_code == 2
+    assert "2 lines match gpu-node-b 2026-09-10T13:03:59Z xid-79: choose one with --id:" \
+        in result.stderr
+    assert all(r["id"] in result.stderr for r in rows(cluster))
+    missing = ledger_cli(cluster, "remove", "--id", "000000000000", "--why", "x", "--by", "kim")
+    assert missing.exit_code == 2
+    assert "no fault line matches id 000000000000" in missing.stderr
+
+
+def test_cli_who_defaults_to_the_kubeconfig_user(cluster: SimApi, tmp_path: Path) -> None:
+    add_seed_fault(cluster, "2026-09-10T13:03:59Z")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: sim\n"
+        f"clusters: [{{name: sim, cluster: {{server: '{cluster.url}'}}}}]\n"
+        "users: [{name: alice@ops, user: {}}]\n"
+        "contexts: [{name: sim, context: {cluster: sim, user: alice@ops}}]\n"
+    )
+    result = cli.invoke(ledger_cli_app.app, [
+        "remove", "--id", rows(cluster)[0]["id"], "--why", "duplicate of the vendor's ticket",
+        "--kubeconfig", str(kubeconfig)], env={"USER": "root"})
+    assert result.exit_code == 0, result.output
+    assert [r["by"] for r in rows(cluster, "--audit")] == ["alice@ops"]
+
+
+def test_an_audit_write_that_loses_a_race_rereads_and_retries(sim_api: SimApi) -> None:
+    with lightkube.Client(config=sim_api.config()) as client:
+        store = ledger.Ledger(client, sleep=lambda _: None)
+        store.append(fault(1))
+        removal = ledger.AuditRecord(
+            at=START + timedelta(days=1), node=fault(1).node, op=ledger.AuditOp.REMOVE,
+            target=ledger.format_line(fault(1)), by="kim", why="a test card",
+        )
+        path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/gpuguard-ledger-2026-09-0"
+        sim_api.server.fail_next("PUT", path, 409, "Conflict", times=2)
+        store.record_audit(removal)
+        store.record_audit(removal)  # a retried correction is stored once
+        read = store.entries()
+    assert (read.entries, read.removed, read.audits) == ([], [fault(1)], [removal])

@@ -25,12 +25,15 @@ def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
 ) -> None:
     report = score.scenario_report(xid79_twice)
     assert report["verdicts"] == {"gpu-node-b": ["power-cycle", "power-cycle"]}
-    lines: list[dict[str, Any]] = report["ledger"]
+    lines: list[dict[str, Any]] = [line for line in report["ledger"] if line["verdict"]]
     assert [(line["xid"], line["pci"], line["verdict"], line["escalation"]) for line in lines] == [
         (79, "0000:99:00.0", "power-cycle", "none"),
         (79, "0000:99:00.0", "power-cycle", "inspection"),
     ]
     assert len({line["uuid"] for line in lines}) == 1  # the same card
+    # each fall was also recorded when first seen, before any verdict, as the kernel said it
+    seen = [line for line in report["ledger"] if not line["verdict"]]
+    assert len(seen) == 2
 
 
 def test_the_evidence_job_is_pinned_and_admitted(xid79_twice: harness.ScenarioRun) -> None:
@@ -91,4 +94,15 @@ def test_ecc_dbe_gets_the_reset_procedure_and_no_return_on_operand_restarts_alon
     assert set(report["verdicts"]["gpu-node-a"]) == {"gpu-reset"}
     assert all(line["xid"] == 48 for line in report["ledger"])
     assert report["returned"] == []
+    # every double-bit error the guard saw is in the card's history, on the isolated node too
+    (card,) = report["cards"].values()
+    assert card["escalation"] == "replacement"
+    assert len(report["ledger"]) >= 5
+    # the third double-bit error raises the waiting node's request to a replacement at once
+    raised = [e for e in report["timeline"] if e["kind"] == "escalated"]
+    assert [("failed 3 times" in e["detail"], "replace it" in e["detail"]) for e in raised][1] == (
+        True,
+        True,
+    )
+    assert raised[1]["t"] < 4 * 86400
     assert "reset-done" in report["held"]["gpu-node-a"]

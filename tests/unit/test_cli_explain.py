@@ -16,7 +16,7 @@ from gpuguard.cli import guard
 from gpuguard.cli.main import app
 from gpuguard.controller import tick, wiring
 from gpuguard.model import fleet, settings
-from gpuguard.policy import breaker, isolate, phantom
+from gpuguard.policy import admission, isolate, phantom
 from tests.builders import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
@@ -30,7 +30,9 @@ def fake_tick(config: Path | None, conn: wiring.Connection, *, dry_run: bool) ->
     )
     return tick.TickResult(
         at=NOW,
-        decision=isolate.IsolationDecision((), (), breaker.BreakerState(0, 1, 1)),
+        decision=isolate.IsolationDecision(
+            (), (), admission.admit([], [], None, 1, settings.IsolationSettings(), NOW).state
+        ),
         snapshot=fleet.FleetSnapshot(NOW, nodes=(node,)),
         phantom=found,
     )

@@ -1,7 +1,10 @@
-"""``gpuguard ledger add`` refuses bad input before touching the cluster: exit 2 naming the
-flag. (The commands against a live API are in tests/integration/test_ledger_sim.py.)"""
+"""``gpuguard ledger add|amend|remove`` refuse bad input before touching the cluster: exit 2
+naming the flag, or one line saying what is wrong. (The commands against a live API are in
+tests/integration/test_ledger_sim.py.)"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -45,8 +48,101 @@ def test_add_refuses_bad_input_with_exit_2_naming_the_flag(
     assert says in result.stderr
 
 
+def one_line_error(stderr: str) -> str:
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        pytest.param({"xid": "13"}, "Xid 13 (Graphics Engine Exception) is a user-class Xid",
+                     id="user-xid-13"),
+        pytest.param({"xid": "31"}, "Xid 31 (GPU memory page fault) is a user-class Xid",
+                     id="user-xid-31"),
+        pytest.param({"at": "2999-01-01T00:00:00Z"}, "--at 2999-01-01T00:00:00Z is in the future",
+                     id="future-time"),
+        pytest.param({"at": "2999-01-01T00:00:00Z", "xid": "79"}, "in the future",
+                     id="future-time-even-for-a-hardware-xid"),
+    ],
+)
+def test_add_refuses_what_is_not_a_fault_of_the_card_in_one_line(
+    overrides: dict[str, str], says: str
+) -> None:
+    result = runner.invoke(ledger.app, add_args(**overrides))
+    assert result.exit_code == 2, result.output
+    assert says in one_line_error(result.stderr)
+
+
+def test_force_records_a_user_xid_but_never_a_future_time() -> None:
+    forced = runner.invoke(ledger.app, [*add_args(xid="13"), "--force"])
+    assert forced.exit_code == 1  # past the checks: it went on to the (unreachable) cluster
+    assert "listing ledger ConfigMaps" in forced.stderr
+    future = runner.invoke(ledger.app, [*add_args(at="2999-01-01T00:00:00Z"), "--force"])
+    assert future.exit_code == 2
+    assert "in the future" in future.stderr
+
+
+def test_the_clusters_xid_overrides_decide_what_is_a_user_xid(tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text("classes:\n  13: hardware\n  79: user\n")
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"controller:\n  xid_overrides: {overrides}\n")
+    as_hardware = runner.invoke(ledger.app, [*add_args(xid="13"), "--config", str(settings)])
+    assert as_hardware.exit_code == 1  # accepted, then the cluster is unreachable
+    as_user = runner.invoke(ledger.app, [*add_args(xid="79"), "--config", str(settings)])
+    assert as_user.exit_code == 2
+    assert "Xid 79" in one_line_error(as_user.stderr)
+
+
+def correction(command: str, *args: str) -> list[str]:
+    return [command, *args, "--kube-server", UNREACHABLE]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(correction("remove", "--why", "wrong"), "choose the line with --id",
+                     id="no-selection"),
+        pytest.param(correction("remove", "--id", "3f2a9c01b7de", "--node", "gpu-node-b",
+                                "--why", "wrong"), "not both", id="id-and-place"),
+        pytest.param(correction("remove", "--node", "gpu-node-b", "--at",
+                                "2026-09-10T13:03:59Z", "--why", "wrong"),
+                     "--node, --at and --fault go together", id="place-without-fault"),
+        pytest.param(correction("remove", "--node", "gpu-node-b", "--at",
+                                "2026-09-10T13:03:59Z", "--fault", "xid79", "--why", "wrong"),
+                     "--fault xid79: bad fault", id="bad-fault"),
+        pytest.param(correction("remove", "--id", "3f2a9c01b7de", "--why", "  "),
+                     "--why is empty", id="blank-why"),
+        pytest.param(correction("remove", "--id", "3f2a9c01b7de", "--why", "x", "--by", ""),
+                     "--by is empty", id="blank-who"),
+        pytest.param(correction("amend", "--id", "3f2a9c01b7de", "--why", "wrong"),
+                     "say what to correct", id="amend-without-a-change"),
+    ],
+)
+def test_corrections_refuse_bad_input_in_one_line(args: list[str], says: str) -> None:
+    result = runner.invoke(ledger.app, args)
+    assert result.exit_code == 2, result.output
+    assert says in one_line_error(result.stderr)
+
+
+def test_a_correction_by_nobody_is_refused() -> None:
+    result = runner.invoke(ledger.app, correction("remove", "--id", "3f2a9c01b7de", "--why", "x"),
+                           env={"USER": ""})
+    assert result.exit_code == 2
+    assert "cannot tell who you are: say it with --by" in one_line_error(result.stderr)
+
+
+def test_corrections_require_why() -> None:
+    for command in ("remove", "amend"):
+        result = runner.invoke(ledger.app, correction(command, "--id", "3f2a9c01b7de"))
+        assert result.exit_code == 2
+        assert "--why" in result.stderr
+
+
 def test_help_teaches_with_examples() -> None:
-    for command in ("list", "add", "export"):
+    for command in ("list", "add", "export", "amend", "remove"):
         result = runner.invoke(ledger.app, [command, "--help"])
         assert result.exit_code == 0
         assert "Example" in result.stdout

@@ -53,3 +53,29 @@ def test_replay_finds_the_xid79_once_and_counts_gaps() -> None:
     assert report.undecided == 1
     assert report.first_error is not None
     assert "freshness" in report.first_error
+
+
+def storm_at(minute: int, nodes: int = 10) -> tuple[datetime, tuple[fleet.MetricSample, ...]]:
+    """Ten nodes report Xid 79 and a lost GPU from minute 1, for the whole replay."""
+    at = T0 + minute * STEP
+    samples = []
+    for i in range(nodes):
+        name, lost = f"gpu-node-{i}", minute >= 1
+        samples += [
+            fleet.MetricSample(names.KSM_NODE_CAPACITY, {"node": name}, 8, at),
+            fleet.MetricSample(names.KSM_NODE_ALLOCATABLE, {"node": name}, 7 if lost else 8, at),
+            fleet.MetricSample(names.KSM_NODE_UNSCHEDULABLE, {"node": name}, 0, at),
+        ]
+        if lost:
+            labels = {"Hostname": name, "gpu": "0"}
+            samples.append(fleet.MetricSample(names.DCGM_XID_LAST, labels, 79, at))
+    return at, tuple(samples)
+
+
+def test_a_storm_in_the_history_trips_once_and_the_trip_holds_through_the_replay() -> None:
+    history: list[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]] = [
+        storm_at(m) for m in range(120)
+    ]
+    report = backtest.replay(history, Classifier(), settings.GuardSettings())
+    assert [i.node for i in report.isolations] == ["gpu-node-0"]
+    assert "breaker-tripped" in report.findings

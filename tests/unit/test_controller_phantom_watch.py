@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from gpuguard.controller import phantom_watch
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, fleet, settings
-from gpuguard.policy import breaker
+from gpuguard.policy import isolate
+from tests.builders import Classifier, window
 from tests.builders import PhantomSource as Source
-from tests.builders import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
 
@@ -41,22 +41,29 @@ def snapshot(*nodes: fleet.Node) -> fleet.FleetSnapshot:
     return fleet.FleetSnapshot(NOW, nodes=nodes)
 
 
-def test_opt_in_cordons_respect_the_limit_breaker_and_human_cordons() -> None:
+def test_opt_in_cordons_go_through_the_breaker_after_faults_and_skip_human_cordons() -> None:
     cordoning = settings.PhantomSettings(cordon=True)
-    source = Source((window(gpu="5"),))
-    decision = phantom_watch.PhantomWatch(source, cordoning).run(NOW)
+    decision = phantom_watch.PhantomWatch(Source((window(gpu="5"),)), cordoning).run(NOW)
     assert decision is not None
     assert decision.actions
     node = fleet.Node("gpu-node-1", "boot-1", 8, 8)
-    open_breaker = breaker.BreakerState(auto_isolated=5, gpu_nodes=100, cap=5)
-    closed = breaker.BreakerState(auto_isolated=0, gpu_nodes=100, cap=5)
     human = fleet.Node("gpu-node-1", "boot-1", 8, 8, unschedulable=True)
-    assert phantom_watch.admissible_cordons(decision, snapshot(node), open_breaker, 1) == []
-    assert phantom_watch.admissible_cordons(decision, snapshot(node), closed, 0) == []
-    assert phantom_watch.admissible_cordons(decision, snapshot(human), closed, 1) == []
-    ((_, action),) = phantom_watch.admissible_cordons(decision, snapshot(node), closed, 1)
+    marks = {annotation_keys.ISOLATED_AT: "2026-09-21T05:50:00Z"}
+    unconfirmed = [
+        fleet.Node(f"old-{i}", "b", 8, 7, unschedulable=True, annotations=marks) for i in range(2)
+    ]
+    guard = settings.GuardSettings()
+
+    def decide(*nodes: fleet.Node) -> isolate.IsolationDecision:
+        return isolate.decide(snapshot(*nodes), Classifier(), guard, decision.actions)
+
+    (action,) = decide(node).actions
     assert action.annotations[annotation_keys.BOOT_ID] == "boot-1"
     assert action.annotations[annotation_keys.GPU_CAPACITY] == "8"
+    assert decide(human).actions == ()
+    withheld = decide(node, *unconfirmed)
+    assert withheld.actions == ()
+    assert withheld.withheld["gpu-node-1"].fault == "phantom-utilization"
 
 
 def test_by_default_phantom_never_cordons() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -155,7 +155,8 @@ class Notices:
 
 def world(samples: list[fleet.MetricSample] | None = None, ledger_faults: int = 1) -> World:
     facts = fakes.FakeMetrics(series=dcgm() if samples is None else samples)
-    book = FakeLedger([fault(datetime(2026, 9, 21, 5, 53, tzinfo=UTC))] * ledger_faults)
+    last = datetime(2026, 9, 21, 5, 53, tzinfo=UTC)  # the card's faults, 11 days apart
+    book = FakeLedger([fault(last - timedelta(days=11 * n)) for n in range(ledger_faults)])
     notices: list[decisions.Action] = []
     step_jobs, writer = FakeJobs(), fakes.FakeWriter()
     step = restore.Restore(

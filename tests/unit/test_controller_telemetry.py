@@ -8,8 +8,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.controller import telemetry, tick
-from gpuguard.model import annotation_keys, fleet
-from gpuguard.policy import breaker, isolate
+from gpuguard.model import annotation_keys, fleet, settings
+from gpuguard.policy import admission, isolate
 
 NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
 
@@ -34,10 +34,21 @@ def test_a_failed_tick_counts_an_error_and_keeps_the_last_success() -> None:
 
 def test_breaker_and_isolated_nodes_are_exported() -> None:
     isolated = fleet.Node(
-        "gpu-node-b", "b", 8, 7, unschedulable=True,
+        "gpu-node-b",
+        "b",
+        8,
+        7,
+        unschedulable=True,
         annotations={annotation_keys.ISOLATED_AT: "x", annotation_keys.REASON: "xid-79"},
     )
-    state = breaker.BreakerState(auto_isolated=1, gpu_nodes=2, cap=1)
+    state = admission.admit(
+        [],
+        admission.history([isolated]),
+        None,
+        2,
+        settings.IsolationSettings(breaker_rate_min=1, breaker_level_min=1),
+        NOW,
+    ).state
     result = tick.TickResult(
         at=NOW,
         decision=isolate.IsolationDecision((), (), state),
@@ -62,3 +73,36 @@ def test_endpoint_serves_metrics_and_health() -> None:
             assert client.get(base + "/healthz").status_code == 200
             health["ok"] = False
             assert client.get(base + "/healthz").status_code == 503
+
+
+def test_a_replica_that_stops_leading_clears_the_fleet_gauges() -> None:
+    isolated = fleet.Node(
+        "gpu-node-b",
+        "b",
+        8,
+        7,
+        unschedulable=True,
+        annotations={
+            annotation_keys.ISOLATED_AT: "2026-09-21T05:00:00Z",
+            annotation_keys.REASON: "xid-79",
+        },
+    )
+    state = admission.admit(
+        [], admission.history([isolated]), None, 1, settings.IsolationSettings(), NOW
+    )
+    metrics = telemetry.GuardMetrics()
+    metrics.set_leading(True)
+    metrics.observe(
+        tick.TickResult(
+            at=NOW,
+            decision=isolate.IsolationDecision((), (), state.state),
+            snapshot=fleet.FleetSnapshot(NOW, nodes=(isolated,)),
+        )
+    )
+    assert values(metrics)[("gpuguard_auto_isolated_nodes", ())] == 1
+    metrics.set_leading(False)
+    seen = values(metrics)
+    assert seen[("gpuguard_leader", ())] == 0
+    assert seen[("gpuguard_auto_isolated_nodes", ())] == 0
+    assert seen[("gpuguard_breaker_open", ())] == 0
+    assert not [key for key in seen if key[0] == "gpuguard_isolated_nodes"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from gpuguard.controller import tick
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import fleet, settings
+from gpuguard.model import annotation_keys, decisions, fleet, settings, withheld
 from gpuguard.model import metric_names as names
 from tests import fakes
 
@@ -131,3 +132,88 @@ def test_opt_in_phantom_cordon_waits_when_the_tick_already_isolated_one() -> Non
     assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the Xid 79 first
     assert result.phantom is not None
     assert [p.node for p in result.phantom.phantoms] == ["gpu-node-1"]
+
+
+class FakeNotifier:
+    def __init__(self) -> None:
+        self.told: list[decisions.Action] = []
+
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        self.told.append(action)
+
+
+def tripped_world() -> tuple[fakes.FakeCluster, fakes.FakeMetrics]:
+    """Four of five nodes report Xid 79 with a GPU gone at one instant: a burst."""
+    nodes = [fleet.Node(f"gpu-node-{i}", f"boot-{i}", 8, 7) for i in range(4)]
+    nodes.append(fleet.Node("gpu-node-ok", "boot-ok", 8, 8))
+    series = [
+        fleet.MetricSample(
+            names.DCGM_XID_LAST,
+            {"Hostname": n.name, "gpu": "4", "UUID": f"GPU-{n.name}"},
+            79.0,
+            NOW,
+        )
+        for n in nodes[:4]
+    ]
+    return fakes.FakeCluster(nodes), fakes.FakeMetrics(series)
+
+
+def test_a_withheld_fault_is_marked_on_its_node_with_a_warning_and_a_notification() -> None:
+    cluster, metrics = tripped_world()
+    notifier = FakeNotifier()
+    g, writer = guard(cluster=cluster, metrics=metrics, notifier=notifier)
+    result = g.tick()
+    assert result.decision is not None
+    assert result.decision.breaker.tripped_now
+    assert [name for name, _ in writer.isolated] == ["gpu-node-0"]
+    marked = {name: marks[annotation_keys.WITHHELD] for name, marks in writer.annotated}
+    assert sorted(marked) == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert all(value is not None and "breaker-tripped" in value for value in marked.values())
+    warned = [a.node for a in writer.events if a.reason is decisions.Reason.BREAKER_TRIPPED]
+    assert sorted(warned) == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert len(notifier.told) == 4  # the isolation and the three withheld faults
+
+
+def test_a_tripped_breaker_isolates_nothing_on_later_ticks_and_marks_nothing_twice() -> None:
+    cluster, metrics = tripped_world()
+    g, writer = guard(cluster=cluster, metrics=metrics)
+    g.tick()
+    written: dict[str, dict[str, str]] = {name: dict(m) for name, m in writer.isolated}
+    written |= {name: {k: v for k, v in m.items() if v} for name, m in writer.annotated}
+    cluster.node_list = [
+        replace(
+            n,
+            annotations=dict(written.get(n.name, {})),
+            unschedulable=annotation_keys.ISOLATED_AT in written.get(n.name, {}),
+        )
+        for n in cluster.node_list
+    ]
+    writer.isolated.clear()
+    writer.annotated.clear()
+    later = g.tick()
+    assert later.decision is not None
+    assert later.decision.breaker.tripped_since is not None
+    assert writer.isolated == []
+    assert writer.annotated == []  # marks stand; nothing rewritten
+
+
+def test_a_withheld_fault_stays_pending_after_its_xid_ages_out() -> None:
+    mark = withheld.WithheldMark(
+        decisions.Reason.BREAKER_LEVEL, NOW, "xid-79", gpu="4", uuid="GPU-1"
+    ).to_annotation()
+    waiting = fleet.Node("gpu-node-b", "boot-b", 8, 7, annotations={annotation_keys.WITHHELD: mark})
+    g, writer = guard(cluster=fakes.FakeCluster([waiting]), metrics=fakes.FakeMetrics([]))
+    g.tick()
+    ((name, marks),) = writer.isolated
+    assert name == "gpu-node-b"
+    assert marks[annotation_keys.REASON] == "xid-79"
+    assert marks[annotation_keys.GPU_UUID] == "GPU-1"
+
+
+def test_a_withheld_mark_is_removed_when_the_gpu_came_back() -> None:
+    mark = withheld.WithheldMark(decisions.Reason.BREAKER_LEVEL, NOW, "xid-79").to_annotation()
+    healed = fleet.Node("gpu-node-b", "boot-b", 8, 8, annotations={annotation_keys.WITHHELD: mark})
+    g, writer = guard(cluster=fakes.FakeCluster([healed]), metrics=fakes.FakeMetrics([]))
+    g.tick()
+    assert writer.annotated == [("gpu-node-b", {annotation_keys.WITHHELD: None})]
+    assert writer.isolated == []

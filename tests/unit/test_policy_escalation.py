@@ -1,10 +1,12 @@
 """Escalation from the fault ledger (docs/design.md#fault-ledger): a card's 2nd fault asks for an
 inspection, its 3rd for a replacement, and a slot where a new card fails again asks for a
-riser/slot/power check; the drafted request names the history it rests on."""
+riser/slot/power check; the drafted request names the history it rests on. What counts is
+confirmed fault occurrences: the lines one fault leaves within the merge window are one, and
+faults only observed in metrics never escalate."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -195,3 +197,155 @@ def test_fault_without_xid_or_card_is_described_in_words() -> None:
     assert text.startswith("gpu-node-b (slot unknown, card unknown): fallen off bus.")
     assert "UUID is unknown" in text
     assert "slot is unknown" in text
+
+
+# --- occurrences: lines of one fault merged, only confirmed ones counted ---------------------
+
+T0 = datetime(2026, 8, 10, 15, 36, tzinfo=UTC)  # ecc-dbe-five: the card's first DBE
+
+
+def line(
+    after: timedelta,
+    confirmation: faults.Confirmation = faults.Confirmation.EVIDENCE,
+    uuid: str | None = CARD_A,
+    xid: int = 48,
+    node: str = "gpu-node-a",
+    pci: str | None = SLOT,
+) -> faults.LedgerEntry:
+    return faults.LedgerEntry(
+        at=T0 + after, node=node, xid=xid, pci=pci, uuid=uuid,
+        recorder=faults.Recorder.GPUGUARD, confirmation=confirmation,
+        verdict=None if confirmation is faults.Confirmation.OBSERVED
+        else decisions.Verdict.GPU_RESET,
+    )
+
+
+def seen_then_isolated(after: timedelta, uuid: str = CARD_A) -> list[faults.LedgerEntry]:
+    """What the guard writes for one fault: an observed line when it first sees it, then the
+    isolation line with the verdict a hold window (10 min) later."""
+    return [line(after, faults.Confirmation.OBSERVED, uuid=uuid),
+            line(after + timedelta(minutes=10), uuid=uuid)]
+
+
+def test_observed_line_and_isolation_line_ten_minutes_later_are_one_confirmed_fault() -> None:
+    entries = seen_then_isolated(timedelta(0))
+    (occurrence,) = escalation.occurrences(entries)
+    assert occurrence.confirmed
+    assert occurrence.entry == entries[1]  # the confirmed line, with its verdict, speaks
+    assert occurrence.at == T0
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    assert (history.card_faults, history.card_observed) == ((entries[1],), ())
+    assert escalation.card_fault_count(entries, CARD_A) == 1
+    assert escalation.escalate(history) is Escalation.NONE
+
+
+def test_two_confirmed_faults_22_hours_apart_are_two() -> None:
+    entries = [*seen_then_isolated(timedelta(0)), *seen_then_isolated(timedelta(hours=22))]
+    assert escalation.card_fault_count(entries, CARD_A) == 2
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    assert escalation.escalate(history) is Escalation.INSPECTION
+
+
+def test_lines_further_apart_than_the_merge_window_are_two_occurrences() -> None:
+    entries = [line(timedelta(0), faults.Confirmation.OBSERVED), line(timedelta(minutes=20))]
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    assert (len(history.card_faults), len(history.card_observed)) == (1, 1)
+    wide = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT,
+                                  merge_window=timedelta(minutes=30))
+    assert (len(wide.card_faults), len(wide.card_observed)) == (1, 0)
+
+
+def test_a_longer_hold_window_widens_the_merge_window() -> None:
+    hold = timedelta(minutes=30)
+    entries = [line(timedelta(0), faults.Confirmation.DEVICE_PLUGIN), line(hold)]  # both confirm
+    assert escalation.card_fault_count(entries, CARD_A) == 2  # the default window splits them
+    window = escalation.merge_window_for(hold)
+    assert escalation.card_fault_count(entries, CARD_A, merge_window=window) == 1
+
+
+def test_the_window_counts_from_an_occurrences_first_line_so_a_stream_does_not_chain() -> None:
+    stream = [line(timedelta(minutes=10 * n), faults.Confirmation.OBSERVED) for n in range(7)]
+    found = escalation.occurrences(stream)
+    assert [len(o.lines) for o in found] == [2, 2, 2, 1]  # 0+10, 20+30, 40+50, 60
+
+
+def test_a_different_fault_or_card_at_the_same_time_is_another_occurrence() -> None:
+    entries = [line(timedelta(0)), line(timedelta(minutes=1), xid=79),
+               line(timedelta(minutes=2), uuid=CARD_B, pci=OTHER_SLOT)]
+    assert len(escalation.occurrences(entries)) == 3
+
+
+def test_a_line_without_uuid_merges_with_its_slot() -> None:
+    entries = [line(timedelta(0), faults.Confirmation.OBSERVED, uuid=None),
+               line(timedelta(minutes=5), uuid=None)]
+    (occurrence,) = escalation.occurrences(entries)
+    assert occurrence.confirmed
+    history = escalation.history_for(entries, None, "gpu-node-a", SLOT)
+    assert len(history.slot_faults) == 1
+
+
+ECC_DBE_FIVE = (  # the card's five double-bit errors, as offsets from the first
+    timedelta(0), timedelta(hours=21, minutes=49), timedelta(days=3, hours=21, minutes=25),
+    timedelta(days=30, hours=13, minutes=46), timedelta(days=62, hours=18, minutes=35),
+)
+
+
+def test_five_dbe_faults_of_one_card_reach_replacement_at_the_third_confirmed() -> None:
+    ledger: list[faults.LedgerEntry] = []
+    levels = []
+    for after in ECC_DBE_FIVE:
+        ledger += seen_then_isolated(after)
+        history = escalation.history_for(ledger, CARD_A, "gpu-node-a", SLOT)
+        levels.append(escalation.escalate(history))
+    assert levels == [Escalation.NONE, Escalation.INSPECTION, Escalation.REPLACEMENT,
+                      Escalation.REPLACEMENT, Escalation.REPLACEMENT]
+    assert escalation.card_fault_count(ledger, CARD_A) == 5
+
+
+def test_a_metric_storm_of_observed_lines_on_20_cards_escalates_none() -> None:
+    cards = [f"GPU-{n:08x}-6f7a-8b9c-0d1e-2f3a4b5c6d7e" for n in range(20)]
+    storm = [
+        line(timedelta(minutes=minutes), faults.Confirmation.OBSERVED, uuid=card, xid=79,
+             node=f"gpu-node-{n:02d}")
+        for n, card in enumerate(cards)
+        for minutes in range(0, 6 * 60, 30)  # re-seen every 30 min for 6 hours
+    ]
+    assert escalation.card_fault_counts(storm) == {}
+    for n, card in enumerate(cards):
+        history = escalation.history_for(storm, card, f"gpu-node-{n:02d}", SLOT)
+        assert escalation.escalate(history) is Escalation.NONE
+        assert len(history.card_observed) == 12
+
+
+def test_observed_faults_of_another_card_in_the_slot_do_not_ask_for_a_slot_check() -> None:
+    entries = [line(timedelta(0), faults.Confirmation.OBSERVED, uuid=CARD_B),
+               line(timedelta(days=1))]
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    assert escalation.escalate(history) is Escalation.NONE
+    assert history.slot_cards == (CARD_A,)
+
+
+def test_request_states_the_observed_unconfirmed_faults_apart() -> None:
+    entries = [
+        line(timedelta(0), faults.Confirmation.OBSERVED),
+        line(timedelta(hours=5), faults.Confirmation.OBSERVED),
+        line(timedelta(days=1), faults.Confirmation.OBSERVED, uuid=CARD_B),
+        *seen_then_isolated(timedelta(days=2)),
+        *seen_then_isolated(timedelta(days=3)),
+    ]
+    current = entries[-1]
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    level = escalation.escalate(history)
+    text = escalation.request_text(current, decisions.Verdict.GPU_RESET, history, level)
+    assert level is Escalation.INSPECTION
+    assert "This card has failed 2 times (2026-08-12 on gpu-node-a" in text
+    assert ("Plus 2 observed, unconfirmed faults of this card (2026-08-10 on gpu-node-a slot "
+            f"{SLOT}, 2026-08-10 on gpu-node-a slot {SLOT}), not counted for escalation.") in text
+    assert (f"Plus 1 observed, unconfirmed fault in slot {SLOT} of gpu-node-a (2026-08-11 card "
+            f"{CARD_B}), not counted for escalation.") in text
+
+
+def test_confirmations_that_count() -> None:
+    counted = {c for c in faults.Confirmation if escalation.card_fault_count(
+        [line(timedelta(0), c)], CARD_A)}
+    assert counted == set(faults.Confirmation) - {faults.Confirmation.OBSERVED}

@@ -200,16 +200,17 @@ def test_isolation_patch_carries_the_seed_annotations_and_evidence() -> None:
 
 
 def test_at_most_one_isolation_per_tick_by_default() -> None:
-    nodes = [node(f"gpu-node-{i}", allocatable=7) for i in range(3)]
+    nodes = [node(f"gpu-node-{i}", allocatable=7) for i in range(2)]
     samples = [gauge(n.name, 79) for n in nodes]
     many = [node(f"spare-{i}") for i in range(30)]
     decision = decide(nodes + many, samples)
     assert [a.node for a in decision.actions] == ["gpu-node-0"]
     withheld = [f for f in decision.findings if f.reason is Reason.TICK_LIMIT]
-    assert [f.node for f in withheld] == ["gpu-node-1", "gpu-node-2"]
+    assert [f.node for f in withheld] == ["gpu-node-1"]
+    assert not decision.markings  # the per-tick limit is no breaker: nothing marked
 
 
-def test_breaker_blocks_beyond_its_cap_and_says_so() -> None:
+def test_breaker_level_withholds_and_marks_the_fault_pending() -> None:
     isolated = [
         node(f"old-{i}", allocatable=7, cordoned=True, marks=ISOLATED_MARKS) for i in range(5)
     ]
@@ -217,31 +218,23 @@ def test_breaker_blocks_beyond_its_cap_and_says_so() -> None:
     faulty = node("gpu-node-b", allocatable=7)
     decision = decide([*isolated, *healthy, faulty], [gauge("gpu-node-b", 79)])
     assert decision.breaker.open
-    assert decision.breaker.cap == 5
     assert not decision.actions
     (blocked,) = [f for f in decision.findings if f.node == "gpu-node-b"]
-    assert blocked.reason is Reason.BREAKER_OPEN
+    assert blocked.reason is Reason.BREAKER_LEVEL
     assert any(e.source == "breaker" and "OPEN" in e.value for e in blocked.evidence)
+    (marking,) = decision.markings
+    assert marking.node == "gpu-node-b"
+    assert marking.value is not None
+    assert decision.withheld["gpu-node-b"].fault == "xid-79"
 
 
-@pytest.mark.parametrize(
-    ("gpu_nodes", "max_nodes", "fraction", "cap"),
-    [
-        pytest.param(100, 5, 0.10, 5, id="count-smaller"),
-        pytest.param(20, 5, 0.10, 2, id="fraction-smaller"),
-        pytest.param(2, 5, 0.10, 1, id="small-cluster-still-isolates-one"),
-    ],
-)
-def test_breaker_cap_is_the_smaller_of_count_and_fraction(
-    gpu_nodes: int, max_nodes: int, fraction: float, cap: int
-) -> None:
-    guard = settings.GuardSettings(
-        isolation=settings.IsolationSettings(
-            breaker_max_nodes=max_nodes, breaker_max_fraction=fraction
-        )
+def test_confirmed_isolations_never_stop_the_guard() -> None:
+    confirmed = ISOLATED_MARKS | {annotation_keys.VERDICT: "power-cycle"}
+    waiting = [node(f"old-{i}", allocatable=7, cordoned=True, marks=confirmed) for i in range(5)]
+    decision = decide(
+        [*waiting, node("ok"), node("gpu-node-b", allocatable=7)], [gauge("gpu-node-b", 79)]
     )
-    nodes = [node(f"n{i}") for i in range(gpu_nodes)]
-    assert decide(nodes, [], guard).breaker.cap == cap
+    assert [a.node for a in decision.actions] == ["gpu-node-b"]
 
 
 def test_fast_path_can_be_turned_off_per_xid() -> None:

@@ -43,7 +43,11 @@ def summary_json(verdict: decisions.Verdict, advice: str | None = None) -> str:
 
 def manual(day: str) -> faults.LedgerEntry:
     return faults.LedgerEntry(
-        at=datetime.fromisoformat(day), node="gpu-node-b", xid=79, pci=SLOT, uuid=CARD,
+        at=datetime.fromisoformat(day),
+        node="gpu-node-b",
+        xid=79,
+        pci=SLOT,
+        uuid=CARD,
         recorder=faults.Recorder.MANUAL,
     )
 
@@ -77,7 +81,11 @@ def test_xid154_says_reset_but_config_ff_records_power_cycle_and_shows_the_advic
     assert step.verdict is decisions.Verdict.POWER_CYCLE
     assert step.record is not None
     assert (step.record.node, step.record.xid, step.record.pci, step.record.uuid) == (
-        "gpu-node-b", 79, SLOT, CARD)
+        "gpu-node-b",
+        79,
+        SLOT,
+        CARD,
+    )
     assert step.record.recorder is faults.Recorder.GPUGUARD
     assert step.annotations is not None
     assert step.annotations[annotation_keys.VERDICT] == "power-cycle"
@@ -123,3 +131,40 @@ def test_only_isolated_nodes_without_a_verdict_need_recovery() -> None:
     assert not recovery.needs_recovery(isolated(verdict="power-cycle"))
     human = fleet.Node("gpu-node-a", "b", 8, 8, unschedulable=True)
     assert not recovery.needs_recovery(human)
+
+
+def test_the_isolation_line_says_whether_the_evidence_confirmed_the_fault() -> None:
+    found = decide(
+        jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE)), []
+    )
+    assert found.record is not None
+    assert found.record.confirmation is faults.Confirmation.EVIDENCE
+    unsure = decide(jobs.JobResult(jobs.JobState.SUCCEEDED, "{not json"), [])
+    assert unsure.record is not None
+    assert unsure.record.confirmation is faults.Confirmation.OBSERVED
+
+
+def test_a_fault_first_seen_at_the_isolation_instant_does_not_hide_the_isolation_line() -> None:
+    seen = faults.LedgerEntry(
+        datetime.fromisoformat(ISOLATED_AT),
+        "gpu-node-b",
+        79,
+        SLOT,
+        CARD,
+        faults.Recorder.GPUGUARD,
+        confirmation=faults.Confirmation.DEVICE_PLUGIN,
+    )
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+    step = decide(job, [seen])
+    assert step.record is not None
+    assert step.escalation is escalation.Escalation.NONE  # one occurrence, not two
+
+
+def test_a_phantom_cordon_is_never_a_hardware_fault_in_the_ledger() -> None:
+    node = isolated()
+    marks = dict(node.annotations) | {annotation_keys.REASON: "phantom-utilization"}
+    phantom = fleet.Node("gpu-node-b", "boot-2", 8, 8, unschedulable=True, annotations=marks)
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, "{not json")
+    step = recovery.decide(phantom, job, [], CATALOG, NOW)
+    assert step.record is None
+    assert step.annotations == {annotation_keys.VERDICT: "human-diagnosis"}

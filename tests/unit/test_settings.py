@@ -15,17 +15,17 @@ def test_defaults_are_the_seed_values() -> None:
     s = settings.GuardSettings.load()
     assert s.isolation.hold_window == timedelta(minutes=10)
     assert s.isolation.max_isolations_per_tick == 1
-    assert s.isolation.breaker_max_nodes == 5
+    assert s.isolation.breaker_rate_min == 2
     assert s.controller.interval == timedelta(seconds=30)
 
 
 def test_file_then_env_with_human_durations(tmp_path: Path) -> None:
     path = tmp_path / "gpuguard.yaml"
     path.write_text("isolation:\n  hold_window: 5m\n  fast_path_xids: [79, 95]\n")
-    s = settings.GuardSettings.load(path, {"GPUGUARD_ISOLATION__BREAKER_MAX_NODES": "3"})
+    s = settings.GuardSettings.load(path, {"GPUGUARD_ISOLATION__BREAKER_LEVEL_MIN": "3"})
     assert s.isolation.hold_window == timedelta(minutes=5)
     assert s.isolation.fast_path_xids == frozenset({79, 95})
-    assert s.isolation.breaker_max_nodes == 3
+    assert s.isolation.breaker_level_min == 3
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_file_then_env_with_human_durations(tmp_path: Path) -> None:
     [
         pytest.param("isolation:\n  hold_window: soon\n", {}, "isolation.hold_window", id="dur"),
         pytest.param("isolation:\n  holdwindow: 5m\n", {}, "isolation.holdwindow", id="typo"),
-        pytest.param("", {"GPUGUARD_ISOLATION__BREAKER_MAX_FRACTION": "2"}, "fraction", id="env"),
+        pytest.param("", {"GPUGUARD_ISOLATION__BREAKER_LEVEL_FRACTION": "2"}, "fraction", id="env"),
         pytest.param("- a\n- b\n", {}, "must be a mapping", id="not-a-mapping"),
         pytest.param("isolation: [\n", {}, "not valid YAML", id="yaml-syntax"),
     ],

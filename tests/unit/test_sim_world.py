@@ -302,6 +302,7 @@ EVERY_KIND = """
 {at: 32m, uncordon: {node: 1}}
 {at: 33m, annotate: {node: 1, key: gpuguard.io/hold, value: "waiting for RMA"}}
 {at: 34m, prometheus_down: {duration: 1m}}
+{at: 35m, bad_metric: {node: 0, gpu: 2, xid: 79}}
 """
 
 

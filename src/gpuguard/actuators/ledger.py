@@ -6,10 +6,23 @@ namespace, labelled ``app.kubernetes.io/part-of=gpuguard``, ``gpuguard.io/ledger
 ``gpuguard.io/ledger-month=<YYYY-MM>``. As in the lifecycle report's [docs/design.md#incidents]
 ``gpu-fault-ledger``, each data key is a node name and its value holds one line per fault::
 
-    2026-09-10T13:03:59Z xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d manual
+    2026-09-10T13:03:59Z xid-79 0000:99:00.0 GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d manual \
+        confirmed-by-person
 
-(time UTC, ``xid-<code>`` or the fault kind, PCI slot, card UUID, recorder, optional verdict;
-``-`` for an unknown slot or card). A segment takes lines until its serialized data would pass
+(one line, wrapped here: time UTC, ``xid-<code>`` or the fault kind, PCI slot, card UUID,
+recorder, optional verdict, how the fault was confirmed; ``-`` for an unknown slot or card).
+A line without the last column was written before it existed and reads as confirmed
+(``faults.Confirmation``).
+
+Nothing is ever deleted: a person's correction is an audit line in the same node's key (in
+the segment of the corrected line's month), with who and why, and reading applies it
+(``applied``)::
+
+    2026-10-02T08:00:00Z audit {"op":"remove","target":"<the exact line>","by":"kim","why":"..."}
+
+``amend`` is an audit line (with ``"new"``, the replacing line) plus the new line itself.
+
+A segment takes lines until its serialized data would pass
 ``shard_bytes`` (512 KiB by default, half of the 1 MiB ConfigMap limit and a third of etcd's
 1.5 MiB request limit); then segment n+1 is created and n loses its ``gpuguard.io/ledger-open``
 label, so an append reads one small list, not the whole history.
@@ -24,6 +37,7 @@ once labelled); a malformed line is reported with its object, key and line numbe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -57,8 +71,13 @@ UNKNOWN = "-"
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _LINE = re.compile(
     r"^(?P<at>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<fault>\S+) (?P<pci>\S+) (?P<uuid>\S+)"
-    r" (?P<recorder>\S+)(?: (?P<verdict>\S+))?$"
+    r" (?P<recorder>\S+)(?: (?P<verdict>\S+))?(?: (?P<confirmation>\S+))?$"
 )
+_LINE_SHAPE = "'<time>Z <xid-N|kind> <pci|-> <uuid|-> <recorder> [verdict] [confirmation]'"
+_AUDIT = re.compile(r"^(?P<at>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) audit (?P<record>\{.*\})$")
+_AUDIT_KEYS = {"op", "target", "new", "by", "why"}
+MAX_AUDIT_TEXT = 1000  # "by" and "why" stay readable in one line of `ledger list --audit`
+ID_LENGTH = 12  # hex digits: 48 bits, a collision among 100,000 lines is ~1 in 50,000
 _XID = re.compile(r"^xid-(?P<code>[1-9]\d{0,3})$")
 GPU_UUID = re.compile(
     r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -68,12 +87,45 @@ _E = TypeVar("_E", bound=StrEnum)
 _SEGMENT = re.compile(r"^gpuguard-ledger-(?P<month>\d{4}-\d{2})-(?P<segment>\d+)$")
 
 
+class AuditOp(StrEnum):
+    REMOVE = "remove"
+    AMEND = "amend"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """A person's correction of one fault line: who, why, when, and (amend) the new line."""
+
+    at: datetime
+    node: str
+    op: AuditOp
+    target: str  # the exact line it removes or replaces, as stored
+    by: str
+    why: str
+    new: str | None = None  # amend only: the line that replaces the target
+
+    @property
+    def target_entry(self) -> faults.LedgerEntry:
+        return parse_line(self.node, self.target)
+
+    @property
+    def new_entry(self) -> faults.LedgerEntry | None:
+        return None if self.new is None else parse_line(self.node, self.new)
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerRead:
-    """Every well-formed entry (oldest first) and every line that was not, with its place."""
+    """Every well-formed entry (oldest first) and every line that was not, with its place.
+
+    From ``Ledger.entries`` the audit lines are applied: ``entries`` holds what counts and
+    ``removed`` what a person removed or replaced; ``audits`` is the trail, oldest first, and
+    ``texts`` each entry's line exactly as stored."""
 
     entries: list[faults.LedgerEntry]
     malformed: list[str] = field(default_factory=list)
+    audits: list[AuditRecord] = field(default_factory=list)
+    removed: list[faults.LedgerEntry] = field(default_factory=list)
+    texts: dict[faults.LedgerEntry, str] = field(default_factory=dict)
 
 
 # --- one line per fault ---------------------------------------------------------------------
@@ -94,6 +146,7 @@ def format_line(entry: faults.LedgerEntry) -> str:
     ]
     if entry.verdict is not None:
         columns.append(str(entry.verdict))
+    columns.append(str(entry.confirmation))
     return " ".join(columns)
 
 
@@ -110,18 +163,42 @@ def parse_line(node: str, line: str) -> faults.LedgerEntry:
     """One ledger line back into an entry; InputError saying what is wrong with it."""
     match = _LINE.match(line)
     if match is None:
-        raise InputError("expected '<time>Z <xid-N|kind> <pci|-> <uuid|-> <recorder> [verdict]'")
-    xid, kind = _parse_fault(match["fault"])
+        raise InputError(f"expected {_LINE_SHAPE}")
+    xid, kind = parse_fault(match["fault"])
+    recorder = _parse_enum(faults.Recorder, match["recorder"], "recorder")
+    verdict, confirmation = _parse_tail(match["verdict"], match["confirmation"], recorder)
     return faults.LedgerEntry(
         at=_parse_time(match["at"]),
         node=node,
         xid=xid,
         pci=_parse_pci(match["pci"]),
         uuid=_parse_uuid(match["uuid"]),
-        recorder=_parse_enum(faults.Recorder, match["recorder"], "recorder"),
-        verdict=_parse_verdict(match["verdict"]),
+        recorder=recorder,
+        verdict=verdict,
         kind=kind,
+        confirmation=confirmation,
     )
+
+
+def _parse_tail(
+    first: str | None, second: str | None, recorder: faults.Recorder
+) -> tuple[decisions.Verdict | None, faults.Confirmation]:
+    """The optional verdict and confirmation columns; a line from before the confirmation
+    column reads as confirmed (``faults.Confirmation``): by evidence if gpuguard wrote it, by a
+    person if a person did."""
+    if second is not None:
+        return _parse_verdict(first), _parse_enum(faults.Confirmation, second, "confirmation")
+    if first in _CONFIRMATIONS:
+        return None, faults.Confirmation(first)
+    legacy = (
+        faults.Confirmation.EVIDENCE
+        if recorder is faults.Recorder.GPUGUARD
+        else faults.Confirmation.MANUAL
+    )
+    return _parse_verdict(first), legacy
+
+
+_CONFIRMATIONS = frozenset(str(c) for c in faults.Confirmation)
 
 
 def parse_data(name: str, data: Mapping[str, str]) -> LedgerRead:
@@ -132,10 +209,19 @@ def parse_data(name: str, data: Mapping[str, str]) -> LedgerRead:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                read.entries.append(parse_line(node, line))
+                _parse_into(read, node, line)
             except InputError as e:
                 read.malformed.append(f"ConfigMap {name} key {node} line {number}: {e}: {line!r}")
     return read
+
+
+def _parse_into(read: LedgerRead, node: str, line: str) -> None:
+    if is_audit_line(line):
+        read.audits.append(parse_audit_line(node, line))
+        return
+    entry = parse_line(node, line)
+    read.entries.append(entry)
+    read.texts.setdefault(entry, line)
 
 
 def _check_node(node: str) -> None:
@@ -150,7 +236,8 @@ def _parse_time(text: str) -> datetime:
         raise InputError(f"bad time {text!r}") from e
 
 
-def _parse_fault(text: str) -> tuple[int | None, faults.FaultKind]:
+def parse_fault(text: str) -> tuple[int | None, faults.FaultKind]:
+    """A fault column (``xid-79``, ``fallen_off_bus``) as its Xid code and kind."""
     match = _XID.match(text)
     if match is not None:
         return int(match["code"]), faults.FaultKind.XID
@@ -184,6 +271,138 @@ def _parse_enum(kind: type[_E], text: str, what: str) -> _E:
     except ValueError as e:
         allowed = ", ".join(str(member) for member in kind)
         raise InputError(f"bad {what} {text!r} (one of: {allowed})") from e
+
+
+# --- audit lines: a person's corrections, applied on reading ----------------------------------
+
+
+def is_audit_line(line: str) -> bool:
+    return line.split(" ", 2)[1:2] == ["audit"]
+
+
+def format_audit(record: AuditRecord) -> str:
+    """The record as one audit line; InputError if it could not be read back."""
+    _check_audit(record)
+    fields = {"op": str(record.op), "target": record.target}
+    if record.new is not None:
+        fields["new"] = record.new
+    fields |= {"by": record.by, "why": record.why}
+    # ASCII only: no character of "why" can split the line (str.splitlines splits on U+2028)
+    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
+    return f"{record.at.astimezone(UTC).strftime(_TIME_FORMAT)} audit {text}"
+
+
+def parse_audit_line(node: str, line: str) -> AuditRecord:
+    """One audit line back into its record; InputError saying what is wrong with it."""
+    match = _AUDIT.match(line)
+    if match is None:
+        raise InputError('expected \'<time>Z audit {"op":...,"target":...,"by":...,"why":...}\'')
+    try:
+        fields = json.loads(match["record"])
+    except json.JSONDecodeError as e:
+        raise InputError(f"audit record is not JSON: {e}") from e
+    if not isinstance(fields, dict) or not set(fields) <= _AUDIT_KEYS:
+        raise InputError(f"audit record must be an object with keys {sorted(_AUDIT_KEYS)}")
+    if not all(isinstance(value, str) for value in fields.values()):
+        raise InputError("audit record values must be strings")
+    record = AuditRecord(
+        at=_parse_time(match["at"]),
+        node=node,
+        op=_parse_enum(AuditOp, fields.get("op", ""), "audit op"),
+        target=fields.get("target", ""),
+        by=fields.get("by", ""),
+        why=fields.get("why", ""),
+        new=fields.get("new"),
+    )
+    _check_audit(record)
+    return record
+
+
+def _check_audit(record: AuditRecord) -> None:
+    _check_node(record.node)
+    if record.at.tzinfo is None:
+        raise InputError(f"audit on {record.node}: time {record.at} has no timezone")
+    for what, text in (("by", record.by), ("why", record.why)):
+        if not text.strip():
+            raise InputError(f"audit on {record.node}: {what!r} is empty (say who and why)")
+        if len(text) > MAX_AUDIT_TEXT:
+            raise InputError(f"audit on {record.node}: {what!r} is over {MAX_AUDIT_TEXT} chars")
+    if (record.op is AuditOp.AMEND) != (record.new is not None):
+        raise InputError(f"audit on {record.node}: 'new' goes with amend, and only with amend")
+    _check_fault_line(record.node, "target", record.target)
+    if record.new is not None:
+        _check_fault_line(record.node, "new", record.new)
+
+
+def _check_fault_line(node: str, what: str, text: str) -> None:
+    if is_audit_line(text) or len(text.splitlines()) != 1:
+        raise InputError(f"audit on {node}: {what} must be one fault line, got {text!r}")
+    try:
+        parse_line(node, text)
+    except InputError as e:
+        raise InputError(f"audit on {node}: {what} {text!r}: {e}") from e
+
+
+def applied(read: LedgerRead) -> LedgerRead:
+    """The ledger as it counts: each audit, oldest first, takes its target out and (amend) puts
+    its new line back. Nothing is lost: removed entries and the trail come with the result.
+
+    A target removes every stored line equal to it (the same fault written twice is one
+    fault); a later amend that names a removed line as its ``new`` line brings it back."""
+    audits = sorted(read.audits, key=lambda audit: audit.at)
+    live = dict.fromkeys(read.entries, True)
+    for audit in audits:
+        live[audit.target_entry] = False
+        if (new := audit.new_entry) is not None:
+            live[new] = True
+    return LedgerRead(
+        entries=[e for e in read.entries if live[e]],
+        malformed=list(read.malformed),
+        audits=audits,
+        removed=[e for e in read.entries if not live[e]],
+        texts=dict(read.texts),
+    )
+
+
+def line_id(entry: faults.LedgerEntry) -> str:
+    """A short, stable id for one fault line, shown by ``ledger list`` and accepted by
+    ``ledger amend|remove``: the same fault has the same id in the old and new line format."""
+    text = f"{entry.node} {format_line(entry)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which fault line a correction is about: its id, or its node, time and fault."""
+
+    line_id: str | None = None
+    node: str | None = None
+    at: datetime | None = None
+    xid: int | None = None
+    kind: faults.FaultKind | None = None
+
+    def __str__(self) -> str:
+        if self.line_id is not None:
+            return f"id {self.line_id}"
+        when = self.at.astimezone(UTC).strftime(_TIME_FORMAT) if self.at else "?"
+        fault = f"xid-{self.xid}" if self.xid is not None else str(self.kind)
+        return f"{self.node} {when} {fault}"
+
+
+def matching(entries: Iterable[faults.LedgerEntry], selector: Selector) -> list[faults.LedgerEntry]:
+    """The distinct entries ``selector`` names (the same fault stored twice is one), in order."""
+    if selector.line_id is not None:
+        wanted = selector.line_id.lower()
+        return list(dict.fromkeys(e for e in entries if line_id(e) == wanted))
+    return list(
+        dict.fromkeys(
+            e
+            for e in entries
+            if e.node == selector.node
+            and e.at == selector.at
+            and (e.xid, e.kind) == (selector.xid, selector.kind)
+        )
+    )
 
 
 # --- size -----------------------------------------------------------------------------------
@@ -326,19 +545,35 @@ class Ledger:
 
         Every entry is formatted before anything is written, so a bad one writes nothing.
         """
-        dated = sorted((month_of(e.at), e.node, format_line(e)) for e in entries)
+        self._append_lines([(e.at, e.node, format_line(e)) for e in entries])
+
+    def record_audit(self, record: AuditRecord) -> None:
+        """Record a person's correction: the audit line in the segment of the month of the
+        line it corrects (a month's segments keep their own corrections), and for amend the
+        new line in its month (one write when the months are the same); idempotent."""
+        lines = [(record.target_entry.at, record.node, format_audit(record))]
+        new = record.new_entry
+        if new is not None:
+            lines.append((new.at, new.node, format_line(new)))
+        self._append_lines(lines)
+
+    def _append_lines(self, lines: Iterable[tuple[datetime, str, str]]) -> None:
+        dated = sorted((month_of(at), node, line) for at, node, line in lines)
         for month, group in groupby(dated, key=lambda item: item[0]):
             self._append_month(month, [(node, line) for _, node, line in group])
 
     def entries(self) -> LedgerRead:
-        """Every ledger ConfigMap merged, oldest entry first, with the malformed lines."""
+        """Every ledger ConfigMap merged, oldest entry first, with the malformed lines, and
+        the audit lines applied (``applied``)."""
         merged = LedgerRead(entries=[])
         for config_map in self._list(LEDGER_LABELS):
             read = parse_data(_name(config_map), config_map.data or {})
             merged.entries.extend(read.entries)
             merged.malformed.extend(read.malformed)
+            merged.audits.extend(read.audits)
+            merged.texts.update({k: v for k, v in read.texts.items() if k not in merged.texts})
         merged.entries.sort(key=_entry_order)
-        return merged
+        return applied(merged)
 
     def _append_month(self, month: str, pending: list[Line]) -> None:
         failures = 0

@@ -125,6 +125,10 @@ _WARNINGS = {
     decisions.Reason.PHANTOM_UTILIZATION,
     decisions.Reason.BURN_IN_FAILED,
     decisions.Reason.VERDICT_RECORDED,
+    decisions.Reason.BREAKER_TRIPPED,
+    decisions.Reason.BREAKER_RATE,
+    decisions.Reason.BREAKER_LEVEL,
+    decisions.Reason.ESCALATED,
 }
 
 

@@ -269,7 +269,17 @@ def _status(result: tick.TickResult, lease: dict[str, Any]) -> dict[str, Any]:
         "can_decide": result.ok,
         "error": result.error,
         "pending_actions": [a.node for a in result.decision.actions] if result.decision else [],
+        "withheld": _withheld(result),
     }
+
+
+def _withheld(result: tick.TickResult) -> list[dict[str, str]]:
+    """Faults the breaker withholds: pending, isolated when it allows if they still hold."""
+    marks = result.decision.withheld if result.decision else {}
+    return [
+        {"node": node, "reason": str(m.reason), "fault": m.fault, "since": m.since.isoformat()}
+        for node, m in sorted(marks.items())
+    ]
 
 
 def _print_status(data: dict[str, Any]) -> None:
@@ -282,6 +292,12 @@ def _print_status(data: dict[str, Any]) -> None:
     con.print(f"leader: {lease.get('holder') or 'none'}"
               + (f" (renewed {lease['renewed']})" if lease.get("renewed") else "")
               + (f" — lease unreadable: {lease['error']}" if lease.get("error") else ""))
+    for item in data["withheld"]:
+        con.print(
+            f"[yellow]withheld[/yellow]: {item['node']} {item['fault']} since {item['since']}"
+            f" ({item['reason']}; pending, isolated when the breaker allows)",
+            highlight=False,
+        )
     if data["can_decide"]:
         pending = ", ".join(data["pending_actions"]) or "-"
         con.print(f"guard can decide now; would act on: {pending}")

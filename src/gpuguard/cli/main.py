@@ -7,6 +7,7 @@ import typer
 from gpuguard.cli import (
     agent,
     backtest,
+    breaker,
     burnin,
     check,
     demo,
@@ -36,6 +37,7 @@ app = typer.Typer(
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
+app.add_typer(breaker.app, name="breaker")
 app.command("check")(check.check)
 app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
     evidence.evidence

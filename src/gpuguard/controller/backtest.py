@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys, decisions, fleet
+from gpuguard.model import annotation_keys, decisions, fleet, withheld
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
@@ -70,23 +70,37 @@ def replay(
 ) -> BacktestReport:
     report = BacktestReport()
     isolated: dict[str, Mapping[str, str]] = {}
+    withheld_marks: dict[str, str] = {}  # the breaker's marks, so a trip holds in the replay
     for at, got in history:
         report.instants += 1
         if isinstance(got, SourceError):
             report.undecided += 1
             report.first_error = report.first_error or f"{at.isoformat()}: {got}"
             continue
-        nodes = [_overlay(n, isolated.get(n.name)) for n in nodes_at(got).values()]
+        nodes = [
+            _overlay(n, isolated.get(n.name), withheld_marks.get(n.name))
+            for n in nodes_at(got).values()
+        ]
         snapshot = fleet.FleetSnapshot(taken_at=at, nodes=tuple(nodes), samples=got)
         decision = isolate.decide(snapshot, classifier, settings)
         for action in decision.actions:
             isolated[action.node] = action.annotations
+            withheld_marks.pop(action.node, None)
             report.isolations.append(_would(at, action))
+        for marking in decision.markings:
+            if marking.value is None:
+                withheld_marks.pop(marking.node, None)
+            else:
+                withheld_marks[marking.node] = marking.value
         report.findings.update(str(f.reason) for f in decision.findings)
     return report
 
 
-def _overlay(node: fleet.Node, marks: Mapping[str, str] | None) -> fleet.Node:
+def _overlay(
+    node: fleet.Node, marks: Mapping[str, str] | None, withheld_mark: str | None
+) -> fleet.Node:
+    if withheld_mark is not None:
+        node = replace(node, annotations={**node.annotations, withheld.KEY: withheld_mark})
     if marks is None:
         return node
     return replace(node, unschedulable=True, annotations=dict(marks))

@@ -1,7 +1,7 @@
 """Phantom utilization in the guard's loop: find GPUs busy with nothing every few ticks,
 report them (findings, ``gpuguard_phantom_gpu`` = wasted watts) and, only when the operator
-opted in (``phantom.cordon``), cordon their node — under the same per-tick limit and circuit
-breaker as fault isolation, and never a node a human cordoned.
+opted in (``phantom.cordon``), cordon their node — admitted by the isolation policy after the
+faults, through the same breaker and per-tick limit, and never a node a human cordoned.
 
 A bad Prometheus answer means no phantom findings this time, never a cordon. The agent's
 per-GPU process counts (``gpuguard_gpu_processes``) go to the policy with the windows: a GPU
@@ -11,15 +11,14 @@ with a process is never phantom; without an agent the pod join alone decides.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from gpuguard.catalog import gpu_models
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys, decisions, fleet
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import breaker, phantom
+from gpuguard.policy import phantom
 from gpuguard.sources import gpu_metrics
 
 log = logging.getLogger(__name__)
@@ -51,27 +50,3 @@ class PhantomWatch:
             return self.last
         self.last = phantom.decide(read.windows, self.settings, self.models, at, read.processes)
         return self.last
-
-
-def admissible_cordons(
-    decision: phantom.PhantomDecision,
-    snapshot: fleet.FleetSnapshot,
-    state: breaker.BreakerState,
-    room_this_tick: int,
-) -> list[tuple[fleet.Node, decisions.Action]]:
-    """The opt-in phantom cordons the tick may still apply, completed with the node's
-    boot ID and GPU capacity (the marks the return policy reads)."""
-    allowed = min(room_this_tick, state.room)
-    out: list[tuple[fleet.Node, decisions.Action]] = []
-    for action in decision.actions:
-        node = snapshot.node(action.node)
-        if node is None or node.unschedulable or len(out) >= allowed:
-            continue
-        marks = dict(action.annotations) | {
-            annotation_keys.BOOT_ID: node.boot_id,
-            annotation_keys.GPU_CAPACITY: str(node.gpu_capacity),
-        }
-        out.append((node, replace(action, annotations=marks)))
-    return out
-
-

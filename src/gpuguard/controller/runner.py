@@ -66,7 +66,7 @@ class Runner:
         except GpuguardError as e:
             log.warning("lease renewal failed: %s", e)
             leading = self.leadership.is_leader()
-        self.metrics.leader.set(1 if leading else 0)
+        self.metrics.set_leading(leading)
         now = self.monotonic()
         if not leading or now < self._next_tick:
             return None

@@ -44,8 +44,27 @@ class GuardMetrics:
             ["action", "reason"],
             registry=r,
         )
-        self.breaker_open = Gauge(names.BREAKER_OPEN, "1 while the breaker is open.", registry=r)
-        self.breaker_cap = Gauge("gpuguard_breaker_cap", "Auto-isolation cap.", registry=r)
+        self.breaker_open = Gauge(
+            names.BREAKER_OPEN, "1 while the breaker admits no new isolation.", registry=r
+        )
+        self.breaker_tripped = Gauge(
+            names.BREAKER_TRIPPED, "1 while the breaker is tripped (burst).", registry=r
+        )
+        self.breaker_limit = Gauge(
+            names.BREAKER_LIMIT, "The breaker's limits for this fleet.", ["limit"], registry=r
+        )
+        self.breaker_unconfirmed = Gauge(
+            names.BREAKER_UNCONFIRMED,
+            "Unconfirmed isolations: started in the window (recent), or out (all).",
+            ["scope"],
+            registry=r,
+        )
+        self.withheld = Gauge(
+            names.FAULT_WITHHELD,
+            "1 per node with a fault the breaker withheld, by the limit that withheld it.",
+            ["node", "reason"],
+            registry=r,
+        )
         self.auto_isolated = Gauge(
             "gpuguard_auto_isolated_nodes", "Nodes gpuguard holds cordoned.", registry=r
         )
@@ -96,9 +115,35 @@ class GuardMetrics:
             self.decisions.labels(str(action.kind), str(action.reason)).inc()
         for finding in decision.findings:
             self.decisions.labels("finding", str(finding.reason)).inc()
-        self.breaker_open.set(1 if decision.breaker.open else 0)
-        self.breaker_cap.set(decision.breaker.cap)
-        self.auto_isolated.set(decision.breaker.auto_isolated)
+        state = decision.breaker
+        self.breaker_open.set(1 if state.open else 0)
+        self.breaker_tripped.set(1 if state.tripped else 0)
+        for limit in ("rate", "level", "burst"):
+            self.breaker_limit.labels(limit).set(getattr(state.limits, limit))
+        self.breaker_unconfirmed.labels("recent").set(state.recent_unconfirmed)
+        self.breaker_unconfirmed.labels("all").set(state.unconfirmed)
+        self.auto_isolated.set(state.unconfirmed + state.confirmed_or_held)
+        self.withheld.clear()
+        for node, mark in decision.withheld.items():
+            self.withheld.labels(node, str(mark.reason)).set(1)
+
+    def set_leading(self, leading: bool) -> None:
+        """A standby reports no fleet state: gauges only the leader sets are cleared when a
+        replica stops leading, so a former leader never shows a stale breaker or isolation."""
+        self.leader.set(1 if leading else 0)
+        if leading:
+            return
+        for gauge in (self.breaker_open, self.breaker_tripped, self.auto_isolated):
+            gauge.set(0)
+        for labelled in (
+            self.breaker_limit,
+            self.breaker_unconfirmed,
+            self.withheld,
+            self.isolated,
+            self.phantom,
+            self.return_checks,
+        ):
+            labelled.clear()
 
     def _observe_isolated(self, result: tick.TickResult) -> None:
         self.isolated.clear()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gpuguard.controller import phantom_watch
+from gpuguard.controller import fault_history, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
@@ -41,6 +41,8 @@ class TickResult:
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
     returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
+    marked: list[isolate.Marking] = field(default_factory=list)
+    history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +65,7 @@ class Guard:
     recovery: recovery_step.Recovery | None = None
     restore: restore_step.Restore | None = None
     phantom: phantom_watch.PhantomWatch | None = None
+    history: fault_history.FaultHistory | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -72,10 +75,16 @@ class Guard:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
-        result.decision = isolate.decide(result.snapshot, self.classifier, self.settings)
+        cordons = self._phantom_cordons(result)
+        result.decision = isolate.decide(result.snapshot, self.classifier, self.settings, cordons)
         self._act(result.snapshot, result.decision.actions, result)
-        if self.phantom is not None:
-            self._phantoms(self.phantom, result.snapshot, result.decision, result)
+        self._mark(result.snapshot, result.decision.markings, result)
+        if self.history is not None:
+            result.history = self.history.run(
+                result.snapshot,
+                tripped=result.decision.breaker.tripped,
+                may_write=lambda: not self.dry_run and self.is_leader(),
+            )
         if self.recovery is not None:
             result.recovery = self.recovery.run(
                 result.snapshot.nodes,
@@ -97,23 +106,39 @@ class Guard:
         samples = self.metrics.samples(result.at)
         return replace(result.snapshot, samples=samples)
 
-    def _phantoms(
+    def _phantom_cordons(self, result: TickResult) -> tuple[decisions.Action, ...]:
+        """Phantom findings every interval; the opt-in cordons of the standing decision go
+        to the isolation policy, which admits them after the faults, through the breaker."""
+        if self.phantom is None:
+            return ()
+        self.phantom.run(result.at)
+        result.phantom = self.phantom.last
+        return result.phantom.actions if result.phantom is not None else ()
+
+    def _mark(
         self,
-        watch: phantom_watch.PhantomWatch,
         snapshot: fleet.FleetSnapshot,
-        decision: isolate.IsolationDecision,
+        markings: tuple[isolate.Marking, ...],
         result: TickResult,
     ) -> None:
-        """Phantom findings every interval; opt-in cordons within what the tick has left."""
-        fresh = watch.run(result.at)
-        result.phantom = watch.last
-        if fresh is None or not fresh.actions:
-            return
-        applied = len(result.applied)
-        state = replace(decision.breaker, auto_isolated=decision.breaker.auto_isolated + applied)
-        room = self.settings.isolation.max_isolations_per_tick - applied
-        cordons = phantom_watch.admissible_cordons(fresh, snapshot, state, room)
-        self._act(snapshot, tuple(action for _, action in cordons), result)
+        """Withheld-fault marks: a new one is a Warning Event and a notification."""
+        for marking in markings:
+            node = snapshot.node(marking.node)
+            if node is None or self.dry_run or not self.is_leader():
+                continue
+            action = decisions.Action(
+                kind=decisions.ActionKind.ANNOTATE,
+                node=marking.node,
+                reason=marking.reason,
+                detail=marking.detail,
+            )
+            try:
+                self.writer.annotate(node, marking.annotations)
+            except GpuguardError as e:
+                log.warning("%s: withheld mark not written (next tick retries): %s", node.name, e)
+                continue
+            result.marked.append(marking)
+            self._tell(node, action, result.at, notify=marking.value is not None)
 
     def _act(
         self,
@@ -152,12 +177,20 @@ class Guard:
             action.detail,
             "; ".join(e.describe() for e in action.evidence),
         )
+        self._tell(node, action, result.at, notify=True)
+
+    def _tell(
+        self, node: fleet.Node, action: decisions.Action, at: datetime, *, notify: bool
+    ) -> None:
+        """An Event on the node and, when asked, a notification; failures are logged only."""
         try:
-            self.writer.record_event(action, result.at)
+            self.writer.record_event(action, at)
         except GpuguardError as e:
-            log.warning("%s: isolated, but the Event could not be recorded: %s", node.name, e)
-        if self.notifier is not None:
+            log.warning(
+                "%s: %s, but the Event could not be recorded: %s", node.name, action.reason, e
+            )
+        if notify and self.notifier is not None:
             try:
-                self.notifier.notify(action, result.at)
+                self.notifier.notify(action, at)
             except GpuguardError as e:
-                log.warning("%s: isolated, but the notification failed: %s", node.name, e)
+                log.warning("%s: %s, but the notification failed: %s", node.name, action.reason, e)

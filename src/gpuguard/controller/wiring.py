@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from lightkube import Client, KubeConfig
+from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import phantom_watch, recovery, restore, tick
+from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
@@ -44,6 +44,17 @@ def kube_client(connection: Connection) -> Client:
     else:
         config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
     return Client(config=config, field_manager="gpuguard")
+
+
+def kubeconfig_user(kubeconfig: Path | None) -> str | None:
+    """The user of the kubeconfig's current context (who a person is, for audit lines); None
+    when there is no readable kubeconfig."""
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        single = config.get()
+    except (ConfigError, OSError, ValueError):
+        return None
+    return single.context.user if single is not None else None
 
 
 @contextmanager
@@ -95,6 +106,9 @@ def build_guard(
             ),
             phantom=phantom_watch.PhantomWatch(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
+            ),
+            history=fault_history.FaultHistory(
+                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback, writer
             ),
         )
         yield guard, client

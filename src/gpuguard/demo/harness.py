@@ -21,13 +21,13 @@ import lightkube
 from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import recovery, restore, tick
+from gpuguard.controller import fault_history, recovery, restore, tick
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import job_commands
-from gpuguard.model import annotation_keys, decisions
+from gpuguard.model import annotation_keys, decisions, faults, fleet, withheld
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import recovery as recovery_policy
+from gpuguard.policy import escalation
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import kubeapi, kubelet, prometheus_view, return_view, scenario, store, world
 from gpuguard.sources import kubernetes
@@ -50,7 +50,10 @@ class ScenarioRun:
     verdicts: dict[str, list[str]] = field(default_factory=dict)
     returned_at: dict[str, list[datetime]] = field(default_factory=dict)
     held: dict[str, str] = field(default_factory=dict)  # still isolated at the end: why
-    ledger: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)  # lines as they were written
+    cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # each card's final history
+    withheld: list[dict[str, Any]] = field(default_factory=list)  # pending faults at the end
+    trips: list[dict[str, Any]] = field(default_factory=list)  # when the breaker tripped
 
 
 @dataclass
@@ -118,9 +121,43 @@ def _play(
                 image=settings.controller.image,
                 namespace=namespace,
             ),
+            history=fault_history.FaultHistory(
+                ledger.Ledger(client, namespace), catalog, isolation.xid_lookback, writer
+            ),
         )
         _drive(run, guard, view, settings, jobs_kubelet)
+        run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
+    run.withheld = _withheld(run)
     return run
+
+
+def _cards(entries: list[faults.LedgerEntry]) -> dict[str, dict[str, Any]]:
+    """Each card's history as the ledger holds it at the end: confirmed faults (what
+    escalation counts), all lines, and the escalation they lead to."""
+    out = {}
+    for uuid in sorted({e.uuid for e in entries if e.uuid}):
+        last = max((e for e in entries if e.uuid == uuid), key=lambda e: e.at)
+        history = escalation.history_for(entries, uuid, last.node, last.pci)
+        out[uuid] = {
+            "lines": sum(1 for e in entries if e.uuid == uuid),
+            "confirmed_faults": len(history.card_faults),
+            "escalation": str(escalation.escalate(history)),
+        }
+    return out
+
+
+def _withheld(run: ScenarioRun) -> list[dict[str, Any]]:
+    out = []
+    for node in run.played.store.list("Node"):
+        meta = node["metadata"]
+        mark = withheld.read(
+            fleet.Node(meta["name"], "", 0, 0, annotations=meta.get("annotations") or {})
+        )
+        if mark is not None:
+            since = (mark.since - run.played.origin).total_seconds()
+            out.append({"node": meta["name"], "reason": str(mark.reason), "since": since,
+                        "fault": mark.fault})
+    return out
 
 
 def _drive(
@@ -163,6 +200,15 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
     t = (result.at - run.played.origin).total_seconds()
     _record_recovery(run, result, t)
     _record_returns(run, result, t)
+    for entry in result.history.recorded:
+        run.ledger.append(_line(entry, t))
+    for action in result.history.escalated:
+        run.guard_timeline.append(_entry(t, action.node, "escalated", action.reason, action.detail))
+    if result.decision is not None and result.decision.breaker.tripped_now:
+        run.trips.append({"at": t, "candidates": result.decision.breaker.candidates})
+    for marking in result.marked:
+        kind = "withheld" if marking.value is not None else "withheld_cleared"
+        run.guard_timeline.append(_entry(t, marking.node, kind, marking.reason, marking.detail))
     for action in result.applied:
         run.isolated_at.setdefault(action.node, result.at)
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
@@ -189,7 +235,7 @@ def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> Non
             continue
         run.verdicts.setdefault(step.node, []).append(str(step.verdict))
         if step.record is not None:
-            run.ledger.append(_ledger_line(step))
+            run.ledger.append(_line(step.record, t, step.escalation))
         run.guard_timeline.append(
             _entry(t, step.node, "verdict", decisions.Reason.VERDICT_RECORDED, step.request)
         )
@@ -221,17 +267,20 @@ _HOLDING = {
 }
 
 
-def _ledger_line(step: recovery_policy.RecoveryStep) -> dict[str, Any]:
-    entry = step.record
-    assert entry is not None
+def _line(
+    entry: faults.LedgerEntry, t: float, level: escalation.Escalation | None = None
+) -> dict[str, Any]:
     return {
+        "t": t,
         "node": entry.node,
         "xid": entry.xid,
+        "fault": "fallen_off_bus" if entry.xid is None else f"xid-{entry.xid}",
         "pci": entry.pci,
         "uuid": entry.uuid,
         "recorder": str(entry.recorder),
         "verdict": str(entry.verdict) if entry.verdict else None,
-        "escalation": str(step.escalation) if step.escalation else None,
+        "confirmation": str(entry.confirmation),
+        "escalation": str(level) if level else None,
     }
 
 

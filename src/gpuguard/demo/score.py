@@ -26,6 +26,9 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "held": dict(run.held),
         "time_to_return_s": _time_to_return(run),
         "ledger": run.ledger,
+        "cards": run.cards,
+        "withheld": run.withheld,
+        "breaker": {"trips": run.trips},
         "findings": run.findings,
         "timeline": timeline(run),
     }

@@ -22,6 +22,7 @@ INSPECTED = PREFIX + "inspected"  # a human's timestamp: the card was inspected,
 ONBOARDING_TAINT = PREFIX + "onboarding"
 GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
+WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
 
 PER_ISOLATION = (
     REASON,
@@ -34,6 +35,7 @@ PER_ISOLATION = (
     REQUEST,
     ESCALATION,
     RETURN_FAILED,
+    WITHHELD,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""

@@ -23,6 +23,25 @@ class Recorder(StrEnum):
     MANUAL = "manual"
 
 
+class Confirmation(StrEnum):
+    """How a ledger line's fault was established. Escalation (inspection, replacement, slot
+    check) counts only confirmed faults, so a storm of bad metrics never escalates a healthy
+    card; observed faults stay in the card's history for people to read.
+
+    A line written before this column existed reads as confirmed: gpuguard wrote lines only
+    with an evidence verdict, and people only for faults they saw."""
+
+    EVIDENCE = "confirmed-by-evidence"  # the evidence Job found the fault (not human-diagnosis)
+    DEVICE_PLUGIN = "confirmed-by-device-plugin"  # the GPU stopped being allocatable
+    KERNEL_LOG = "confirmed-by-kernel-log"  # the kernel said the GPU fell off the bus
+    MANUAL = "confirmed-by-person"  # a person recorded it (``gpuguard ledger add``)
+    OBSERVED = "observed"  # seen in metrics only: kept in the history, never escalates
+
+    @property
+    def confirmed(self) -> bool:
+        return self is not Confirmation.OBSERVED
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     """A confirmed or suspected fault on one GPU of one node."""
@@ -48,3 +67,8 @@ class LedgerEntry:
     recorder: Recorder
     verdict: Verdict | None = None
     kind: FaultKind = FaultKind.XID  # names the fault when there is no Xid code (xid is None)
+    confirmation: Confirmation = Confirmation.EVIDENCE
+
+    @property
+    def confirmed(self) -> bool:
+        return self.confirmation.confirmed

@@ -55,14 +55,50 @@ class IsolationSettings(_Section):
         description="How far back an Xid counts as current (the gauge rule's 24 h).",
     )
     max_isolations_per_tick: int = Field(default=1, ge=0, description="Seed: one per cycle.")
-    breaker_max_nodes: int = Field(
-        default=5, ge=0, description="No new isolation while this many nodes are auto-isolated."
+    # The storm breaker; docs/breaker.md has the arithmetic for 4 to 10,000 nodes.
+    breaker_window: Duration = Field(
+        default=timedelta(hours=1),
+        description="The sliding window of the rate limit.",
     )
-    breaker_max_fraction: float = Field(
-        default=0.10,
+    breaker_rate_fraction: float = Field(
+        default=0.01,
         ge=0.0,
         le=1.0,
-        description="...or this fraction of GPU nodes (whichever cap is smaller; at least one).",
+        description="Unconfirmed isolations allowed to start within the window, as a fraction"
+        " of GPU nodes...",
+    )
+    breaker_rate_min: int = Field(
+        default=2, ge=0, description="...but never fewer than this (the small-fleet floor)."
+    )
+    breaker_level_fraction: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Unconfirmed isolations allowed out of service at once, as a fraction of"
+        " GPU nodes...",
+    )
+    breaker_level_min: int = Field(
+        default=2, ge=0, description="...but never fewer than this (the small-fleet floor)..."
+    )
+    breaker_level_max_nodes: int | None = Field(
+        default=None, ge=0, description="...and never more than this many nodes (unset: no cap)."
+    )
+    breaker_burst_fraction: float = Field(
+        default=0.01,
+        ge=0.0,
+        le=1.0,
+        description="This many candidates at one instant, as a fraction of GPU nodes, trip the"
+        " breaker...",
+    )
+    breaker_burst_min: int = Field(
+        default=3, ge=1, description="...but never fewer than this many candidates."
+    )
+    breaker_burst_admit: int = Field(
+        default=1,
+        ge=0,
+        description="Candidates isolated at the instant of a trip (their evidence tells whether"
+        " the storm is real); after it, none until the candidates clear or"
+        " `gpuguard breaker reset`.",
     )
 
 

@@ -5,6 +5,14 @@ A card's history is counted by GPU UUID across every node (it follows the card w
 a slot's history by PCI address within one node. The histories include the fault being
 reported: record it in the ledger first, then draft the request.
 
+What is counted is *confirmed occurrences*, not lines. One fault leaves several lines: the
+controller records it when first seen, and the recovery step records the isolation with its
+verdict a hold window later. Lines of the same node, the same card (UUID, else PCI slot) and
+the same fault whose times lie within ``merge_window`` of the occurrence's first line are one
+occurrence, confirmed if any of its lines is (``faults.Confirmation``). Observed-only
+occurrences (metrics alone) never escalate, so a storm of bad metrics leaves healthy cards
+alone; the drafted request still lists them, so people see the whole history.
+
 - the card's 1st fault: no escalation, the verdict's repair alone;
 - the card's 2nd fault: ask for an inspection;
 - the card's 3rd and later: ask for a replacement; never return it to service;
@@ -18,8 +26,10 @@ text still states the card's count and asks for its inspection or replacement as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from gpuguard.catalog import xid as xid_catalog
@@ -28,6 +38,16 @@ from gpuguard.model import decisions, faults
 INSPECTION_AT = 2
 REPLACEMENT_AT = 3
 SLOT_CHECK_CARDS = 2
+MERGE_SLACK = timedelta(minutes=5)  # ticks and API latency between first sight and isolation
+
+
+def merge_window_for(hold_window: timedelta) -> timedelta:
+    """How far apart the lines of one fault can be: the isolation line comes a hold window
+    after the first-seen line, plus slack (docs/ledger.md)."""
+    return hold_window + MERGE_SLACK
+
+
+DEFAULT_MERGE_WINDOW = merge_window_for(timedelta(minutes=10))  # the default hold window
 
 
 class Escalation(StrEnum):
@@ -38,32 +58,122 @@ class Escalation(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One fault of one card as the ledger saw it: its lines, oldest first."""
+
+    lines: tuple[faults.LedgerEntry, ...]
+
+    @property
+    def confirmed(self) -> bool:
+        return any(line.confirmed for line in self.lines)
+
+    @property
+    def entry(self) -> faults.LedgerEntry:
+        """The line that speaks for it: the first confirmed one (it carries the verdict), else
+        the first."""
+        return next((line for line in self.lines if line.confirmed), self.lines[0])
+
+    @property
+    def at(self) -> datetime:
+        return self.lines[0].at
+
+
+def occurrences(
+    entries: Iterable[faults.LedgerEntry], merge_window: timedelta = DEFAULT_MERGE_WINDOW
+) -> tuple[Occurrence, ...]:
+    """The ledger's lines grouped into fault occurrences (see the module docstring), in order
+    of their first line."""
+    runs: dict[_Key, list[list[faults.LedgerEntry]]] = {}
+    for entry in sorted(entries, key=_line_order):
+        same = runs.setdefault(_key(entry), [])
+        if same and entry.at - same[-1][0].at <= merge_window:
+            same[-1].append(entry)
+        else:
+            same.append([entry])
+    found = (Occurrence(tuple(run)) for group in runs.values() for run in group)
+    return tuple(sorted(found, key=lambda o: _line_order(o.lines[0])))
+
+
+_Key = tuple[str, str | None, int | None, faults.FaultKind]
+
+
+def _key(entry: faults.LedgerEntry) -> _Key:
+    """Lines of one occurrence share node, card (UUID, else slot) and fault."""
+    return entry.node, entry.uuid or entry.pci, entry.xid, entry.kind
+
+
+def _line_order(entry: faults.LedgerEntry) -> tuple[datetime, str, str, str]:
+    return entry.at, entry.node, entry.uuid or "", entry.pci or ""
+
+
+@dataclass(frozen=True, slots=True)
 class CardHistory:
-    """Ledger entries of one card (any node, any slot) and of one slot (one node), oldest first."""
+    """One card's fault occurrences (any node, any slot) and one slot's (one node), oldest
+    first, each as the line that speaks for it: confirmed ones count, observed-only ones are
+    there for people to read."""
 
     card_faults: tuple[faults.LedgerEntry, ...]
     slot_faults: tuple[faults.LedgerEntry, ...]
+    card_observed: tuple[faults.LedgerEntry, ...] = ()
+    slot_observed: tuple[faults.LedgerEntry, ...] = ()
 
     @property
     def slot_cards(self) -> tuple[str, ...]:
-        """The distinct known cards that failed in the slot, in order of their first fault."""
+        """The distinct known cards with a confirmed fault in the slot, in order of the first."""
         return tuple(dict.fromkeys(e.uuid for e in self.slot_faults if e.uuid))
 
 
-def card_fault_count(entries: Iterable[faults.LedgerEntry], uuid: str) -> int:
-    """How many faults the ledger holds for this card, across all nodes and slots."""
-    return sum(1 for entry in entries if entry.uuid == uuid)
+def card_fault_counts(
+    entries: Iterable[faults.LedgerEntry], merge_window: timedelta = DEFAULT_MERGE_WINDOW
+) -> Counter[str]:
+    """Confirmed fault occurrences per card UUID, across all nodes and slots."""
+    return Counter(
+        o.entry.uuid for o in occurrences(entries, merge_window) if o.confirmed and o.entry.uuid
+    )
+
+
+def card_fault_count(
+    entries: Iterable[faults.LedgerEntry],
+    uuid: str,
+    *,
+    merge_window: timedelta = DEFAULT_MERGE_WINDOW,
+) -> int:
+    """How many confirmed faults the ledger holds for this card, across all nodes and slots."""
+    return card_fault_counts((e for e in entries if e.uuid == uuid), merge_window)[uuid]
 
 
 def history_for(
-    entries: Iterable[faults.LedgerEntry], uuid: str | None, node: str, pci: str | None
+    entries: Iterable[faults.LedgerEntry],
+    uuid: str | None,
+    node: str,
+    pci: str | None,
+    *,
+    merge_window: timedelta = DEFAULT_MERGE_WINDOW,
 ) -> CardHistory:
-    """The card's faults by UUID (none when the card is unknown) and the slot's faults by PCI
-    address on ``node`` (none when the slot is unknown)."""
-    ordered = sorted(entries, key=lambda entry: (entry.at, entry.node))
-    card = tuple(e for e in ordered if uuid is not None and e.uuid == uuid)
-    slot = tuple(e for e in ordered if pci is not None and e.node == node and e.pci == pci)
-    return CardHistory(card_faults=card, slot_faults=slot)
+    """The card's occurrences by UUID (none when the card is unknown) and the slot's by PCI
+    address on ``node`` (none when the slot is unknown), confirmed and observed apart."""
+    lines = list(entries)
+
+    def card_line(e: faults.LedgerEntry) -> bool:
+        return uuid is not None and e.uuid == uuid
+
+    def slot_line(e: faults.LedgerEntry) -> bool:
+        return pci is not None and (e.node, e.pci) == (node, pci)
+
+    wanted = {_key(e) for e in lines if card_line(e) or slot_line(e)}  # the rest cannot merge in
+    found = occurrences((e for e in lines if _key(e) in wanted), merge_window)
+    card = [o for o in found if any(card_line(e) for e in o.lines)]
+    slot = [o for o in found if any(slot_line(e) for e in o.lines)]
+    return CardHistory(
+        card_faults=_speakers(card, confirmed=True),
+        slot_faults=_speakers(slot, confirmed=True),
+        card_observed=_speakers(card, confirmed=False),
+        slot_observed=_speakers(slot, confirmed=False),
+    )
+
+
+def _speakers(found: Sequence[Occurrence], *, confirmed: bool) -> tuple[faults.LedgerEntry, ...]:
+    return tuple(o.entry for o in found if o.confirmed is confirmed)
 
 
 def escalate(history: CardHistory) -> Escalation:
@@ -105,7 +215,11 @@ def request_text(
         f"{_where(entry)}: {_fault_words(entry, catalog or xid_catalog.load_catalog())}.",
         f"Verdict: {_VERDICT_WORDS[verdict]}.",
         _card_sentence(entry, history),
+        _observed_sentence("of this card", _card_list(history.card_observed)),
         _slot_sentence(entry, history, escalation),
+        _observed_sentence(
+            f"in slot {entry.pci} of {entry.node}", _slot_list(_slot_only(entry, history))
+        ),
     ]
     return " ".join(sentence for sentence in sentences if sentence)
 
@@ -124,7 +238,7 @@ def _card_sentence(entry: faults.LedgerEntry, history: CardHistory) -> str:
     if entry.uuid is None:
         return "The card's UUID is unknown, so its history cannot be counted."
     count = len(history.card_faults)
-    listed = _card_list(history.card_faults)
+    listed = ", ".join(_card_list(history.card_faults))
     match _card_escalation(count):
         case Escalation.REPLACEMENT:
             return (
@@ -136,15 +250,31 @@ def _card_sentence(entry: faults.LedgerEntry, history: CardHistory) -> str:
                 f"This card has failed {count} times ({listed}): please inspect it (reseat it, "
                 "check its power cables and cooling) before it returns to service."
             )
-        case _:
+        case _ if count == 1:
             return "This is the card's first recorded fault."
+        case _:
+            return "The card has no confirmed fault recorded."
+
+
+def _observed_sentence(whose: str, listed: list[str]) -> str:
+    if not listed:
+        return ""
+    count = _times(len(listed), "observed, unconfirmed fault")
+    return f"Plus {count} {whose} ({', '.join(listed)}), not counted for escalation."
+
+
+def _slot_only(entry: faults.LedgerEntry, history: CardHistory) -> tuple[faults.LedgerEntry, ...]:
+    """The slot's observed-only faults the card's sentence did not already state."""
+    if entry.pci is None:
+        return ()
+    return tuple(e for e in history.slot_observed if e not in history.card_observed)
 
 
 def _slot_sentence(entry: faults.LedgerEntry, history: CardHistory, escalation: Escalation) -> str:
     if entry.pci is None:
         return "The slot is unknown, so its history cannot be counted."
     where = f"slot {entry.pci} of {entry.node}"
-    listed = _slot_list(history.slot_faults)
+    listed = ", ".join(_slot_list(history.slot_faults))
     if escalation is Escalation.SLOT_CHECK:
         return (
             f"The {where} has failed with {len(history.slot_cards)} different cards ({listed}): "
@@ -161,12 +291,12 @@ def _times(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _card_list(entries: tuple[faults.LedgerEntry, ...]) -> str:
-    return ", ".join(f"{_day(e)} on {e.node} slot {e.pci or 'unknown'}" for e in entries)
+def _card_list(entries: tuple[faults.LedgerEntry, ...]) -> list[str]:
+    return [f"{_day(e)} on {e.node} slot {e.pci or 'unknown'}" for e in entries]
 
 
-def _slot_list(entries: tuple[faults.LedgerEntry, ...]) -> str:
-    return ", ".join(f"{_day(e)} card {e.uuid or 'unknown'}" for e in entries)
+def _slot_list(entries: tuple[faults.LedgerEntry, ...]) -> list[str]:
+    return [f"{_day(e)} card {e.uuid or 'unknown'}" for e in entries]
 
 
 def _day(entry: faults.LedgerEntry) -> str:

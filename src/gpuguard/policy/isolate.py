@@ -1,31 +1,52 @@
-"""Decide which nodes to auto-cordon this tick (docs/design.md#isolation).
+"""Decide which nodes to auto-cordon this tick (docs/design.md#isolation, docs/breaker.md).
 
 A node is isolated when a hardware Xid coincides with GPU loss (capacity > allocatable) held
 through the hold window; unambiguous faults (Xid 79, the kernel's "fallen off the bus") with the
 GPU gone take a fast path on the first tick that sees both. Never a node a human cordoned,
-never more than N per tick, never past the breaker. Everything not acted on becomes a finding
-with its reason, so ``explain`` can say why a node was left alone.
+never more than N per tick, never past the breaker (``policy.admission``), through which the
+opt-in phantom cordons pass too. Everything not acted on becomes a finding with its reason, so
+``explain`` can say why a node was left alone; a fault the breaker withholds is marked on its
+node (``model.withheld``) so it stays pending and visible until the breaker allows it, and is
+isolated then if it still holds (the GPU still gone), even after its Xid left the lookback.
 
 A pure function: no I/O, no clock (``snapshot.taken_at`` is now).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from gpuguard.model import annotation_keys, decisions, fleet
+from gpuguard.model import annotation_keys, decisions, fleet, timestamps, withheld
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import breaker, xid_signals
+from gpuguard.policy import admission, xid_signals
 
 Reason = decisions.Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Marking:
+    """A change to a node's ``gpuguard.io/withheld`` mark (None removes it)."""
+
+    node: str
+    value: str | None
+    reason: Reason
+    detail: str
+
+    @property
+    def annotations(self) -> dict[str, str | None]:
+        return {withheld.KEY: self.value}
 
 
 @dataclass(frozen=True, slots=True)
 class IsolationDecision:
     actions: tuple[decisions.Action, ...]
     findings: tuple[decisions.Finding, ...]
-    breaker: breaker.BreakerState
+    breaker: admission.BreakerState
+    markings: tuple[Marking, ...] = ()
+    withheld: Mapping[str, withheld.WithheldMark] = field(default_factory=dict)
+    """Faults the breaker withheld (not the per-tick limit), by node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,23 +70,141 @@ def decide(
     snapshot: fleet.FleetSnapshot,
     classifier: xid_signals.XidClassifier,
     settings: settings_model.GuardSettings,
+    phantom_cordons: Sequence[decisions.Action] = (),
 ) -> IsolationDecision:
+    """This tick's isolations, withheld-marks and findings. ``phantom_cordons`` are the opt-in
+    phantom isolations, admitted after the faults by the same breaker."""
     signals = xid_signals.hardware_xids(snapshot.samples, classifier)
     held = _gpu_loss_held(snapshot.samples)
-    gpu_nodes = [n for n in snapshot.nodes if n.gpu_capacity > 0]
-    state = breaker.evaluate(
-        sum(1 for n in gpu_nodes if is_auto_isolated(n)), len(gpu_nodes), settings.isolation
-    )
-    candidates: list[_Candidate] = []
+    candidates: dict[str, _Admissible] = {}
     findings: list[decisions.Finding] = []
     for node in snapshot.nodes:
         candidate, finding = _assess(node, signals.get(node.name, []), held, settings, snapshot)
         if candidate is not None:
-            candidates.append(candidate)
+            candidates[node.name] = _Admissible(_isolate(candidate, snapshot), candidate.fault.gpu)
         if finding is not None:
             findings.append(finding)
-    actions, withheld = _admit(candidates, state, settings.isolation, snapshot)
-    return IsolationDecision(tuple(actions), tuple(findings + withheld), state)
+    for action in _phantom_candidates(phantom_cordons, snapshot):
+        candidates.setdefault(action.node, _Admissible(action, ""))
+    return _admit(candidates, findings, snapshot, settings.isolation)
+
+
+@dataclass(frozen=True, slots=True)
+class _Admissible:
+    action: decisions.Action
+    gpu: str
+
+
+def _admit(
+    candidates: Mapping[str, _Admissible],
+    findings: list[decisions.Finding],
+    snapshot: fleet.FleetSnapshot,
+    isolation: settings_model.IsolationSettings,
+) -> IsolationDecision:
+    gpu_nodes = [n for n in snapshot.nodes if n.gpu_capacity > 0]
+    result = admission.admit(
+        [admission.Candidate(name, _rank(c.action)) for name, c in candidates.items()],
+        admission.history(gpu_nodes),
+        admission.tripped_since(snapshot.nodes),
+        len(gpu_nodes),
+        isolation,
+        snapshot.taken_at,
+    )
+    evidence = decisions.Evidence("breaker", result.state.describe(), snapshot.taken_at)
+    marks: dict[str, withheld.WithheldMark] = {}
+    markings: list[Marking] = []
+    for name, why in result.withheld:
+        candidate = candidates[name]
+        findings.append(_withheld_finding(candidate, why, evidence))
+        if why is Reason.TICK_LIMIT:
+            continue
+        mark, marking = _withhold(snapshot.node(name), candidate, why, snapshot)
+        marks[name] = mark
+        if marking is not None:
+            markings.append(marking)
+    markings += _cleared(snapshot, candidates)
+    return IsolationDecision(
+        actions=tuple(candidates[name].action for name in result.admitted),
+        findings=tuple(findings),
+        breaker=result.state,
+        markings=tuple(markings),
+        withheld=marks,
+    )
+
+
+def _rank(action: decisions.Action) -> int:
+    """Fast-path faults first, then held faults, then phantom cordons."""
+    order = {Reason.FAST_PATH: 0, Reason.HARDWARE_XID_WITH_GPU_LOSS: 1}
+    return order.get(action.reason, 2)
+
+
+def _withheld_finding(
+    candidate: _Admissible, why: Reason, breaker_evidence: decisions.Evidence
+) -> decisions.Finding:
+    action = candidate.action
+    return decisions.Finding(
+        kind="isolation",
+        node=action.node,
+        reason=why,
+        gpu=candidate.gpu or None,
+        evidence=(*action.evidence, breaker_evidence),
+        detail=action.annotations.get(annotation_keys.REASON, ""),
+    )
+
+
+def _withhold(
+    node: fleet.Node | None,
+    candidate: _Admissible,
+    why: Reason,
+    snapshot: fleet.FleetSnapshot,
+) -> tuple[withheld.WithheldMark, Marking | None]:
+    """The node's withheld mark, and the write needed when it is new or its reason changed
+    (the first time keeps its ``since``)."""
+    old = withheld.read(node) if node is not None else None
+    action = candidate.action
+    marks = action.annotations
+    mark = withheld.WithheldMark(
+        reason=why,
+        since=old.since if old is not None else snapshot.taken_at,
+        fault=marks.get(annotation_keys.REASON, ""),
+        gpu=candidate.gpu,
+        uuid=marks.get(annotation_keys.GPU_UUID, ""),
+        pci=marks.get(annotation_keys.GPU_PCI, ""),
+    )
+    if old is not None and old.reason is why and old.fault == mark.fault:
+        return mark, None
+    detail = f"{mark.fault} withheld by the breaker ({why}): pending, isolated when it allows"
+    return mark, Marking(action.node, mark.to_annotation(), why, detail)
+
+
+def _cleared(snapshot: fleet.FleetSnapshot, candidates: Mapping[str, _Admissible]) -> list[Marking]:
+    """Marks on nodes that are no longer candidates: the fault cleared, the node was
+    isolated, or a person cordoned it."""
+    out = []
+    for node in snapshot.nodes:
+        if withheld.KEY in node.annotations and node.name not in candidates:
+            detail = "the withheld fault no longer holds (or the node was cordoned)"
+            out.append(Marking(node.name, None, Reason.WITHHELD_CLEARED, detail))
+    return out
+
+
+def _phantom_candidates(
+    cordons: Sequence[decisions.Action], snapshot: fleet.FleetSnapshot
+) -> list[decisions.Action]:
+    """Phantom cordons completed with the marks the return policy reads; never a cordoned
+    node (a person's cordon, or one gpuguard already made)."""
+    out = []
+    for action in cordons:
+        node = snapshot.node(action.node)
+        if node is None or node.unschedulable:
+            continue
+        marks = dict(action.annotations) | {
+            annotation_keys.ISOLATED_AT: timestamps.format_utc(snapshot.taken_at),
+            annotation_keys.BOOT_ID: node.boot_id,
+            annotation_keys.GPU_CAPACITY: str(node.gpu_capacity),
+        }
+        out.append(replace(action, annotations=marks))
+    return out
 
 
 def _gpu_loss_held(samples: tuple[fleet.MetricSample, ...]) -> dict[str, fleet.MetricSample]:
@@ -86,6 +225,12 @@ def _assess(
     if is_auto_isolated(node):
         return None, None
     loss = _loss_evidence(node, snapshot)
+    if not signals and (pending := _pending_fault(node)) is not None:
+        if node.gpus_missing and not node.unschedulable:
+            return _Candidate(
+                node, pending, Reason.HARDWARE_XID_WITH_GPU_LOSS, (pending.evidence, loss)
+            ), None
+        return None, None
     if not signals:
         if node.gpus_missing and not node.unschedulable:
             return None, _finding(node, Reason.GPU_LOSS_WITHOUT_XID, (loss,))
@@ -149,34 +294,11 @@ def _finding(
     )
 
 
-def _admit(
-    candidates: list[_Candidate],
-    state: breaker.BreakerState,
-    isolation: settings_model.IsolationSettings,
-    snapshot: fleet.FleetSnapshot,
-) -> tuple[list[decisions.Action], list[decisions.Finding]]:
-    ordered = sorted(candidates, key=lambda c: (c.reason != Reason.FAST_PATH, c.node.name))
-    allowed = min(isolation.max_isolations_per_tick, state.room)
-    actions = [_isolate(c, snapshot) for c in ordered[:allowed]]
-    blocked = Reason.BREAKER_OPEN if state.room <= len(actions) else Reason.TICK_LIMIT
-    withheld = [
-        _finding(c.node, blocked, (*c.evidence, _breaker_evidence(state, snapshot)), c.fault)
-        for c in ordered[allowed:]
-    ]
-    return actions, withheld
-
-
-def _breaker_evidence(
-    state: breaker.BreakerState, snapshot: fleet.FleetSnapshot
-) -> decisions.Evidence:
-    return decisions.Evidence(source="breaker", value=state.describe(), at=snapshot.taken_at)
-
-
 def _isolate(candidate: _Candidate, snapshot: fleet.FleetSnapshot) -> decisions.Action:
     node, fault = candidate.node, candidate.fault
     marks = {
         annotation_keys.REASON: fault.label,
-        annotation_keys.ISOLATED_AT: snapshot.taken_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        annotation_keys.ISOLATED_AT: timestamps.format_utc(snapshot.taken_at),
         annotation_keys.BOOT_ID: node.boot_id,
         annotation_keys.GPU_CAPACITY: str(node.gpu_capacity),
     }
@@ -192,4 +314,25 @@ def _isolate(candidate: _Candidate, snapshot: fleet.FleetSnapshot) -> decisions.
         annotations=marks,
         detail=f"{fault.label} on GPU {fault.gpu} ({fault.source}), "
         f"GPUs {node.gpu_allocatable}/{node.gpu_capacity} allocatable",
+    )
+
+
+def _pending_fault(node: fleet.Node) -> xid_signals.HardwareXid | None:
+    """The hardware fault a withheld mark keeps pending after its Xid left the lookback."""
+    mark = withheld.read(node)
+    if mark is None or not mark.hardware:
+        return None
+    code = mark.fault.removeprefix("xid-")
+    return xid_signals.HardwareXid(
+        node=node.name,
+        gpu=mark.gpu or "?",
+        xid=int(code) if code.isdigit() else None,
+        source=xid_signals.XidSource.WITHHELD,
+        evidence=decisions.Evidence(
+            source=f"node/{node.name} {withheld.KEY}",
+            value=f"{mark.fault} withheld by the breaker ({mark.reason})",
+            at=mark.since,
+        ),
+        uuid=mark.uuid or None,
+        pci=mark.pci or None,
     )

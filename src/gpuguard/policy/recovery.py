@@ -30,7 +30,7 @@ from gpuguard.model import (
     pci,
     timestamps,
 )
-from gpuguard.policy import escalation
+from gpuguard.policy import admission, escalation
 
 REQUEST = annotation_keys.REQUEST
 ESCALATION = annotation_keys.ESCALATION
@@ -74,6 +74,13 @@ def decide(
         return RecoveryStep(node.name, waiting="evidence Job running")
     verdict, proof = _verdict(node, job)
     entry = _entry(node, verdict)
+    if entry is None:  # a phantom cordon: no hardware fault to record or escalate
+        return RecoveryStep(
+            node=node.name,
+            annotations={annotation_keys.VERDICT: str(verdict)},
+            verdict=verdict,
+            evidence=proof,
+        )
     recorded = [e for e in ledger if not _same_fault(e, entry)]
     history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
     level = escalation.escalate(history)
@@ -116,9 +123,12 @@ def _verdict(
     )
 
 
-def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
+def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry | None:
+    """The isolation's ledger line; None for a phantom cordon, which is no hardware fault."""
     marks = node.annotations
     reason = marks.get(annotation_keys.REASON, "")
+    if reason == str(decisions.Reason.PHANTOM_UTILIZATION):
+        return None
     code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
     return faults.LedgerEntry(
@@ -130,6 +140,9 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry:
         recorder=faults.Recorder.GPUGUARD,
         verdict=verdict,
         kind=kind,
+        confirmation=faults.Confirmation.EVIDENCE
+        if verdict in admission.CONFIRMING_VERDICTS
+        else faults.Confirmation.OBSERVED,
     )
 
 
@@ -138,8 +151,52 @@ def _pci(text: str | None) -> str | None:
 
 
 def _isolated_at(text: str) -> datetime:
-    return timestamps.parse_utc(text, what=f"annotation {annotation_keys.ISOLATED_AT}")
+    at = timestamps.parse_utc(text)
+    if at is None:
+        raise InputError(f"annotation {annotation_keys.ISOLATED_AT}={text!r}: not a time")
+    return at
 
 
 def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
-    return a.node == b.node and a.at == b.at and a.recorder == b.recorder
+    """The isolation's own line (it alone carries a verdict): a fault first seen at the
+    isolation's instant has a line of its own without one."""
+    return (
+        a.node == b.node
+        and a.at == b.at
+        and a.recorder == b.recorder
+        and (a.verdict is None) == (b.verdict is None)
+    )
+
+
+_RANK = {
+    escalation.Escalation.NONE: 0,
+    escalation.Escalation.INSPECTION: 1,
+    escalation.Escalation.REPLACEMENT: 2,
+    escalation.Escalation.SLOT_CHECK: 3,
+}
+
+
+def escalation_update(
+    node: fleet.Node,
+    entry: faults.LedgerEntry,
+    ledger: Sequence[faults.LedgerEntry],
+    catalog: xid_catalog.XidCatalog,
+) -> dict[str, str] | None:
+    """New escalation and request marks for a node gpuguard isolated with a verdict, when a
+    fault recorded later (the same card again while it waits) raises the card's escalation —
+    so the request says "replace" on the third fault, not at the next isolation. None when
+    nothing changes or the node is not such a node."""
+    marks = node.annotations
+    if annotation_keys.VERDICT not in marks or annotation_keys.ISOLATED_AT not in marks:
+        return None
+    try:
+        verdict = decisions.Verdict(marks[annotation_keys.VERDICT])
+        current = escalation.Escalation(marks.get(ESCALATION, "none"))
+    except ValueError:
+        return None  # a mark gpuguard did not write: leave the node to people
+    history = escalation.history_for(ledger, entry.uuid, entry.node, entry.pci)
+    level = escalation.escalate(history)
+    if _RANK[level] <= _RANK[current]:
+        return None
+    request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    return {ESCALATION: str(level), REQUEST: request}

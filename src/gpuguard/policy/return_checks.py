@@ -87,7 +87,7 @@ def run(c: Context) -> tuple[model.ReturnCheck, ...]:
 
 def parse_stamp(text: str | None) -> datetime | None:
     """An annotation's ISO 8601 time with a zone (``2026-09-22T07:25:00Z``); else None."""
-    return timestamps.try_parse_utc(text)
+    return timestamps.parse_utc(text)
 
 
 # --- the conditions, in order ---------------------------------------------------------------

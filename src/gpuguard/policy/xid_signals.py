@@ -33,6 +33,7 @@ class XidSource(StrEnum):
     AGENT = "agent"
     DCGM_COUNT = "dcgm-count"
     DCGM_GAUGE = "dcgm-gauge"
+    WITHHELD = "withheld"  # kept pending by the breaker's mark on the node (model.withheld)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class HardwareXid:
     evidence: decisions.Evidence
     uuid: str | None = None
     pci: str | None = None
+    count: float = 1.0  # occurrences so far for counted sources; a gauge's value is no count
 
     @property
     def fallen_off_bus(self) -> bool:
@@ -121,6 +123,7 @@ def _counted(
                 evidence=_evidence(sample, f"{sample.value:g} occurrence(s) of Xid {code}"),
                 uuid=sample.labels.get("uuid") or sample.labels.get("UUID"),
                 pci=sample.labels.get("pci"),
+                count=sample.value,
             )
         )
     return signals
@@ -164,6 +167,7 @@ def _fallen_off_bus(node: str, samples: list[fleet.MetricSample]) -> list[Hardwa
             evidence=_evidence(s, "GPU has fallen off the bus (kernel)"),
             uuid=s.labels.get("uuid"),
             pci=s.labels.get("pci"),
+            count=s.value,
         )
         for s in samples
         if s.value > 0

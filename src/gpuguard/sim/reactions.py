@@ -168,6 +168,19 @@ def on_dbe(w: Stage, p: scenario.DbePayload, node: state.SimNode) -> None:
     )
 
 
+def on_bad_metric(w: Stage, p: scenario.BadMetricPayload, node: state.SimNode) -> None:
+    """A sound GPU reported faulty: dcgm-exporter's last-Xid gauge shows the code and the
+    device plugin stops offering the GPU, with nothing in the kernel log and the card on the
+    bus. The shape of a bad telemetry rollout: the device plugin's health check watches the
+    same NVML Xid events dcgm reads (k8s-device-plugin, internal/rm/health.go), so one
+    misreading reaches both."""
+    gpu = node.gpu(p.gpu)
+    gpu.xid_last = p.xid
+    gpu.offered = False
+    w.record("bad_metric", node.name, f"GPU {gpu.index} reported Xid {p.xid}; the card is sound")
+    w.touch(node)
+
+
 def on_pcie_degrade(w: Stage, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
     gpu = node.gpu(p.gpu)
     gpu.link_width = p.width
@@ -559,4 +572,5 @@ REACTIONS: Mapping[str, Reaction] = {
     "uncordon": on_uncordon,
     "annotate": on_annotate,
     "prometheus_down": on_prometheus_down,
+    "bad_metric": on_bad_metric,
 }

@@ -143,6 +143,12 @@ class PcieDegradePayload(GpuPayload):
     speed: Annotated[float, pydantic.Field(gt=0)] | None = None  # GT/s; None keeps the speed
 
 
+class BadMetricPayload(GpuPayload):
+    """A GPU reported faulty by its node's telemetry while the card is sound."""
+
+    xid: Annotated[int, pydantic.Field(ge=1, le=999)] = 79
+
+
 class PrometheusDownPayload(_Strict):
     duration: Duration
 
@@ -171,6 +177,7 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "uncordon": NodePayload,
     "annotate": AnnotatePayload,
     "prometheus_down": PrometheusDownPayload,
+    "bad_metric": BadMetricPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------

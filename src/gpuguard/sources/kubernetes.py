@@ -21,7 +21,7 @@ from lightkube.models.core_v1 import Container
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.actuators import api_errors
-from gpuguard.errors import SourceError
+from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import fleet
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -40,6 +40,15 @@ class KubernetesReader:
     def nodes(self) -> tuple[fleet.Node, ...]:
         with api_errors.translated("listing Nodes", SourceError):
             return tuple(node_from_api(n) for n in self._client.list(Node))
+
+    def has_node(self, name: str) -> bool:
+        """Whether the cluster has a Node of this name (one GET, not a list of every node)."""
+        try:
+            with api_errors.translated(f"reading Node {name}", SourceError):
+                self._client.get(Node, name=name)
+        except NotFoundError:
+            return False
+        return True
 
     def pods(self) -> tuple[fleet.Pod, ...]:
         """Pods that are not finished (GPU pods and the node's system pods alike)."""

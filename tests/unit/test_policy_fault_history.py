@@ -1,0 +1,98 @@
+"""Every hardware fault occurrence reaches the ledger once, with how it was established."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpuguard.model import decisions, faults, fleet
+from gpuguard.policy import fault_history, xid_signals
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+UUID = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
+Source = xid_signals.XidSource
+
+
+def signal(
+    node: str = "gpu-node-a",
+    *,
+    xid: int | None = 48,
+    source: Source = Source.DCGM_GAUGE,
+    count: float = 1.0,
+) -> xid_signals.HardwareXid:
+    evidence = decisions.Evidence("test", "x", NOW)
+    return xid_signals.HardwareXid(
+        node, "1", xid, source, evidence, uuid=UUID, pci="0000:2a:00.0", count=count
+    )
+
+
+def node(name: str = "gpu-node-a", *, allocatable: int = 4) -> fleet.Node:
+    return fleet.Node(name, "boot", 4, allocatable)
+
+
+def record(
+    signals: list[xid_signals.HardwareXid],
+    previous: fault_history.Seen | None,
+    *,
+    nodes: list[fleet.Node] | None = None,
+    ledger: list[faults.LedgerEntry] | None = None,
+    tripped: bool = False,
+) -> fault_history.FaultRecords:
+    by_node: dict[str, list[xid_signals.HardwareXid]] = {}
+    for s in signals:
+        by_node.setdefault(s.node, []).append(s)
+    return fault_history.record(
+        by_node,
+        previous,
+        nodes or [node()],
+        ledger or [],
+        tripped=tripped,
+        now=NOW,
+        lookback=timedelta(hours=24),
+    )
+
+
+def test_a_fault_is_recorded_once_when_first_seen() -> None:
+    first = record([signal()], {})
+    assert len(first.entries) == 1
+    assert record([signal()], first.seen).entries == ()
+
+
+def test_the_same_fault_again_after_it_cleared_is_a_new_occurrence() -> None:
+    first = record([signal()], {})
+    cleared = record([], first.seen)
+    assert len(record([signal()], cleared.seen).entries) == 1
+
+
+def test_a_rising_counter_is_a_new_occurrence() -> None:
+    first = record([signal(source=Source.AGENT, count=1)], {})
+    assert len(record([signal(source=Source.AGENT, count=2)], first.seen).entries) == 1
+
+
+def test_the_device_plugin_dropping_the_gpu_confirms() -> None:
+    (entry,) = record([signal()], {}, nodes=[node(allocatable=3)]).entries
+    assert entry.confirmation is faults.Confirmation.DEVICE_PLUGIN
+    (entry,) = record([signal()], {}, nodes=[node(allocatable=4)]).entries
+    assert entry.confirmation is faults.Confirmation.OBSERVED
+
+
+def test_a_tripped_breaker_makes_every_signal_only_observed() -> None:
+    (entry,) = record([signal()], {}, nodes=[node(allocatable=3)], tripped=True).entries
+    assert entry.confirmation is faults.Confirmation.OBSERVED
+    assert not entry.confirmed
+
+
+def test_the_kernel_saying_fallen_off_the_bus_confirms() -> None:
+    (entry,) = record([signal(xid=None, source=Source.AGENT)], {}, tripped=True).entries
+    assert entry.confirmation is faults.Confirmation.KERNEL_LOG
+    assert entry.kind is faults.FaultKind.FALLEN_OFF_BUS
+
+
+def test_a_new_leader_does_not_record_what_the_ledger_already_holds() -> None:
+    known = faults.LedgerEntry(
+        NOW - timedelta(hours=2), "gpu-node-a", 48, "0000:2a:00.0", UUID, faults.Recorder.GPUGUARD
+    )
+    assert record([signal()], None, ledger=[known]).entries == ()
+    old = faults.LedgerEntry(
+        NOW - timedelta(days=3), "gpu-node-a", 48, "0000:2a:00.0", UUID, faults.Recorder.GPUGUARD
+    )
+    assert len(record([signal()], None, ledger=[old]).entries) == 1
