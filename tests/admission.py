@@ -1,60 +1,93 @@
-"""The chart's ValidatingAdmissionPolicy, rendered as ``helm template`` would with default
-values, and its CEL rules evaluated (cel-python) against a Job: which rules it fails."""
+"""The chart's admission policies evaluated on an object (cel-python, ``tests/cel.py``) as the
+API server would for a request by gpuguard's service account: which rules refuse it."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+import copy
+import functools
+import json
 from typing import Any
 
-import celpy
-import yaml
+from typer.testing import CliRunner
 
-from gpuguard.actuators import jobs
+from gpuguard.cli.main import app
+from tests import cel, chart
 
-CHART = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "gpuguard"
-IMAGE = "ghcr.io/gpuguard/gpuguard:0.1.0"
-
-
-def render_default() -> list[dict[str, Any]]:
-    """What `helm template -n gpuguard` renders with default values, for this template only."""
-    text = (CHART / "templates" / "validatingadmissionpolicy.yaml").read_text()
-    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
-    text = re.sub(r"\{\{-? (if|end)[^}]*\}\}\n?", "", text)
-    text = text.replace("{{ .Release.Namespace }}", "gpuguard")
-    text = text.replace(
-        "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}", IMAGE
-    )
-    assert "{{" not in text, "an unrendered template expression is left"
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
+IMAGE = "ghcr.io/gpuguard/gpuguard:0.1.0"  # the chart's default image (values.yaml, appVersion)
+NODE = "gpu-node-b"
+Obj = dict[str, Any]
 
 
-def policy() -> dict[str, Any]:
-    (vap,) = [d for d in render_default() if d["kind"] == "ValidatingAdmissionPolicy"]
-    return vap
+@functools.cache
+def policy(name: str) -> Obj:
+    return chart.by_name("ValidatingAdmissionPolicy", name)
 
 
-def failed_rules(job: dict[str, Any]) -> list[str]:
-    spec = policy()["spec"]
-    env = celpy.Environment()
-    activation: dict[str, Any] = {"object": celpy.json_to_cel(job)}
-    variables: dict[str, Any] = {}
-    for variable in spec["variables"]:
-        program = env.program(env.compile(variable["expression"]))
-        variables[variable["name"]] = program.evaluate(
-            activation | {"variables": celpy.json_to_cel(variables)}
-        )
-    activation["variables"] = celpy.celtypes.MapType(
-        {celpy.celtypes.StringType(k): v for k, v in variables.items()}
-    )
-    failed = []
-    for rule in spec["validations"]:
-        result = env.program(env.compile(rule["expression"])).evaluate(activation)
-        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and result):
-            failed.append(rule["message"])
-    return failed
+def failed_rules(job: Obj) -> list[str]:
+    """The rules of ``gpuguard-jobs`` that refuse a Job gpuguard creates."""
+    refused = cel.refusals(policy("gpuguard-jobs"), job, username=GPUGUARD)
+    return cel.rule_names(refused)
 
 
-def evidence() -> dict[str, Any]:
-    return jobs.evidence_job("gpu-node-b", "2026-09-21T06:05:10Z", image=IMAGE)
+def manifest(*args: str) -> Obj:
+    """The Job exactly as the controller would create it (the CLI prints the builder's)."""
+    printed = CliRunner().invoke(app, ["manifest", "job", *args, "--node", NODE, "-o", "json"])
+    assert printed.exit_code == 0, printed.output
+    job: Obj = json.loads(printed.output)
+    return job
 
+
+def evidence() -> Obj:
+    return manifest("evidence")
+
+
+def burnin() -> Obj:
+    return manifest("burnin", "--gpus", "8", "--reason", "xid-48")
+
+
+def defaulted(job: Obj) -> Obj:
+    """The Job after the API server's defaulting (SetDefaults_PodSpec, _Container, _Job)."""
+    job = copy.deepcopy(job)
+    job["spec"].update(completions=1, parallelism=1, completionMode="NonIndexed",
+                       suspend=False, podReplacementPolicy="TerminatingOrFailed")
+    pod = job["spec"]["template"]["spec"]
+    pod.update(dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
+               terminationGracePeriodSeconds=30, enableServiceLinks=True,
+               preemptionPolicy="PreemptLowerPriority", priority=0)
+    for container in pod["containers"]:
+        container.setdefault("imagePullPolicy", "IfNotPresent")
+    return job
+
+
+def pod_of(job: Obj) -> Obj:
+    """The Pod the Job controller creates from the Job's template (labels and owner added)."""
+    template = copy.deepcopy(defaulted(job)["spec"]["template"])
+    labels = {**template["metadata"]["labels"], "job-name": job["metadata"]["name"],
+              "batch.kubernetes.io/job-name": job["metadata"]["name"],
+              "controller-uid": "0f1e", "batch.kubernetes.io/controller-uid": "0f1e"}
+    annotations = template["metadata"].get("annotations", {})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": job["metadata"]["name"] + "-", "labels": labels,
+                         **({"annotations": annotations} if annotations else {}),
+                         "namespace": "gpuguard", "ownerReferences": [
+                             {"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                              "name": job["metadata"]["name"], "uid": "0f1e"}]},
+            "spec": template["spec"]}
+
+
+def controller_pod() -> Obj:
+    """The Deployment's pod as the API server admits it: the ServiceAccount admission plugin
+    has added the projected token volume, defaulting the rest."""
+    (deployment,) = chart.by_kind("Deployment")
+    spec = copy.deepcopy(deployment["spec"]["template"]["spec"])
+    spec["volumes"].append({"name": "kube-api-access-x7k2q", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]}})
+    (container,) = spec["containers"]
+    container["volumeMounts"].append({"name": "kube-api-access-x7k2q", "readOnly": True,
+                                      "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+    spec.update(dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
+                tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                              "effect": "NoExecute", "tolerationSeconds": 300}])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpuguard-5d8f-abcde"},
+            "spec": spec}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from gpuguard.model import decisions, fleet
+from gpuguard.actuators import ledger as ledger_store
+from gpuguard.model import decisions, faults, fleet, jobs
 
 
 @dataclass
@@ -74,3 +76,30 @@ class FakeWriter:
         if self.event_error is not None:
             raise self.event_error
         self.events.append(action)
+
+
+@dataclass
+class FakeJobs:
+    results: dict[str, jobs.JobResult] = field(default_factory=dict)
+    created: list[dict[str, Any]] = field(default_factory=list)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        self.created.append(manifest)
+        return True
+
+    def result(self, name: str) -> jobs.JobResult:
+        return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
+
+
+@dataclass
+class FakeLedger:
+    lines: list[faults.LedgerEntry] = field(default_factory=list)
+    error: Exception | None = None
+
+    def entries(self) -> ledger_store.LedgerRead:
+        return ledger_store.LedgerRead(entries=list(self.lines), malformed=[])
+
+    def append(self, entry: Any) -> None:
+        if self.error:
+            raise self.error
+        self.lines.append(entry)

@@ -18,7 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # Folders that are not the repository's content: tools' caches and the virtualenv.
-NOT_CONTENT = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+NOT_CONTENT = {
+    ".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
+}
 
 # Text that names a place beside the repository: the sibling reference folder, by any spelling
 # (the character classes keep this file from matching its own patterns).

@@ -20,10 +20,15 @@ Healthy = Callable[[], bool]
 
 @contextmanager
 def serve(
-    exposition: Exposition, healthy: Healthy, host: str = "0.0.0.0", port: int = 0
+    exposition: Exposition,
+    healthy: Healthy,
+    host: str = "0.0.0.0",
+    port: int = 0,
+    ready: Healthy | None = None,
 ) -> Iterator[ThreadingHTTPServer]:
-    """/metrics and /healthz (200 while ``healthy()``, else 503); stopped on exit."""
-    server = ThreadingHTTPServer((host, port), _handler(exposition, healthy))
+    """/metrics, /healthz (200 while ``healthy()``, else 503) and /readyz (``ready()``, or
+    ``healthy()`` when not given); stopped on exit."""
+    server = ThreadingHTTPServer((host, port), _handler(exposition, healthy, ready or healthy))
     thread = threading.Thread(target=server.serve_forever, name="gpuguard-http", daemon=True)
     thread.start()
     try:
@@ -34,7 +39,9 @@ def serve(
         thread.join(timeout=5)
 
 
-def _handler(exposition: Exposition, healthy: Healthy) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    exposition: Exposition, healthy: Healthy, ready: Healthy
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -45,6 +52,9 @@ def _handler(exposition: Exposition, healthy: Healthy) -> type[BaseHTTPRequestHa
             elif self.path.startswith("/healthz"):
                 ok = healthy()
                 self._reply(200 if ok else 503, b"ok\n" if ok else b"stale\n", "text/plain")
+            elif self.path.startswith("/readyz"):
+                ok = ready()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain")
             else:
                 self._reply(404, b"not found\n", "text/plain")
 

@@ -125,14 +125,52 @@ def test_full_segment_rolls_over_to_the_next(sim_api: SimApi) -> None:
 def test_malformed_lines_in_the_stored_ledger_are_reported_not_fatal(sim_api: SimApi) -> None:
     good = ledger.format_line(fault(1))
     sim_api.store.create("ConfigMap", NAMESPACE, {
-        "metadata": {"name": "gpu-fault-ledger", "labels": dict(ledger.LEDGER_LABELS)},
+        "metadata": {"name": "gpuguard-ledger-2026-09-0", "labels": dict(ledger.LEDGER_LABELS)},
         "data": {"gpu-node-00001": f"{good}\n2026-09-21T05:52:44Z xid-79 oops\n"},
     })
     with lightkube.Client(config=sim_api.config()) as client:
         read = ledger.Ledger(client).entries()
     assert read.entries == [fault(1)]
     (problem,) = read.malformed
-    assert problem.startswith("ConfigMap gpu-fault-ledger key gpu-node-00001 line 2:")
+    assert problem.startswith("ConfigMap gpuguard-ledger-2026-09-0 key gpu-node-00001 line 2:")
+
+
+def test_only_configmaps_with_gpuguards_names_are_the_ledger(sim_api: SimApi) -> None:
+    """Anyone who can create ConfigMaps could add the two labels: such a ConfigMap is
+    reported and ignored, never merged into a card's history."""
+    injected = f"2026-09-21T05:52:44Z xid-79 0000:99:00.0 {SEED_CARD} manual\n"
+    sim_api.store.create("ConfigMap", NAMESPACE, {
+        "metadata": {"name": "gpu-fault-ledger", "labels": dict(ledger.LEDGER_LABELS)},
+        "data": {"gpu-node-b": injected * 3},
+    })
+    with lightkube.Client(config=sim_api.config()) as client:
+        store = ledger.Ledger(client)
+        store.append(fault(1))
+        read = store.entries()
+    assert read.entries == [fault(1)]
+    assert read.ignored == ["gpu-fault-ledger"]
+
+
+def test_the_controllers_ledger_quarantines_a_malformed_line_once(sim_api: SimApi) -> None:
+    """One bad line naming a card used to make its history unknown for good (the node waited
+    forever); it is moved aside, reported, and the card's readable history counts again."""
+    good = ledger.format_line(fault(1))
+    bad = f"2026-09-21T05:52:44Z xid-79 0000:99:00.0 {SEED_CARD} manual not-a-verdict"
+    name = "gpuguard-ledger-2026-09-0"
+    sim_api.store.create("ConfigMap", NAMESPACE, {
+        "metadata": {"name": name, "labels": dict(ledger.LEDGER_LABELS)},
+        "data": {"gpu-node-00001": f"{good}\n{bad}\n"},
+    })
+    with lightkube.Client(config=sim_api.config()) as client:
+        first = ledger.Ledger(client, quarantine=True).entries()
+        again = ledger.Ledger(client, quarantine=True).entries()
+    assert first.entries == again.entries == [fault(1)]
+    assert first.malformed == []
+    assert again.malformed == []
+    assert again.quarantined == [f"ConfigMap {name}: gpu-node-00001: {bad}"]
+    stored = sim_api.store.get("ConfigMap", NAMESPACE, name)["data"]
+    assert stored == {"gpu-node-00001": f"{good}\n",
+                      ledger.QUARANTINE_KEY: f"gpu-node-00001: {bad}\n"}
 
 
 def test_a_writer_that_keeps_losing_gives_up_with_a_conflict(sim_api: SimApi) -> None:
@@ -279,15 +317,15 @@ def test_cli_export_csv_and_json(cluster: SimApi) -> None:
 
 def test_cli_warns_about_malformed_lines_and_shows_the_rest(sim_api: SimApi) -> None:
     sim_api.store.create("ConfigMap", NAMESPACE, {
-        "metadata": {"name": "gpu-fault-ledger", "labels": dict(ledger.LEDGER_LABELS)},
+        "metadata": {"name": "gpuguard-ledger-2026-09-0", "labels": dict(ledger.LEDGER_LABELS)},
         "data": {"gpu-node-b": (f"2026-09-10T13:03:59Z xid-79 0000:99:00.0 {SEED_CARD} manual\n"
                                 "2026-09-21 xid-79 by hand\n")},
     })
     result = ledger_cli(sim_api, "export", "--format", "json")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)) == 1
-    assert "warning: skipped malformed line: ConfigMap gpu-fault-ledger key gpu-node-b line 2" \
-        in result.stderr
+    assert ("warning: skipped malformed line: ConfigMap gpuguard-ledger-2026-09-0 key gpu-node-b "
+            "line 2") in result.stderr
 
 
 # --- corrections: amend and remove write audit lines, never delete ---------------------------

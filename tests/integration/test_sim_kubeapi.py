@@ -29,7 +29,7 @@ from lightkube.models.core_v1 import (
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Node, NodeStatus, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, NodeStatus, Pod
 from lightkube.types import PatchType
 
 from gpuguard.sim import kubeapi, store
@@ -574,3 +574,30 @@ def test_version_answers_like_a_real_api_server_and_follows_an_upgrade(
     assert (body["major"], body["minor"], body["gitVersion"]) == (major, minor, version)
     assert body["platform"] == "linux/amd64"
     assert (upgraded["minor"], upgraded["gitVersion"]) == ("36", "v1.36.1+rke2r1")
+
+
+def test_the_api_server_refuses_a_configmap_over_1_mib_and_annotations_over_256_kib(
+    sim_api: SimApi, client: lightkube.Client
+) -> None:
+    add_node(sim_api.store, "gpu-node-a")
+    big = ConfigMap.from_dict(
+        {"metadata": {"name": "gpuguard-ledger-2026-09-0", "namespace": "gpuguard"},
+         "data": {"gpu-node-a": "x" * (1024 * 1024)}}
+    )
+    with pytest.raises(lightkube.ApiError) as refused_map:
+        client.create(big, namespace="gpuguard")
+    patch = {"metadata": {"annotations": {"gpuguard.io/request": "y" * (256 * 1024)}}}
+    with pytest.raises(lightkube.ApiError) as refused_node:
+        client.patch(Node, "gpu-node-a", patch, patch_type=PatchType.MERGE)
+    assert refused_map.value.status.code == 422
+    assert refused_map.value.status.message == (
+        'ConfigMap "gpuguard-ledger-2026-09-0" is invalid: []: Too long: '
+        "must have at most 1048576 bytes"
+    )
+    assert refused_node.value.status.code == 422
+    assert refused_node.value.status.message == (
+        'Node "gpu-node-a" is invalid: metadata.annotations: Too long: '
+        "must have at most 262144 bytes"
+    )
+    assert "gpuguard.io/request" not in (sim_api.store.get("Node", "", "gpu-node-a")["metadata"]
+                                          .get("annotations") or {})

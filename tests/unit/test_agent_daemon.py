@@ -164,3 +164,67 @@ def test_healthz_turns_false_when_the_follower_stops_polling(tmp_path: Path, log
     agent.follow_once()
     assert agent.healthy()
     agent.follower.close()
+
+
+READABLE = {"node": "gpu-node-b"}
+
+
+def test_an_agent_that_cannot_read_its_kernel_log_says_so_once_and_is_not_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "kern.log"
+    agent = make_agent(tmp_path, missing)
+    with caplog.at_level("WARNING", logger="gpuguard.agent.daemon"):
+        agent.follow_once()
+        agent.follow_once()
+    assert agent.healthy(), "alive: the loop runs"
+    assert not agent.ready()
+    assert agent.registry.get_sample_value(names.AGENT_KERNEL_LOG_READABLE, READABLE) == 0
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        f"kernel log unreadable: cannot read kernel log {missing}: No such file or directory"
+    )
+    append(missing, kernel_lines.xid(PCI, 79))
+    agent.follow_once()
+    assert agent.ready()
+    assert agent.registry.get_sample_value(names.AGENT_KERNEL_LOG_READABLE, READABLE) == 1
+    agent.follower.close()
+
+
+def test_a_kmsg_the_container_may_not_open_fails_readiness_not_the_process(
+    tmp_path: Path,
+) -> None:
+    """``/dev/kmsg`` in an unprivileged container: EPERM (the device cgroup refuses 1:11)."""
+    def refused(start: position.Position | None) -> journal.Follower:
+        raise PermissionError(1, "Operation not permitted")
+
+    config = daemon.AgentConfig("gpu-node-b", tmp_path / "host", tmp_path / "state")
+    agent = daemon.Agent(config, refused, no_checks)
+    agent.follow_once()
+    with metrics_http.serve(agent.exposition, agent.healthy, "127.0.0.1", 0,
+                          ready=agent.ready) as server, httpx.Client() as client:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert client.get(f"{url}/healthz").status_code == 200
+        assert client.get(f"{url}/readyz").status_code == 503
+        metrics = client.get(f"{url}/metrics").text
+    assert 'gpuguard_agent_kernel_log_readable{node="gpu-node-b"} 0.0' in metrics
+    assert agent.kernel_log_problem == "cannot open the kernel log: Operation not permitted"
+
+
+def test_the_journal_follower_names_a_host_without_journal_files(tmp_path: Path) -> None:
+    follower = journal.JournalFollower(root=tmp_path)
+    problem = follower.problem()
+    assert problem is not None
+    assert f"{tmp_path}/var/log/journal" in problem
+    (tmp_path / "var/log/journal/3f2a").mkdir(parents=True)
+    (tmp_path / "var/log/journal/3f2a/system.journal").write_bytes(b"LPKSHHRH")
+    assert follower.problem() is None
+
+
+def test_an_image_without_journalctl_is_named_not_a_crash(tmp_path: Path) -> None:
+    def missing(argv: list[str]) -> journal.JournalProcess:
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    follower = journal.JournalFollower(spawn=missing, root=tmp_path)
+    assert follower.poll().lines == []
+    assert follower.problem() == "cannot start journalctl: No such file or directory"

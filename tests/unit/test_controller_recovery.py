@@ -3,68 +3,21 @@ in dry-run or by a standby, a failed write retried next tick."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from gpuguard.actuators import ledger as ledger_store
-from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import recovery
 from gpuguard.errors import GpuguardError
-from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs
-from tests import fakes
+from gpuguard.model import annotation_keys, decisions, evidence, fleet, jobs
+from tests.fakes import FakeJobs, FakeLedger
+from tests.recovery_builders import isolated_node, make
 
 NOW = datetime(2026, 9, 21, 6, 10, tzinfo=UTC)
+VERDICT = annotation_keys.VERDICT
 
 
-@dataclass
-class FakeJobs:
-    results: dict[str, jobs.JobResult] = field(default_factory=dict)
-    created: list[dict[str, Any]] = field(default_factory=list)
-
-    def create(self, manifest: dict[str, Any]) -> bool:
-        self.created.append(manifest)
-        return True
-
-    def result(self, name: str) -> jobs.JobResult:
-        return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
 
 
-@dataclass
-class FakeLedger:
-    lines: list[faults.LedgerEntry] = field(default_factory=list)
-    error: Exception | None = None
-
-    def entries(self) -> ledger_store.LedgerRead:
-        return ledger_store.LedgerRead(entries=list(self.lines), malformed=[])
-
-    def append(self, entry: Any) -> None:
-        if self.error:
-            raise self.error
-        self.lines.append(entry)
-
-
-def isolated_node() -> fleet.Node:
-    return fleet.Node(
-        "gpu-node-b", "boot-2", 8, 7, unschedulable=True,
-        annotations={
-            annotation_keys.ISOLATED_AT: "2026-09-21T06:05:10Z",
-            annotation_keys.REASON: "xid-79",
-            annotation_keys.GPU_UUID: "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
-            annotation_keys.GPU_PCI: "0000:99:00.0",
-        },
-    )
-
-
-def make(
-    ledger: FakeLedger | None = None,
-) -> tuple[recovery.Recovery, FakeJobs, FakeLedger, fakes.FakeWriter]:
-    step_jobs, book, writer = FakeJobs(), ledger or FakeLedger(), fakes.FakeWriter()
-    rec = recovery.Recovery(
-        jobs=step_jobs, ledger=book, writer=writer, catalog=xid_catalog.load_catalog(),
-        image="gpuguard:test",
-    )
-    return rec, step_jobs, book, writer
 
 
 def finished(step_jobs: FakeJobs) -> None:
@@ -85,7 +38,8 @@ def test_job_then_ledger_then_verdict_annotation() -> None:
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     assert [(e.node, e.xid, e.verdict) for e in book.lines] == [
         ("gpu-node-b", 79, decisions.Verdict.POWER_CYCLE)]
-    ((name, marks),) = writer.annotated
+    started, (name, marks) = writer.annotated
+    assert started == ("gpu-node-b", {annotation_keys.EVIDENCE_STARTED: "2026-09-21T06:05:10Z"})
     assert name == "gpu-node-b"
     assert marks[annotation_keys.VERDICT] == "power-cycle"
     assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
@@ -103,11 +57,11 @@ def test_a_failed_ledger_write_leaves_no_verdict_so_the_next_tick_retries() -> N
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     finished(step_jobs)
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
-    assert writer.annotated == []
+    assert [VERDICT in marks for _, marks in writer.annotated] == [False]
     book.error = None
     rec.run((isolated_node(),), NOW, may_write=lambda: True)
     assert len(book.lines) == 1
-    assert len(writer.annotated) == 1
+    assert [VERDICT in marks for _, marks in writer.annotated] == [False, True]
 
 
 def test_nodes_with_a_verdict_or_a_human_cordon_are_left_alone() -> None:
@@ -142,8 +96,55 @@ def test_a_malformed_annotation_on_one_node_does_not_stop_the_others() -> None:
     finished_job = jobs.JobResult(jobs.JobState.SUCCEEDED, "{}")
     step_jobs.results = {}
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
-    assert [s.node for s in steps] == ["gpu-node-x", "gpu-node-b"]  # both start their Job
+    assert [s.node for s in steps] == ["gpu-node-b"]  # the malformed node is never written to
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-b"]
     for manifest in step_jobs.created:
         step_jobs.results[manifest["metadata"]["name"]] = finished_job
     steps = rec.run((bad, isolated_node()), NOW, may_write=lambda: True)
     assert [s.node for s in steps] == ["gpu-node-b"]
+
+
+def test_no_evidence_job_for_marks_gpuguard_did_not_write() -> None:
+    """A person's cordon with forged isolation marks (managedFields name another writer)."""
+    import dataclasses
+
+    rec, step_jobs, _, _ = make()
+    forged = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"kubectl-annotate"}))
+    assert rec.run((forged,), NOW, may_write=lambda: True) == []
+    assert step_jobs.created == []
+    own = dataclasses.replace(isolated_node(), isolation_writers=frozenset({"gpuguard"}))
+    rec.run((own,), NOW, may_write=lambda: True)
+    assert len(step_jobs.created) == 1
+
+
+def test_a_hung_evidence_job_ends_in_one_human_verdict_told_once() -> None:
+    rec, step_jobs, book, writer = make()
+    told: list[decisions.Action] = []
+    rec.notifier = Told(told)
+    node = isolated_node()
+    rec.run((node,), NOW, may_write=lambda: True)
+    ((_, mark),) = writer.annotated
+    started = fleet.Node(node.name, node.boot_id, 8, 7, unschedulable=True,
+                         annotations={**node.annotations, **mark})
+    step_jobs.results[step_jobs.created[0]["metadata"]["name"]] = jobs.JobResult(
+        jobs.JobState.FAILED, detail="DeadlineExceeded: Job was active longer than specified")
+    rec.run((started,), NOW, may_write=lambda: True)
+    _, verdict = writer.annotated[-1]
+    decided = fleet.Node(node.name, node.boot_id, 8, 7, unschedulable=True,
+                         annotations={**started.annotations, **verdict})  # type: ignore[dict-item]
+    step_jobs.results.clear()  # the TTL deleted the Job
+    assert rec.run((decided,), NOW, may_write=lambda: True) == []
+    assert len(step_jobs.created) == 1
+    assert [(e.verdict, e.xid) for e in book.lines] == [(decisions.Verdict.HUMAN_DIAGNOSIS, 79)]
+    assert verdict[annotation_keys.VERDICT] == "human-diagnosis"
+    assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
+    assert told == writer.events
+    assert "evidence unavailable (DeadlineExceeded" in writer.events[0].evidence[0].value
+
+
+@dataclass
+class Told:
+    actions: list[decisions.Action]
+
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        self.actions.append(action)

@@ -68,6 +68,9 @@ class FakeLedger:
     def entries(self) -> ledger_store.LedgerRead:
         return ledger_store.LedgerRead(entries=list(self.lines))
 
+    def append(self, entry: faults.LedgerEntry) -> None:
+        self.lines.append(entry)
+
 
 def _command(manifest: dict[str, Any]) -> list[str]:
     command: list[str] = manifest["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -314,11 +317,19 @@ def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> Non
     assert reason is not None
     assert reason.startswith("throughput-balance FAIL")
     assert [n.reason for n in w.notices] == [decisions.Reason.BURN_IN_FAILED]
-    marked = isolated({keys.RETURN_FAILED: reason})
+    assert [(e.node, e.kind) for e in w.ledger.lines[-1:]] == [
+        ("gpu-node-b", faults.FaultKind.BURNIN_FAILED)]
+    lines = len(w.ledger.lines)
+    marked = isolated({k: v for k, v in marks.items() if v is not None})
     again = w.tick(marked)
+    w.jobs.results.clear()  # the TTL deleted the Job: the mark keeps the failure
+    gone = w.tick(marked)
     assert (again.decision.step, again.done) == (Step.STAY_ISOLATED, "-")
+    assert (gone.decision.step, gone.done) == (Step.STAY_ISOLATED, "-")
+    assert len(w.jobs.created) == 1
     assert len(w.writer.annotated) == 1
     assert len(w.notices) == 1
+    assert len(w.ledger.lines) == lines
     assert w.writer.uncordoned == []
 
 
@@ -406,8 +417,11 @@ def test_burn_in_result_from_the_job(
 def test_guard_tick_exports_the_checklist_and_counts_the_return() -> None:
     w = world()
     node = isolated()
+    exporter = fleet.MetricSample(
+        names.DCGM_NODE_NEWEST, {"Hostname": node.name}, NOW.timestamp(), NOW
+    )  # its dcgm-exporter answers (policy.freshness)
     guard = tick.Guard(
-        metrics=fakes.FakeMetrics(), cluster=fakes.FakeCluster([node], w.pods),
+        metrics=fakes.FakeMetrics([exporter]), cluster=fakes.FakeCluster([node], w.pods),
         writer=w.writer, classifier=xid_catalog.load_catalog(),
         settings=settings.GuardSettings(), clock=fakes.FakeClock(NOW), restore=w.step,
     )  # fmt: skip
@@ -448,3 +462,15 @@ def test_the_real_burnin_command_output_is_read_and_cpu_mode_never_passes() -> N
     assert result is not None
     assert (result.outcome, result.mode) == (model.BurnInOutcome.FAILED, model.BurnInMode.MATMUL)
     assert result.failed_check.startswith("throughput-floor UNKNOWN: no expected fp16")
+
+
+def test_a_silent_exporter_makes_the_gpu_facts_unknown_whatever_was_last_seen() -> None:
+    w = world()
+    node = isolated()
+    snapshot = fleet.FleetSnapshot(taken_at=NOW, nodes=(node,), pods=tuple(w.pods))
+    (heard,) = w.step.run(snapshot, NOW, may_write=lambda: True)
+    (unheard,) = w.step.run(snapshot, NOW, may_write=lambda: True, silent=frozenset({node.name}))
+    assert heard.decision.step is not Step.WAIT
+    assert unheard.decision.step is Step.WAIT
+    assert unheard.decision.blocking is not None
+    assert unheard.decision.blocking.name is model.ReturnCondition.NO_HARDWARE_XID

@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from gpuguard.controller import runner, telemetry, tick
 from gpuguard.errors import SourceError
+from gpuguard.model import metric_names as names
 from gpuguard.model import settings
 from tests import fakes
+from tests import prometheus_answers as test_sources_prometheus
 
 NOW = datetime(2026, 9, 21, tzinfo=UTC)
 
@@ -82,14 +85,15 @@ def test_leader_ticks_once_per_interval() -> None:
     assert loop.healthy()
 
 
-def test_failed_ticks_back_off_and_turn_unhealthy() -> None:
+def test_failed_ticks_back_off_and_turn_unready_but_stay_alive() -> None:
     loop, clock = make(FakeLease(), fakes.FakeMetrics(error=SourceError("down")))
     loop.step()
     clock.t += 30
     assert loop.step() is None  # waits 60 s after one failure
     clock.t += 30
     assert loop.step() is not None
-    assert not loop.healthy()
+    assert not loop.ready()  # Prometheus is down: readiness says so
+    assert loop.healthy()  # the loop runs: Kubernetes must not restart it for that
 
 
 @pytest.mark.parametrize(
@@ -120,4 +124,75 @@ def test_an_unhandled_step_error_fails_the_tick_closed_not_the_loop() -> None:
     result = loop.step()
     assert result is not None
     assert result.error_kind == "internal"
-    assert not loop.healthy()
+    assert not loop.ready()
+
+
+def test_any_exception_in_a_tick_fails_it_closed_and_the_loop_ticks_again() -> None:
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    calls = []
+
+    def explode() -> tick.TickResult:
+        calls.append(1)
+        raise ValueError("invalid literal for int() with base 10: '²'")
+
+    loop.guard.tick = explode  # type: ignore[method-assign]
+    first = loop.step()
+    clock.t += 3600
+    second = loop.step()
+    assert first is not None
+    assert second is not None
+    assert first.error_kind == "internal"
+    assert first.error is not None
+    assert "ValueError" in first.error
+    assert len(calls) == 2
+
+
+def test_a_loop_stuck_in_a_tick_is_not_alive() -> None:
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    assert loop.step() is not None
+    assert loop.healthy()
+    assert loop.ready()
+
+    def hang() -> tick.TickResult:
+        clock.t += 3 * 30  # an HTTP call without an answer
+        assert not loop.healthy()  # probed while the tick is stuck
+        raise SourceError("gave up")
+
+    clock.t += 30
+    loop.guard.tick = hang  # type: ignore[method-assign]
+    loop.step()
+    assert loop.healthy()  # it came back
+
+
+def test_a_standby_is_ready_while_the_api_answers() -> None:
+    lease = FakeLease(leading=False)
+    loop, _ = make(lease, fakes.FakeMetrics())
+    assert not loop.ready()  # no Lease attempt yet
+    loop.step()
+    assert loop.ready()
+
+
+def test_a_nan_from_prometheus_fails_one_tick_closed_and_the_next_tick_decides() -> None:
+    nan = {"first": True}
+    good = test_sources_prometheus.fleet_answers(1)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if nan["first"] and request.url.params["query"] == names.DCGM_XID_LAST:
+            nan["first"] = False
+            body = {"metric": {"Hostname": "n0", "gpu": "4"}, "value": [1e9, "NaN"]}
+            return httpx.Response(200, content=test_sources_prometheus.vector([body]))
+        return good(request)
+
+    source = test_sources_prometheus.source(answer)
+    loop, clock = make(FakeLease(), fakes.FakeMetrics())
+    loop.guard.metrics = source
+    loop.guard.clock = fakes.FakeClock(test_sources_prometheus.AT)
+    first = loop.step()
+    clock.t += 3600
+    second = loop.step()
+    assert first is not None
+    assert second is not None
+    assert first.error_kind == "source"
+    assert first.error is not None
+    assert "not a finite number" in first.error
+    assert second.ok

@@ -28,7 +28,7 @@ def test_a_failed_tick_counts_an_error_and_keeps_the_last_success() -> None:
     metrics.observe(tick.TickResult(at=NOW, error="503", error_kind="source"))
     seen = values(metrics)
     assert seen[("gpuguard_ticks_total", ())] == 1
-    assert seen[("gpuguard_tick_errors_total", (("kind", "source"),))] == 1
+    assert seen[("gpuguard_tick_errors_total", (("kind", "source"), ("step", "collect")))] == 1
     assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == 0
 
 
@@ -63,13 +63,18 @@ def test_breaker_and_isolated_nodes_are_exported() -> None:
     assert seen[("gpuguard_last_successful_tick_timestamp_seconds", ())] == NOW.timestamp()
 
 
-def test_endpoint_serves_metrics_and_health() -> None:
+def test_endpoint_serves_metrics_liveness_and_readiness_apart() -> None:
     metrics = telemetry.GuardMetrics()
-    health = {"ok": True}
-    with telemetry.serve(metrics, lambda: health["ok"], host="127.0.0.1") as server:
+    health = {"ok": True, "ready": True}
+    with telemetry.serve(
+        metrics, lambda: health["ok"], host="127.0.0.1", ready=lambda: health["ready"]
+    ) as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         with httpx.Client() as client:
             assert "gpuguard_ticks_total" in client.get(base + "/metrics").text
+            assert client.get(base + "/healthz").status_code == 200
+            health["ready"] = False  # Prometheus down: not ready, still alive
+            assert client.get(base + "/readyz").status_code == 503
             assert client.get(base + "/healthz").status_code == 200
             health["ok"] = False
             assert client.get(base + "/healthz").status_code == 503
@@ -106,3 +111,11 @@ def test_a_replica_that_stops_leading_clears_the_fleet_gauges() -> None:
     assert seen[("gpuguard_auto_isolated_nodes", ())] == 0
     assert seen[("gpuguard_breaker_open", ())] == 0
     assert not [key for key in seen if key[0] == "gpuguard_isolated_nodes"]
+
+
+def test_a_step_that_failed_closed_is_counted_by_step() -> None:
+    metrics = telemetry.GuardMetrics()
+    failed = [("recovery", "node gpu-node-a: ValueError: x"), ("recovery", "node b: KeyError")]
+    metrics.observe(tick.TickResult(at=NOW, step_errors=failed))
+    seen = values(metrics)
+    assert seen[("gpuguard_tick_errors_total", (("kind", "internal"), ("step", "recovery")))] == 2

@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pytest
 
-from gpuguard.controller import tick
+from gpuguard.controller import failsafe, tick
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
-from gpuguard.model import annotation_keys, decisions, fleet, settings, withheld
+from gpuguard.model import annotation_keys, decisions, fleet, jobs, settings, withheld
 from gpuguard.model import metric_names as names
 from tests import fakes
-
-NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
-
-
-class Classifier:
-    def is_hardware(self, code: int) -> bool:
-        return code not in {13, 31, 43, 45, 68, 109}
-
-
-def xid79_world() -> tuple[fakes.FakeCluster, fakes.FakeMetrics]:
-    nodes = [
-        fleet.Node("gpu-node-a", "boot-a", 8, 8, conditions={"Ready": "True"}),
-        fleet.Node("gpu-node-b", "boot-b", 8, 7, conditions={"Ready": "True"}),
-    ]
-    xid = fleet.MetricSample(
-        names.DCGM_XID_LAST, {"Hostname": "gpu-node-b", "gpu": "4", "UUID": "GPU-1"}, 79.0, NOW
-    )
-    return fakes.FakeCluster(nodes), fakes.FakeMetrics([xid])
+from tests import recovery_builders as test_controller_recovery
+from tests.builders import Classifier
+from tests.tick_world import NOW, xid79_world
 
 
 def guard(**overrides: object) -> tuple[tick.Guard, fakes.FakeWriter]:
@@ -217,3 +202,62 @@ def test_a_withheld_mark_is_removed_when_the_gpu_came_back() -> None:
     g.tick()
     assert writer.annotated == [("gpu-node-b", {annotation_keys.WITHHELD: None})]
     assert writer.isolated == []
+
+
+class BrokenClassifier:
+    def is_hardware(self, code: int) -> bool:
+        raise KeyError(code)  # a bug, not an input error: nothing in the tick handles it
+
+
+def test_an_exception_on_one_nodes_input_costs_that_node_and_the_next_steps_run() -> None:
+    rec, step_jobs, _, _ = test_controller_recovery.make()
+    cluster, metrics = xid79_world()
+    isolated = test_controller_recovery.isolated_node()
+    cluster.node_list = [*cluster.node_list, fleet.Node(
+        "gpu-node-c", isolated.boot_id, 8, 7, unschedulable=True,
+        annotations=isolated.annotations)]  # fmt: skip
+    g, writer = guard(classifier=BrokenClassifier(), cluster=cluster, metrics=metrics,
+                      recovery=rec)  # fmt: skip
+    result = g.tick()
+    assert result.decision is not None  # gpu-node-a and gpu-node-c were decided
+    assert writer.isolated == []
+    assert result.step_errors == [("isolate", "node gpu-node-b (annotations {}): KeyError: 79")]
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-c"]
+
+
+def test_a_step_that_raises_for_every_node_fails_closed_as_a_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def explode(*_: object) -> None:
+        raise RuntimeError("a bug in the policy")
+
+    g, writer = guard()
+    monkeypatch.setattr(failsafe.isolate, "decide", explode)
+    result = g.tick()
+    assert result.decision is None
+    assert writer.isolated == []
+    assert [step for step, _ in result.step_errors] == ["isolate"]
+
+
+def test_a_node_whose_step_raises_costs_only_that_node() -> None:
+    rec, step_jobs, _, _ = test_controller_recovery.make()
+    isolated = test_controller_recovery.isolated_node()
+    bad = fleet.Node("gpu-node-x", "b", 8, 7, unschedulable=True,
+                     annotations={**isolated.annotations, "gpuguard.io/reason": "xid-²"})
+    results = {"gpu-node-x": RuntimeError("unexpected")}
+    original = step_jobs.result
+
+    def result(name: str) -> jobs.JobResult:
+        if "gpu-node-x" in name:
+            raise results["gpu-node-x"]
+        return original(name)
+
+    step_jobs.result = result  # type: ignore[method-assign]
+    errors: list[tuple[str, str]] = []
+    steps = rec.run((bad, isolated), NOW, may_write=lambda: True, errors=errors)
+    assert [s.node for s in steps] == ["gpu-node-b"]
+    ((step, failure),) = errors
+    assert step == "recovery"
+    assert failure.startswith("node gpu-node-x (annotations {")
+    assert "xid-²" in failure
+    assert "RuntimeError: unexpected" in failure

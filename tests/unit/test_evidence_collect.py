@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.agent.evidence import collect, kernel, smi
+from gpuguard.agent.evidence import collect, hostcmd, kernel, smi
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import decisions, evidence, ports
 from gpuguard.sim import hosts, kernel_lines, state
@@ -69,7 +69,7 @@ def run(tree: hosttree.HostTree, runner: ports.CommandRunner | None = None,
     options = collect.CollectOptions(kernel_log=kernel_log or kernel.KernelLogOptions(),
                                      nvidia_smi=nvidia_smi or smi.SmiOptions())
     before = tree.snapshot()
-    bundle = collect.collect(tree.root, options, runner or hosttree.FakeRunner(), CATALOG, NOW)
+    bundle = collect.collect(tree.root, options, runner or ScriptedRunner({}), CATALOG, NOW)
     assert tree.snapshot() == before, "evidence collection wrote under the root"
     return bundle
 
@@ -79,11 +79,11 @@ def items(bundle: evidence.EvidenceBundle, name: str) -> dict[str | None, eviden
 
 
 def test_healthy_node_passes_everything_it_can_read(tmp_path: Path) -> None:
-    runner = hosttree.FakeRunner()
+    runner = ScriptedRunner({})
     bundle = run(write(sim_node(), tmp_path), runner)
     assert (bundle.node, bundle.boot_id) == ("gpu-node-b", "3f6c0d1e-aaaa-bbbb-cccc-000000000001")
     statuses = {(item.item, item.gpu): item.status for item in bundle.items}
-    assert statuses.pop(("nvidia-smi", None)) is S.UNKNOWN  # no nvidia-smi in this tree
+    assert statuses.pop(("nvidia-smi", None)) is S.UNKNOWN  # no NVIDIA runtime: no nvidia-smi
     assert set(statuses.values()) == {S.PASS}, statuses
     assert [(g.pci, g.config_all_ff, g.link_width, g.root_port) for g in bundle.gpus] == [
         (GOOD, False, 16, "0000:17:01.0"), (BAD, False, 16, "0000:98:01.0")]
@@ -91,7 +91,7 @@ def test_healthy_node_passes_everything_it_can_read(tmp_path: Path) -> None:
     assert bundle.verdict is not None
     assert bundle.verdict.verdict is V.HUMAN_DIAGNOSIS
     assert bundle.verdict.rule is evidence.VerdictRule.NO_FAULT_EVIDENCE
-    assert runner.calls == []
+    assert [argv[0] for argv in runner.calls] == ["journalctl", "nvidia-smi"]
 
 
 def test_xid79_with_config_ff_and_aer_fatal_is_a_power_cycle_without_nvidia_smi(
@@ -99,8 +99,7 @@ def test_xid79_with_config_ff_and_aer_fatal_is_a_power_cycle_without_nvidia_smi(
     node = sim_node()
     fall_off(node)
     tree = write(node, tmp_path)
-    tree.write("usr/bin/nvidia-smi", "#!/bin/sh\n")
-    runner = hosttree.FakeRunner(stdout="must not be asked")
+    runner = ScriptedRunner({"nvidia-smi": (0, "must not be asked")})
     bundle = run(tree, runner)
     assert items(bundle, "pci-config")[BAD].status is S.FAIL
     assert "all 256 bytes read 0xff" in items(bundle, "pci-config")[BAD].evidence
@@ -112,7 +111,7 @@ def test_xid79_with_config_ff_and_aer_fatal_is_a_power_cycle_without_nvidia_smi(
     assert items(bundle, "hardware-xid")[None].status is S.FAIL
     assert [(e.xid, e.kind) for e in bundle.xid_events] == [
         (79, "xid"), (None, "fallen_off_bus")]
-    assert runner.calls == [], "nvidia-smi on a hung driver"
+    assert "nvidia-smi" not in [argv[0] for argv in runner.calls], "nvidia-smi on a hung driver"
     assert bundle.nvidia_smi is not None
     assert not bundle.nvidia_smi.ran
     assert "config space reads all ff" in bundle.nvidia_smi.reason
@@ -156,20 +155,18 @@ def test_a_fifo_where_config_space_should_be_does_not_hang(tmp_path: Path) -> No
 def test_nvidia_smi_runs_with_a_hard_timeout_when_the_driver_looks_alive(
         tmp_path: Path, returncode: int | None, stdout: str, status: S) -> None:
     tree = write(sim_node(), tmp_path)
-    tree.write("usr/bin/nvidia-smi", "#!/bin/sh\n")
-    runner = hosttree.FakeRunner(returncode=returncode, stdout=stdout)
+    runner = ScriptedRunner({"nvidia-smi": (returncode, stdout)})
     bundle = run(tree, runner)
-    assert runner.calls == [(("chroot", str(tree.root), "/usr/bin/nvidia-smi", "-q", "-d",
-                              "ECC,ROW_REMAPPER"), smi.TIMEOUT_S)]
+    assert runner.calls[-1] == ("nvidia-smi", "-q", "-d", "ECC,ROW_REMAPPER")
+    assert runner.timeouts[-1] == smi.TIMEOUT_S
     assert items(bundle, "nvidia-smi")[None].status is status
 
 
 def test_no_nvidia_smi_flag_is_respected_and_recorded(tmp_path: Path) -> None:
     tree = write(sim_node(), tmp_path)
-    tree.write("usr/bin/nvidia-smi", "#!/bin/sh\n")
-    runner = hosttree.FakeRunner()
+    runner = ScriptedRunner({"nvidia-smi": (0, "")})
     bundle = run(tree, runner, nvidia_smi=smi.SmiOptions(enabled=False))
-    assert runner.calls == []
+    assert "nvidia-smi" not in [argv[0] for argv in runner.calls]
     assert "--no-nvidia-smi" in items(bundle, "nvidia-smi")[None].evidence
 
 
@@ -209,13 +206,13 @@ def test_a_window_reaches_into_the_previous_boot(tmp_path: Path) -> None:
 
 def test_journal_is_asked_first_for_the_current_boot(tmp_path: Path) -> None:
     tree = write(sim_node(), tmp_path)
-    tree.write("usr/bin/journalctl", "#!/bin/sh\n")
     journal = ("2026-09-21T13:55:01+0000 gpu-node-b kernel: NVRM: Xid (PCI:0000:18:00): 48, "
                "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE)\n")
-    runner = hosttree.FakeRunner(stdout=journal)
+    runner = ScriptedRunner({"journalctl": (0, journal)})
     bundle = run(tree, runner)
-    assert runner.calls == [(("chroot", str(tree.root), "/usr/bin/journalctl", "-k", "-o",
-                              "short-iso", "--no-pager", "-b"), kernel.JOURNAL_TIMEOUT_S)]
+    assert runner.calls[0] == ("journalctl", "--root", str(tree.root), "-k", "-o", "short-iso",
+                               "--no-pager", "-b"), "the image's journalctl on the host's files"
+    assert runner.timeouts[0] == kernel.JOURNAL_TIMEOUT_S
     assert [(e.xid, e.pci, e.timestamp) for e in bundle.xid_events] == [
         (48, GOOD, datetime(2026, 9, 21, 13, 55, 1, tzinfo=UTC))]
     assert bundle.verdict is not None
@@ -226,7 +223,6 @@ def test_journal_window_and_fallback_to_kern_log_when_it_fails(tmp_path: Path) -
     node = sim_node()
     fall_off(node)
     tree = write(node, tmp_path)
-    tree.write("usr/bin/journalctl", "#!/bin/sh\n")
     runner = hosttree.FakeRunner(returncode=1, stderr="No journal files were found.")
     bundle = run(tree, runner, kernel_log=kernel.KernelLogOptions(since=timedelta(hours=2)))
     assert runner.calls[0][0][-2:] == ("--since", "2026-09-21 12:00:00 UTC")
@@ -305,30 +301,33 @@ def test_eight_gpus_and_10000_xid_lines_summarise_within_a_termination_message(
 
 
 class ScriptedRunner:
-    """Answers per program (after chroot): ``{"journalctl": (returncode, stdout)}``."""
+    """Answers per program: ``{"journalctl": (returncode, stdout)}``; any other program is
+    not in the container (127), as in a Job without the NVIDIA runtime."""
 
     def __init__(self, answers: dict[str, tuple[int | None, str]]) -> None:
         self.answers = answers
         self.calls: list[tuple[str, ...]] = []
+        self.timeouts: list[float] = []
 
     def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
         self.calls.append(tuple(argv))
-        returncode, stdout = self.answers[Path(argv[2]).name]
+        self.timeouts.append(timeout_s)
+        returncode, stdout = self.answers.get(argv[0], (hostcmd.NOT_FOUND, ""))
         return ports.CommandResult(tuple(argv), returncode, stdout, "")
 
 
 def test_ring_buffer_is_the_last_resort_and_the_window_applies_to_it(tmp_path: Path) -> None:
     tree = write(sim_node(), tmp_path)
-    tree.write("usr/bin/journalctl").write("usr/bin/dmesg").remove("var/log/kern.log")
+    tree.remove("var/log/kern.log")
     dmesg = ("2026-09-21T09:00:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', "
              "name=<unknown>, DBE\n"
              "2026-09-21T13:58:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 119, pid=7, "
              "name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP!\n")
     runner = ScriptedRunner({"journalctl": (None, ""), "dmesg": (0, dmesg)})
     bundle = run(tree, runner)
-    assert [argv[2:] for argv in runner.calls] == [
-        ("/usr/bin/journalctl", "-k", "-o", "short-iso", "--no-pager", "-b"),
-        ("/usr/bin/dmesg", "--time-format", "iso")]
+    assert runner.calls[:2] == [
+        ("journalctl", "--root", str(tree.root), "-k", "-o", "short-iso", "--no-pager", "-b"),
+        ("dmesg", "--time-format", "iso")]
     assert [e.xid for e in bundle.xid_events] == [48, 119]
     evidence_text = items(bundle, "kernel-log")[None].evidence
     assert "timed out" in evidence_text
@@ -338,14 +337,15 @@ def test_ring_buffer_is_the_last_resort_and_the_window_applies_to_it(tmp_path: P
     assert [e.xid for e in windowed.xid_events] == [119]
 
 
-def test_gpu_operator_nvidia_smi_runs_inside_the_driver_container_root(tmp_path: Path) -> None:
+def test_without_the_nvidia_runtime_nvidia_smi_is_unknown_and_says_why(tmp_path: Path) -> None:
     tree = write(sim_node(), tmp_path)
-    tree.write("run/nvidia/driver/usr/bin/nvidia-smi")
-    runner = hosttree.FakeRunner(stdout=SMI_REMAP_PENDING.replace("Yes", "No"))
+    tree.write("usr/bin/nvidia-smi").write("run/nvidia/driver/usr/bin/nvidia-smi")
+    runner = ScriptedRunner({})
     bundle = run(tree, runner)
-    assert runner.calls == [(("chroot", str(tree.root / "run/nvidia/driver"), "/usr/bin/nvidia-smi",
-                              "-q", "-d", "ECC,ROW_REMAPPER"), smi.TIMEOUT_S)]
-    assert "/run/nvidia/driver/usr/bin/nvidia-smi" in items(bundle, "nvidia-smi")[None].evidence
+    assert all(argv[0] != "chroot" for argv in runner.calls), "never the host's binaries"
+    smi_item = items(bundle, "nvidia-smi")[None]
+    assert smi_item.status is S.UNKNOWN
+    assert "not in the container" in smi_item.evidence
 
 
 def test_a_device_whose_vendor_cannot_be_read_makes_the_scan_unknown(tmp_path: Path) -> None:

@@ -6,66 +6,17 @@ admission policy admits."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpuguard"
-NAMESPACE = "gpuguard"
+from tests import chart
 
-
-def _lookup(values: dict[str, Any], path: str) -> Any:
-    node: Any = {
-        "Values": values,
-        "Release": {"Namespace": NAMESPACE, "Name": "gpuguard"},
-        "Chart": yaml.safe_load((CHART / "Chart.yaml").read_text()),
-    }
-    for part in path.strip(".").split("."):
-        node = node[{"AppVersion": "appVersion"}.get(part, part)]
-    return node
-
-
-def _expression(expr: str, values: dict[str, Any]) -> str:
-    expr = expr.strip()
-    if m := re.fullmatch(r"toYaml (\S+) \| nindent (\d+)", expr):
-        dumped = yaml.safe_dump(_lookup(values, m[1]), sort_keys=False).rstrip("\n")
-        pad = " " * int(m[2])
-        return "\n" + "\n".join(pad + line for line in dumped.splitlines())
-    if m := re.fullmatch(r"(\S+) \| default (\S+)", expr):
-        return str(_lookup(values, m[1]) or _lookup(values, m[2]))
-    if m := re.fullmatch(r"(\S+) \| quote", expr):
-        return f'"{_lookup(values, m[1])}"'
-    return str(_lookup(values, expr))
-
-
-def render(name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
-    text = (CHART / "templates" / name).read_text()
-    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
-
-    def conditional(m: re.Match[str]) -> str:
-        return m[2] if _lookup(values, m[1]) else ""
-
-    text = re.sub(r"\{\{- if (\S+) \}\}\n(.*?)\{\{- end \}\}\n?", conditional, text, flags=re.S)
-    text = re.sub(r"\{\{-? (.*?) -?\}\}", lambda m: _expression(m[1], values), text)
-    assert "{{" not in text, f"{name}: an unrendered template expression is left"
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def defaults() -> dict[str, Any]:
-    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
-    return values
-
-
-def all_objects() -> list[dict[str, Any]]:
-    return [
-        obj
-        for path in sorted((CHART / "templates").glob("*.yaml"))
-        if path.name != "prometheusrule.yaml"  # tested in test_rules.py
-        for obj in render(path.name, defaults())
-    ]
+NAMESPACE = chart.NAMESPACE
+render, defaults, all_objects, by_kind = (
+    chart.render, chart.defaults, chart.all_objects, chart.by_kind
+)
 
 
 @pytest.mark.parametrize("obj", all_objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
@@ -83,10 +34,6 @@ def test_every_object_has_what_kubernetes_requires(obj: dict[str, Any]) -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def by_kind(kind: str) -> list[dict[str, Any]]:
-    return [o for o in all_objects() if o["kind"] == kind]
-
-
 def test_rbac_allows_cordon_and_events_but_never_eviction_or_pod_deletion() -> None:
     rules = [r for role in by_kind("ClusterRole") + by_kind("Role") for r in role["rules"]]
     granted = {(res, verb) for r in rules for res in r["resources"] for verb in r["verbs"]}
@@ -102,16 +49,15 @@ def test_rbac_allows_cordon_and_events_but_never_eviction_or_pod_deletion() -> N
     }
 
 
-def test_the_controller_stamps_jobs_with_the_image_the_admission_policy_admits() -> None:
+def test_the_controller_stamps_jobs_with_what_the_admission_policy_admits() -> None:
     (deployment,) = by_kind("Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    (policy,) = by_kind("ValidatingAdmissionPolicy")
-    image_rule = [
-        v["expression"] for v in policy["spec"]["validations"] if "image" in v["expression"]
-    ]
+    policy = chart.by_name("ValidatingAdmissionPolicy", "gpuguard-jobs")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert env["GPUGUARD_CONTROLLER__IMAGE"] == container["image"]
-    assert f"'{container['image']}'" in image_rule[0]
+    assert variables["image"] == f"'{container['image']}'"
+    assert variables["runtimeClass"] == f"'{env['GPUGUARD_CONTROLLER__JOB_RUNTIME_CLASS']}'"
     assert env["GPUGUARD_CONTROLLER__NAMESPACE"] == NAMESPACE
 
 
@@ -141,3 +87,100 @@ def test_disabling_the_agent_removes_it() -> None:
     values = defaults()
     values["agent"]["enabled"] = False
     assert render("agent.yaml", values) == []
+
+
+def agent_pod(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    (agent,) = by_kind("DaemonSet", values) if values else by_kind("DaemonSet")
+    spec: dict[str, Any] = agent["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_agent_runs_non_root_without_capabilities_or_a_runtime_socket() -> None:
+    spec = agent_pod()
+    (container,) = spec["containers"]
+    context = container["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (65532, True)
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["privileged"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert not {p for p in host_paths if p in {"/run", "/var/run", "/dev/kmsg"}
+                or "containerd" in p or p.endswith(".sock")}, host_paths
+    assert "--journal" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_kmsg_and_the_process_scan_are_explicit_opt_ins() -> None:
+    values = defaults()
+    values["agent"]["kmsg"]["privileged"] = True
+    spec = agent_pod(values)
+    (container,) = spec["containers"]
+    assert container["securityContext"]["privileged"] is True
+    assert "--kmsg" in container["args"]
+    assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in spec[
+        "volumes"]
+    values = defaults()
+    values["agent"]["processScan"]["enabled"] = True
+    (container,) = agent_pod(values)["containers"]
+    assert container["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE"]
+    values = defaults()
+    values["agent"]["runAsRoot"] = True
+    (container,) = agent_pod(values)["containers"]
+    assert container["securityContext"]["runAsUser"] == 0
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    values = defaults()
+    values["agent"]["kernelLogFile"] = "/var/log/kern.log"
+    (container,) = agent_pod(values)["containers"]
+    assert "--kernel-log=/host/var/log/kern.log" in container["args"]
+
+
+def test_only_the_scrapers_reach_the_metrics_ports() -> None:
+    policies = {p["metadata"]["name"]: p for p in by_kind("NetworkPolicy")}
+    for name, port in (("gpuguard-agent-metrics", 9809), ("gpuguard-controller-metrics", 9808)):
+        (rule,) = policies[name]["spec"]["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+        assert rule["from"] == defaults()["networkPolicy"]["scrapers"]
+
+
+def test_every_host_path_and_capability_has_its_reason_in_the_security_doc() -> None:
+    from tests.admission import evidence
+
+    doc = (chart.CHART.parents[2] / "docs" / "security.md").read_text()
+    values = defaults()
+    values["agent"]["kmsg"]["privileged"] = True
+    values["agent"]["processScan"]["enabled"] = True
+    pods = [o["spec"]["template"]["spec"] for o in by_kind("DaemonSet", values)
+            + by_kind("Deployment") + [evidence()]]
+    paths = {v["hostPath"]["path"] for p in pods for v in p.get("volumes", []) if "hostPath" in v}
+    capabilities = {cap for p in pods for c in p["containers"] + p.get("initContainers", [])
+                    for cap in c.get("securityContext", {}).get("capabilities", {}).get("add", [])}
+    assert paths
+    assert capabilities
+    missing = {x for x in paths | capabilities if f"`{x}`" not in doc}
+    assert not missing, f"not explained in docs/security.md: {sorted(missing)}"
+
+
+@pytest.mark.parametrize(
+    ("template", "switch", "kinds"),
+    [
+        ("agent-podmonitor.yaml", "podMonitor", ["PodMonitor"]),
+        ("agent-servicemonitor.yaml", "serviceMonitor", ["Service", "ServiceMonitor"]),
+    ],
+)
+def test_the_agent_can_be_scraped_with_its_node_label_and_is_not_by_default(
+    template: str, switch: str, kinds: list[str]
+) -> None:
+    values = defaults()
+    assert render(template, values) == []  # optional: needs the Prometheus Operator's CRDs
+    values["agent"]["scrape"][switch] = True
+    objects = render(template, values)
+    assert [o["kind"] for o in objects] == kinds
+    (agent,) = [o for o in render("agent.yaml", values) if o["kind"] == "DaemonSet"]
+    pod_labels = agent["spec"]["template"]["metadata"]["labels"]
+    monitor = objects[-1]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"]["endpoints"]
+    port_names = [p["name"] for p in agent["spec"]["template"]["spec"]["containers"][0]["ports"]]
+    assert endpoint["port"] in port_names or objects[0]["spec"]["ports"][0]["name"] == "metrics"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in (
+        endpoint["relabelings"])

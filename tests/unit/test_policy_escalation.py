@@ -6,6 +6,7 @@ faults only observed in metrics never escalate."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -349,3 +350,12 @@ def test_confirmations_that_count() -> None:
     counted = {c for c in faults.Confirmation if escalation.card_fault_count(
         [line(timedelta(0), c)], CARD_A)}
     assert counted == set(faults.Confirmation) - {faults.Confirmation.OBSERVED}
+
+
+def test_a_failed_burn_in_line_is_kept_but_not_counted_as_another_fault() -> None:
+    kind = faults.FaultKind.BURNIN_FAILED
+    burn_in = dataclasses.replace(fault("2026-09-11"), xid=None, kind=kind)
+    entries = [fault("2026-09-10"), burn_in]
+    assert escalation.card_fault_count(entries, CARD_A) == 1
+    history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
+    assert escalation.escalate(history) is Escalation.NONE

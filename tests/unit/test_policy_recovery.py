@@ -168,3 +168,46 @@ def test_a_phantom_cordon_is_never_a_hardware_fault_in_the_ledger() -> None:
     step = recovery.decide(phantom, job, [], CATALOG, NOW)
     assert step.record is None
     assert step.annotations == {annotation_keys.VERDICT: "human-diagnosis"}
+
+
+def test_a_job_past_its_deadline_records_evidence_unavailable_for_a_human() -> None:
+    detail = "DeadlineExceeded: Job was active longer than specified deadline; its pods are gone"
+    step = decide(jobs.JobResult(jobs.JobState.FAILED, None, detail=detail), [])
+    assert step.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
+    assert step.record is not None
+    assert step.evidence[0].value == f"evidence unavailable ({detail})"
+    assert not step.start_evidence_job
+
+
+def test_a_started_job_that_is_gone_is_a_result_never_a_second_job() -> None:
+    node = isolated()
+    started = fleet.Node(
+        node.name, node.boot_id, 8, 7, unschedulable=True,
+        annotations={**node.annotations, annotation_keys.EVIDENCE_STARTED: ISOLATED_AT},
+    )
+    first = decide(jobs.JobResult(jobs.JobState.ABSENT), [])
+    gone = recovery.decide(started, jobs.JobResult(jobs.JobState.ABSENT), [], CATALOG, NOW)
+    assert first.started_mark == {annotation_keys.EVIDENCE_STARTED: ISOLATED_AT}
+    assert not gone.start_evidence_job
+    assert gone.verdict is decisions.Verdict.HUMAN_DIAGNOSIS
+    assert gone.record is not None
+    assert "evidence unavailable (the evidence Job is gone" in gone.evidence[0].value
+
+
+def test_the_merge_window_follows_the_hold_window() -> None:
+    """With a 30 min hold the fault is first seen up to 30 min before its isolation line: one
+    fault, not two, when the window is derived from the hold window."""
+    from datetime import timedelta
+
+    seen = faults.LedgerEntry(
+        datetime.fromisoformat(ISOLATED_AT) - timedelta(minutes=28), "gpu-node-b", 79, SLOT,
+        CARD, faults.Recorder.GPUGUARD, confirmation=faults.Confirmation.DEVICE_PLUGIN,
+    )
+    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+    narrow = decide(job, [seen])
+    wide = recovery.decide(
+        isolated(), job, [seen], CATALOG, NOW,
+        merge_window=escalation.merge_window_for(timedelta(minutes=30)),
+    )
+    assert narrow.escalation is escalation.Escalation.INSPECTION
+    assert wide.escalation is escalation.Escalation.NONE

@@ -3,120 +3,34 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from gpuguard.cli import return_checklist
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet, settings
+from gpuguard.model import decisions, faults, fleet, settings
 from gpuguard.model import restore as model
 from gpuguard.policy import restore
+from tests.restore_builders import (
+    BOOT_AT_ISOLATION,
+    GUARD,
+    ISOLATED_AT,
+    NOW,
+    XID_79_AGAIN,
+    burn_in,
+    facts,
+    marks,
+    node,
+    pod,
+    stamp,
+    system_pods,
+)
 
 Status = decisions.CheckStatus
 Step = model.RestoreStep
 Condition = model.ReturnCondition
-
-ISOLATED_AT = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
-NOW = datetime(2026, 9, 22, 16, 30, tzinfo=UTC)
-CARD = "GPU-5e2b1c3d-0004"
-BOOT_AT_ISOLATION = "6f1c0a2e-boot-before"
-BOOT_AFTER_POWER_CYCLE = "91d4e7b0-boot-after"
-GUARD = settings.GuardSettings()
-
-
-def stamp(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def marks(reason: str = "xid-79", **extra: str) -> dict[str, str]:
-    """gpuguard's annotations as ``policy.isolate`` writes them, plus any extra keys."""
-    return {
-        keys.REASON: reason,
-        keys.ISOLATED_AT: stamp(ISOLATED_AT),
-        keys.BOOT_ID: BOOT_AT_ISOLATION,
-        keys.GPU_CAPACITY: "8",
-        keys.GPU_UUID: CARD,
-        keys.GPU_PCI: "0000:99:00.0",
-        **extra,
-    }
-
-
-def node(
-    annotations: dict[str, str] | None = None,
-    *,
-    cordoned: bool = True,
-    boot: str = BOOT_AFTER_POWER_CYCLE,
-    capacity: int = 8,
-    allocatable: int = 8,
-) -> fleet.Node:
-    return fleet.Node(
-        name="gpu-node-b",
-        boot_id=boot,
-        gpu_capacity=capacity,
-        gpu_allocatable=allocatable,
-        unschedulable=cordoned,
-        annotations=marks() if annotations is None else annotations,
-        conditions={"Ready": "True"},
-    )
-
-
-def pod(
-    name: str,
-    namespace: str = "kube-system",
-    *,
-    ready: bool = True,
-    gpus: int = 0,
-    phase: fleet.PodPhase = fleet.PodPhase.RUNNING,
-) -> fleet.Pod:
-    return fleet.Pod(namespace, name, "gpu-node-b", phase, gpu_request=gpus, ready=ready)
-
-
-def system_pods(*, kube_proxy_ready: bool = True) -> tuple[fleet.Pod, ...]:
-    return (
-        pod("kube-proxy-gpu-node-b", ready=kube_proxy_ready),
-        pod("rke2-canal-7x2kq"),
-        pod("nvidia-device-plugin-daemonset-x8c2v", "gpu-operator"),
-    )
-
-
-def burn_in(
-    outcome: model.BurnInOutcome = model.BurnInOutcome.PASSED,
-    *,
-    mode: model.BurnInMode = model.BurnInMode.MATMUL,
-    boot: str = BOOT_AFTER_POWER_CYCLE,
-    started: datetime = datetime(2026, 9, 22, 16, 26, tzinfo=UTC),
-    failed_check: str = "",
-) -> model.BurnInResult:
-    return model.BurnInResult(
-        outcome=outcome,
-        mode=mode,
-        boot_id=boot,
-        started_at=started,
-        failed_check=failed_check,
-        detail="8 GPUs 203.6-212.7 TFLOPS" if not failed_check else "",
-    )
-
-
-HEALTHY = model.RestoreFacts(
-    pods=system_pods(),
-    hardware_xids_since_boot=(),
-    card_faults=1,
-    row_remap_pending={str(gpu): 0.0 for gpu in range(8)},
-    conformance={"ipvs-loaded": Status.PASS, "nvidia-match": Status.PASS},
-    pcie_links=tuple(model.PcieLink(str(g), 16, 16, 1, 4) for g in range(8)),
-    burn_in=burn_in(),
-)
-"""gpu-node-b at 16:30 on 9/22 as the seed tells it, had gpuguard read everything."""
-
-
-def facts(**changes: object) -> model.RestoreFacts:
-    return dataclasses.replace(HEALTHY, **changes)  # type: ignore[arg-type]
-
-
-XID_79_AGAIN = decisions.Evidence("gpuguard_xid_total recent", "1 occurrence(s) of Xid 79")
 
 CASES = [
     pytest.param(
@@ -434,18 +348,40 @@ def test_returning_uncordons_and_removes_gpuguards_marks_but_never_a_hold() -> N
     assert keys.HOLD not in restore.OWN_KEYS + restore.CONSUMED_HUMAN_KEYS
 
 
-def test_burnin_failure_annotates_the_failed_check_once() -> None:
+def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
     failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
 
     first = restore.decide(node(), failed, GUARD, NOW)
-    marked = node(marks(**{keys.RETURN_FAILED: "gpu-count 7/8"}))
+    assert first.action is not None
+    marked = node(marks(**first.action.annotations))
     again = restore.decide(marked, failed, GUARD, NOW)
 
-    assert first.action is not None
     assert first.action.kind is decisions.ActionKind.ANNOTATE
-    assert first.action.annotations == {keys.RETURN_FAILED: "gpu-count 7/8"}
+    assert first.action.annotations == {
+        keys.RETURN_FAILED: "gpu-count 7/8",
+        keys.BURNIN_FAILED: restore.burnin_key(node(), model.BurnInMode.MATMUL),
+    }
+    assert first.record is not None
+    assert first.record.kind is faults.FaultKind.BURNIN_FAILED
+    assert first.record.uuid == node().annotations[keys.GPU_UUID]
     assert again.step is Step.STAY_ISOLATED
-    assert again.action is None
+    assert (again.action, again.record) == (None, None)
+
+
+def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot_or_mark() -> None:
+    failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
+    first = restore.decide(node(), failed, GUARD, NOW)
+    assert first.action is not None
+    marked = marks(**first.action.annotations)
+
+    job_deleted = restore.decide(node(marked), facts(burn_in=None), GUARD, NOW)
+    inspected = node(marked | {keys.INSPECTED: "2026-09-21T07:00:00Z"})
+    after_inspection = restore.decide(inspected, facts(burn_in=None), GUARD, NOW)
+
+    assert job_deleted.step is Step.STAY_ISOLATED
+    assert job_deleted.action is None
+    assert "gpu-count 7/8" in job_deleted.detail
+    assert after_inspection.step is Step.START_BURN_IN
 
 
 def test_human_uncordon_cleans_only_gpuguards_marks_and_records_the_skip() -> None:

@@ -222,3 +222,30 @@ def test_the_world_can_backdate_what_it_seeds(s: store.ObjectStore) -> None:
     node = s.create("Node", "", seeded)
 
     assert node["metadata"]["creationTimestamp"] == "2026-08-01T00:00:00Z"
+
+
+def test_managed_fields_follow_each_writer_as_the_api_server_records_them() -> None:
+    """Update operations: the writer owns what it set or changed; a removed field is owned by
+    nobody; a value written unchanged keeps its owner."""
+    from gpuguard.sim import managed_fields
+
+    objects = store.ObjectStore()
+    objects.create("Node", "", {"metadata": {"name": "n"}, "spec": {}}, manager="kubelet")
+    mark = ("metadata", "annotations", "gpuguard.io/isolated-at")
+    cordon = ("spec", "unschedulable")
+    patch = {"metadata": {"annotations": {"gpuguard.io/isolated-at": "t"}},
+             "spec": {"unschedulable": True}}
+    objects.merge_patch("Node", "", "n", patch, manager="gpuguard")
+    node = objects.get("Node", "", "n")
+    assert managed_fields.owners(node, mark) == managed_fields.owners(node, cordon) == {"gpuguard"}
+    objects.merge_patch("Node", "", "n", {"spec": {"unschedulable": True}},
+                        manager="kubectl-cordon")
+    assert managed_fields.owners(objects.get("Node", "", "n"), cordon) == {"gpuguard"}
+    objects.merge_patch("Node", "", "n", {"spec": {"unschedulable": None}},
+                        manager="kubectl-uncordon")
+    node = objects.get("Node", "", "n")
+    assert managed_fields.owners(node, cordon) == set()
+    assert managed_fields.owners(node, mark) == {"gpuguard"}
+    objects.merge_patch("Node", "", "n", {"metadata": {"labels": {"x": "y"}}})
+    assert objects.get("Node", "", "n")["metadata"]["managedFields"] == node["metadata"][
+        "managedFields"], "the world's own writes are not API requests: nothing recorded"

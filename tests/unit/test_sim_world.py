@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuguard.sim import clock, reactions, scenario, store, world
+from gpuguard.sim import clock, exporters, reactions, scenario, store, world
 
 FLEET = """\
 name: t
@@ -303,6 +303,8 @@ EVERY_KIND = """
 {at: 33m, annotate: {node: 1, key: gpuguard.io/hold, value: "waiting for RMA"}}
 {at: 34m, prometheus_down: {duration: 1m}}
 {at: 35m, bad_metric: {node: 0, gpu: 2, xid: 79}}
+{at: 35m, exporter_down: {node: 0, duration: 2m}}
+{at: 35m, job_hang: {node: 1, job: burnin}}
 """
 
 
@@ -354,3 +356,23 @@ fleet: {nodes: 2, model: NVIDIA H100 80GB HBM3, kernel_release: 5.15.0-171-gener
 
 def test_every_event_kind_has_exactly_one_reaction() -> None:
     assert set(reactions.REACTIONS) == set(scenario.PAYLOADS)
+
+
+def test_a_silent_exporter_stops_its_series_then_answers_again() -> None:
+    w = build("{at: 1m, exporter_down: {node: 0, duration: 5m}}")
+    node = w.node(0)
+    w.step_to(timedelta(minutes=2))
+    assert not exporters.exporter_up(node, w.now)
+    assert exporters.exporter_up(w.node(1), w.now)
+    w.step_to(timedelta(minutes=7))
+    assert exporters.exporter_up(node, w.now)
+    assert [e.kind for e in w.timeline if e.node == node.name] == ["exporter_down", "exporter_up"]
+
+
+def test_a_job_hang_is_used_by_the_next_job_of_its_kind_only() -> None:
+    w = build("{at: 1m, job_hang: {node: 1, job: evidence}}")
+    w.step_to(timedelta(minutes=2))
+    name = w.node(1).name
+    assert not w.take_job_hang(name, "burnin")
+    assert w.take_job_hang(name, "evidence")
+    assert not w.take_job_hang(name, "evidence")

@@ -3,47 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as names
-from gpuguard.sources import prometheus
-
-AT = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
-PLAN = prometheus.QueryPlan(hold_window=timedelta(minutes=10), xid_lookback=timedelta(hours=24))
-
-
-def vector(results: list[dict[str, object]]) -> bytes:
-    return json.dumps(
-        {"status": "success", "data": {"resultType": "vector", "result": results}}
-    ).encode()
-
-
-def fleet_answers(nodes: int, *, age_s: float = 5.0) -> Callable[[httpx.Request], httpx.Response]:
-    fresh = AT.timestamp() - age_s
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        query = request.url.params["query"]
-        if query.startswith("max(timestamp("):
-            return httpx.Response(200, content=vector([{"metric": {}, "value": [1, str(fresh)]}]))
-        if query == names.DCGM_XID_LAST:
-            series = [
-                {"metric": {"Hostname": f"n{i}", "gpu": "4"}, "value": [AT.timestamp(), "79"]}
-                for i in range(nodes)
-            ]
-            return httpx.Response(200, content=vector(series))
-        return httpx.Response(200, content=vector([]))
-
-    return answer
-
-
-def source(handler: Callable[[httpx.Request], httpx.Response]) -> prometheus.PrometheusSource:
-    client = httpx.Client(transport=httpx.MockTransport(handler))
-    return prometheus.PrometheusSource("http://prom:9090", PLAN, client=client)
+from tests.prometheus_answers import AT, PLAN, fleet_answers, source, vector
 
 
 def test_reads_samples_at_the_given_instant() -> None:
@@ -87,6 +53,27 @@ def test_query_count_is_the_same_at_100_and_10000_nodes() -> None:
         pytest.param(
             200, vector([{"metric": {}, "value": ["x"]}]), "malformed", id="malformed-sample"
         ),
+        pytest.param(
+            200, vector([{"metric": None, "value": [1.0, "1"]}]), "not a label set",
+            id="null-metric",
+        ),
+        pytest.param(
+            200, vector([{"metric": {"node": "a"}, "value": [AT.timestamp(), "NaN"]}]),
+            r"value 'NaN' of \{'node': 'a'\} is not a finite number", id="nan",
+        ),
+        pytest.param(
+            200, vector([{"metric": {}, "value": [AT.timestamp(), "+Inf"]}]), "not a finite",
+            id="inf",
+        ),
+        pytest.param(
+            200, vector([{"metric": {}, "value": [1e20, "1"]}]), "timestamp 1e\\+20",
+            id="absurd-timestamp",
+        ),
+        pytest.param(
+            200, json.dumps({"status": "success", "warnings": ["store gateway unavailable"],
+                             "data": {"resultType": "vector", "result": []}}).encode(),
+            "partial answer, warnings", id="partial-answer-warnings",
+        ),
     ],
 )
 def test_bad_answers_are_errors_never_no_targets(status: int, body: bytes, message: str) -> None:
@@ -115,3 +102,13 @@ def test_connection_failure_is_a_source_error() -> None:
 
     with pytest.raises(SourceError, match="connection refused"):
         source(refuse).samples(AT)
+
+
+def test_an_absurd_freshness_time_is_a_source_error_not_a_crash() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.params["query"].startswith("max(timestamp("):
+            return httpx.Response(200, content=vector([{"metric": {}, "value": [1, "1e15"]}]))
+        return httpx.Response(200, content=vector([]))
+
+    with pytest.raises(SourceError, match="is not a time"):
+        source(answer).samples(AT)

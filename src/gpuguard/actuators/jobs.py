@@ -1,11 +1,16 @@
 """The Jobs gpuguard runs on an isolated node, and reading their results.
 
-Both Jobs are pinned with ``nodeName`` (so they run on the cordoned node on purpose, as the
-seed's evidence Job did) and have exactly the shape the ValidatingAdmissionPolicy under
-``deploy/`` admits from gpuguard's service account — anything else is refused by the API
-server. The evidence Job runs unprivileged: no hostPID, no hostNetwork, every capability
-dropped but DAC_READ_SEARCH, host paths mounted read-only. Its result is the container's
-termination message (≤ 4 KiB), so reading it needs no log access.
+Both Jobs are pinned with ``nodeName`` (so they run on the cordoned node on purpose) and have
+exactly the shape the ``gpuguard-jobs`` ValidatingAdmissionPolicy under ``deploy/`` admits —
+anything else running as gpuguard's service accounts is refused by the API server (see
+``docs/security.md``). ``gpuguard manifest job`` prints them. The evidence Job runs
+unprivileged: no host namespaces, every capability dropped but DAC_READ_SEARCH (kern.log is
+``syslog:adm 0640`` on Debian/Ubuntu), only ``/sys``, ``/var/log`` and the boot ID mounted,
+read-only. ``nvidia-smi`` comes from the NVIDIA container toolkit (``runtimeClassName``,
+``NVIDIA_VISIBLE_DEVICES=all``, ``NVIDIA_DRIVER_CAPABILITIES=utility``: the toolkit mounts the
+driver's utilities into the container), the journal is read by the image's own journalctl
+from the host's journal files. Its result is the container's termination message (≤ 4 KiB),
+so reading it needs no log access.
 
 Names are derived from the node and the isolation time: a crash between creating a Job and
 recording it leaves a Job the next tick finds again (create → AlreadyExists is success).
@@ -14,10 +19,11 @@ recording it leaves a Job the next tick finds again (create → AlreadyExists is
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, cast
 
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
@@ -25,13 +31,23 @@ from gpuguard.actuators import api_errors
 from gpuguard.errors import ConflictError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import jobs as job_model
+from gpuguard.model import restore as restore_model
 
 PART_OF = "gpuguard"
 JOB_KIND_LABEL = "gpuguard.io/job"
 NODE_LABEL = "gpuguard.io/node"
 BURNIN_NODE_LABEL = annotation_keys.BURNIN_NODE_LABEL  # the onboarding gate looks for it
 EVIDENCE_SERVICE_ACCOUNT = "gpuguard-evidence"
-HOST_PATHS = {"sys": "/sys", "var-log": "/var/log", "proc": "/proc", "etc": "/etc"}
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+HOST_PATHS = {"sys": ("/sys", "Directory"), "var-log": ("/var/log", "Directory"),
+              "boot-id": (BOOT_ID_FILE, "File")}  # fmt: skip
+"""Volume name -> (host path, hostPath type): what the evidence collector reads, nothing more."""
+TOOLKIT_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+"""The NVIDIA container toolkit's variables: every GPU's device node and only the driver's
+utilities (nvidia-smi), no compute libraries; see NVIDIA's container toolkit docs
+("Driver capabilities")."""
+BURNIN_ENV = {"CUDA_CACHE_DISABLE": "1"}  # read-only root filesystem: no JIT cache to write
+BURNIN_UID = 65532  # any non-root uid: /dev/nvidia* are 0666
 
 
 class JobKind(StrEnum):
@@ -49,17 +65,26 @@ def _labels(kind: JobKind, node: str) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": PART_OF, JOB_KIND_LABEL: str(kind), NODE_LABEL: node}
 
 
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
 def evidence_job(
-    node: str, isolated_at: str, *, image: str, namespace: str = "gpuguard"
+    node: str,
+    isolated_at: str,
+    *,
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = None,
 ) -> dict[str, Any]:
     """The evidence Job manifest (batch/v1) for one isolation of ``node``."""
     mounts = [
         {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": True}
-        for name, path in HOST_PATHS.items()
+        for name, (path, _) in HOST_PATHS.items()
     ]
     volumes = [
-        {"name": f"host-{name}", "hostPath": {"path": path, "type": "Directory"}}
-        for name, path in HOST_PATHS.items()
+        {"name": f"host-{name}", "hostPath": {"path": path, "type": kind}}
+        for name, (path, kind) in HOST_PATHS.items()
     ]
     container = {
         "name": "evidence",
@@ -68,6 +93,7 @@ def evidence_job(
             "gpuguard", "evidence", "--root", "/host", "--node", node,
             "--summary-file", "/dev/termination-log",
         ],
+        "env": _env(TOOLKIT_ENV),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -83,7 +109,7 @@ def evidence_job(
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
     }
-    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes)
+    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes, runtime_class)
 
 
 BURNIN_DEADLINE_S = 90 * 60
@@ -91,12 +117,6 @@ BURNIN_DEADLINE_S = 90 * 60
 BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
 """``model.restore.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's level-4
 diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
-
-
-def burnin_key(isolated_at: str, boot_id: str, mode: str, reset_done: str | None = None) -> str:
-    """What one burn-in tests: this isolation, on this boot, after this reset (if any), in
-    this mode (``model.restore.BurnInMode``)."""
-    return f"{isolated_at}/{boot_id}/{reset_done or ''}/{mode}"
 
 
 def burnin_job(
@@ -110,12 +130,15 @@ def burnin_job(
     reason: str | None = None,
     reset_done: str | None = None,
     namespace: str = "gpuguard",
+    runtime_class: str | None = None,
+    inspected: str | None = None,
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
-    Named per isolation, boot, reset and mode (``burnin_key``), so a burn-in that failed is
-    run again only after another power cycle or reset; the boot ID it tests is in the
-    ``gpuguard.io/boot-id`` annotation. No host path: the GPUs come from the device plugin.
+    Named per isolation, boot, reset, inspection and mode (``model.restore.burnin_key``), so
+    a burn-in that failed is run again only after another power cycle, reset or inspection;
+    the boot ID it tests is in the ``gpuguard.io/boot-id`` annotation. No host path: the GPUs
+    come from the device plugin.
     """
     command = ["gpuguard", "burnin", "--summary-file", "/dev/termination-log"]
     command += ["--expected-gpus", str(gpus)]
@@ -126,11 +149,13 @@ def burnin_job(
         "name": "burnin",
         "image": image,
         "command": command,
-        "env": [{"name": "CUDA_CACHE_DISABLE", "value": "1"}],  # read-only root filesystem
+        "env": _env(BURNIN_ENV),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": BURNIN_UID,
             "capabilities": {"drop": ["ALL"]},
         },
         "resources": {
@@ -140,8 +165,8 @@ def burnin_job(
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     }
-    key = burnin_key(isolated_at, boot_id, mode, reset_done)
-    job = _job(JobKind.BURNIN, node, key, namespace, container, [])
+    key = restore_model.burnin_key(isolated_at, boot_id, mode, reset_done, inspected)
+    job = _job(JobKind.BURNIN, node, key, namespace, container, [], runtime_class)
     job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["metadata"]["annotations"] = {
@@ -160,9 +185,10 @@ def _job(
     namespace: str,
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
+    runtime_class: str | None,
 ) -> dict[str, Any]:
     labels = _labels(kind, node)
-    return {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -176,7 +202,7 @@ def _job(
             "activeDeadlineSeconds": 600,
             "ttlSecondsAfterFinished": 7 * 86400,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": dict(labels)},
                 "spec": {
                     "nodeName": node,
                     "restartPolicy": "Never",
@@ -184,6 +210,7 @@ def _job(
                     "automountServiceAccountToken": False,
                     "hostPID": False,
                     "hostNetwork": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [container],
                     "volumes": volumes,
@@ -191,6 +218,9 @@ def _job(
             },
         },
     }
+    if runtime_class:
+        job["spec"]["template"]["spec"]["runtimeClassName"] = runtime_class
+    return job
 
 
 class Jobs:
@@ -211,28 +241,72 @@ class Jobs:
         return True
 
     def result(self, name: str) -> job_model.JobResult:
-        """The state of the Job's pod and its termination message, if it ended."""
+        """The Job's own state (its ``Complete``/``Failed`` condition) and, from the pods it
+        owns, the termination message. ABSENT when the Job does not exist (never created, or
+        deleted by its TTL)."""
+        with api_errors.translated(f"reading Job {name}", SourceError):
+            try:
+                job = self._client.get(Job, name, namespace=self._namespace)
+            except ApiError as e:
+                if e.status is not None and e.status.code == 404:
+                    return job_model.JobResult(job_model.JobState.ABSENT)
+                raise
+        uid = job.metadata.uid if job.metadata else None
         with api_errors.translated(f"reading the pods of Job {name}", SourceError):
             pods = list(
                 self._client.list(Pod, namespace=self._namespace, labels={"job-name": name})
             )
-        if not pods:
-            return job_model.JobResult(job_model.JobState.ABSENT)
-        return _pod_result(pods[-1])
+        owned = [pod for pod in pods if uid and _owned_by(pod, uid)]
+        return job_result(job, owned)
 
 
-def _pod_result(pod: Pod) -> job_model.JobResult:
-    status = pod.status
-    phase = status.phase if status else None
-    statuses = (status.containerStatuses or []) if status else []
-    terminated = statuses[0].state.terminated if statuses and statuses[0].state else None
-    message = terminated.message if terminated else None
+def _owned_by(pod: Pod, uid: str) -> bool:
+    """Only a pod the Job controller made for this Job speaks for it: any pod can carry the
+    ``job-name`` label, only the owner's uid proves it (Kubernetes "Owners and Dependents")."""
+    refs = (pod.metadata.ownerReferences if pod.metadata else None) or []
+    return any(ref.kind == "Job" and ref.uid == uid and ref.controller for ref in refs)
+
+
+def job_result(job: Job, pods: list[Pod]) -> job_model.JobResult:
+    """The Job's terminal condition decides its state (the Job controller sets ``Complete`` or
+    ``Failed`` with a reason such as ``DeadlineExceeded`` or ``BackoffLimitExceeded``); its
+    pods give only the termination message, and may be gone (PodGC, deadline)."""
+    status = job.status
     started = status.startTime if status else None
-    if phase == "Succeeded":
+    terminal = _terminal_condition(job)
+    if terminal is None:
+        return job_model.JobResult(job_model.JobState.RUNNING, started_at=started)
+    kind, reason, text = terminal
+    message = _termination_message(pods, "Succeeded" if kind == "Complete" else "Failed")
+    if kind == "Complete":
         return job_model.JobResult(job_model.JobState.SUCCEEDED, message, started_at=started)
-    if phase == "Failed":
-        reason = terminated.reason if terminated else (status.reason if status else None)
-        return job_model.JobResult(
-            job_model.JobState.FAILED, message, detail=reason or "", started_at=started
-        )
-    return job_model.JobResult(job_model.JobState.RUNNING, started_at=started)
+    if not pods:
+        text = f"{text}; its pods are gone" if text else "its pods are gone"
+    detail = f"{reason}: {text}" if reason and text else reason or text
+    return job_model.JobResult(
+        job_model.JobState.FAILED, message, detail=detail, started_at=started
+    )
+
+
+def _terminal_condition(job: Job) -> tuple[str, str, str] | None:
+    for condition in (job.status.conditions if job.status else None) or []:
+        if condition.type in ("Complete", "Failed") and condition.status == "True":
+            return condition.type, condition.reason or "", condition.message or ""
+    return None
+
+
+def _termination_message(pods: list[Pod], phase: str) -> str | None:
+    """The message of the newest pod that ended in ``phase`` (a retried Job has several)."""
+    ended = [pod for pod in pods if pod.status and pod.status.phase == phase]
+    ended.sort(key=_created)
+    for pod in reversed(ended):
+        statuses = (pod.status.containerStatuses or []) if pod.status else []
+        state = statuses[0].state if statuses else None
+        if state is not None and state.terminated is not None:
+            return state.terminated.message
+    return None
+
+
+def _created(pod: Pod) -> datetime:
+    created = pod.metadata.creationTimestamp if pod.metadata else None
+    return created or datetime(1970, 1, 1, tzinfo=UTC)

@@ -30,15 +30,23 @@ label, so an append reads one small list, not the whole history.
 Writes: read the open segment, append, ``replace`` with the read resourceVersion; a 409 (lost
 race, or a segment created by someone else first) re-reads and retries, with a bounded,
 jittered backoff decided by the pure ``retry_decision``. A line already present is not written
-twice, so a retried append is idempotent. Reading lists every ConfigMap labelled
-``gpuguard.io/ledger=v1`` and merges (a hand-kept one like the seed's ``gpu-fault-ledger`` counts
-once labelled); a malformed line is reported with its object, key and line number and skipped.
+twice, so a retried append is idempotent.
+
+Trust. Reading lists the ConfigMaps labelled ``gpuguard.io/ledger=v1`` but merges only those
+with gpuguard's segment names; any other one carrying the labels is reported and ignored (a
+hand-kept ledger is imported with ``gpuguard ledger add``). The admission policy
+``gpuguard-ledger`` lets only gpuguard's service account create or change those ConfigMaps
+(docs/security.md). A malformed line is reported with its object, key and line number and
+skipped; the controller's ledger (``quarantine=True``) also moves it under the segment's
+``_quarantine`` key (no node is named so), so one bad line never blocks a card's node for good.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import random
 import re
 import time
@@ -56,6 +64,8 @@ from lightkube.resources.core_v1 import ConfigMap
 from gpuguard.actuators import api_errors
 from gpuguard.errors import ConflictError, InputError
 from gpuguard.model import decisions, faults, pci
+
+log = logging.getLogger(__name__)
 
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 LEDGER_LABEL = "gpuguard.io/ledger"
@@ -85,6 +95,16 @@ GPU_UUID = re.compile(
 _DATA_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 _E = TypeVar("_E", bound=StrEnum)
 _SEGMENT = re.compile(r"^gpuguard-ledger-(?P<month>\d{4}-\d{2})-(?P<segment>\d+)$")
+QUARANTINE_KEY = "_quarantine"  # not a node name (no "_" in DNS names): never read as faults
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that could not be read, where it is: ConfigMap name, data key, line text."""
+
+    config_map: str
+    key: str
+    line: str
 
 
 class AuditOp(StrEnum):
@@ -119,13 +139,18 @@ class LedgerRead:
 
     From ``Ledger.entries`` the audit lines are applied: ``entries`` holds what counts and
     ``removed`` what a person removed or replaced; ``audits`` is the trail, oldest first, and
-    ``texts`` each entry's line exactly as stored."""
+    ``texts`` each entry's line exactly as stored. ``ignored``: ConfigMaps with the ledger
+    labels but not gpuguard's names; ``quarantined``: malformed lines moved aside (by this read
+    or before)."""
 
     entries: list[faults.LedgerEntry]
     malformed: list[str] = field(default_factory=list)
     audits: list[AuditRecord] = field(default_factory=list)
     removed: list[faults.LedgerEntry] = field(default_factory=list)
     texts: dict[faults.LedgerEntry, str] = field(default_factory=dict)
+    bad_lines: list[BadLine] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
 
 
 # --- one line per fault ---------------------------------------------------------------------
@@ -205,6 +230,9 @@ def parse_data(name: str, data: Mapping[str, str]) -> LedgerRead:
     """All lines of one ConfigMap's data; blank lines and ``#`` comments are skipped."""
     read = LedgerRead(entries=[])
     for node, text in sorted(data.items()):
+        if node == QUARANTINE_KEY:
+            read.quarantined.extend(f"ConfigMap {name}: {line}" for line in text.splitlines())
+            continue
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
@@ -212,6 +240,7 @@ def parse_data(name: str, data: Mapping[str, str]) -> LedgerRead:
                 _parse_into(read, node, line)
             except InputError as e:
                 read.malformed.append(f"ConfigMap {name} key {node} line {number}: {e}: {line!r}")
+                read.bad_lines.append(BadLine(name, node, line))
     return read
 
 
@@ -222,6 +251,28 @@ def _parse_into(read: LedgerRead, node: str, line: str) -> None:
     entry = parse_line(node, line)
     read.entries.append(entry)
     read.texts.setdefault(entry, line)
+
+
+def quarantined_data(data: Mapping[str, str], bad: Iterable[BadLine]) -> dict[str, str]:
+    """``data`` with each bad line moved from its key to ``QUARANTINE_KEY`` as ``key: line``."""
+    moved = dict(data)
+    for line in bad:
+        kept = [text for text in moved.get(line.key, "").splitlines() if text != line.line]
+        moved[line.key] = "".join(f"{text}\n" for text in kept)
+        moved[QUARANTINE_KEY] = moved.get(QUARANTINE_KEY, "") + f"{line.key}: {line.line}\n"
+    return {key: text for key, text in moved.items() if text}
+
+
+def gpuguards(config_maps: Iterable[ConfigMap]) -> tuple[list[ConfigMap], list[str]]:
+    """The ConfigMaps with gpuguard's segment names, and the names of the others."""
+    ours: list[ConfigMap] = []
+    others: list[str] = []
+    for config_map in config_maps:
+        if _SEGMENT.match(_name(config_map)):
+            ours.append(config_map)
+        else:
+            others.append(_name(config_map))
+    return ours, others
 
 
 def _check_node(node: str) -> None:
@@ -355,12 +406,11 @@ def applied(read: LedgerRead) -> LedgerRead:
         live[audit.target_entry] = False
         if (new := audit.new_entry) is not None:
             live[new] = True
-    return LedgerRead(
+    return dataclasses.replace(
+        read,
         entries=[e for e in read.entries if live[e]],
-        malformed=list(read.malformed),
         audits=audits,
         removed=[e for e in read.entries if not live[e]],
-        texts=dict(read.texts),
     )
 
 
@@ -526,6 +576,7 @@ class Ledger:
         retry: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
+        quarantine: bool = False,
     ) -> None:
         if not 1024 <= shard_bytes <= MAX_SHARD_BYTES:
             raise InputError(f"shard_bytes={shard_bytes}: must be 1024..{MAX_SHARD_BYTES}")
@@ -535,6 +586,7 @@ class Ledger:
         self._retry = retry
         self._sleep = sleep
         self._jitter = jitter
+        self._quarantine = quarantine
 
     def append(self, entry: faults.LedgerEntry) -> None:
         """Record one fault; idempotent (the same line twice is stored once)."""
@@ -563,17 +615,33 @@ class Ledger:
             self._append_month(month, [(node, line) for _, node, line in group])
 
     def entries(self) -> LedgerRead:
-        """Every ledger ConfigMap merged, oldest entry first, with the malformed lines, and
-        the audit lines applied (``applied``)."""
-        merged = LedgerRead(entries=[])
-        for config_map in self._list(LEDGER_LABELS):
+        """gpuguard's ledger ConfigMaps merged, oldest entry first, with the malformed lines
+        (moved to quarantine first when this ledger quarantines), and the audit lines applied
+        (``applied``)."""
+        ours, ignored = gpuguards(self._list(LEDGER_LABELS))
+        merged = LedgerRead(entries=[], ignored=ignored)
+        for config_map in ours:
             read = parse_data(_name(config_map), config_map.data or {})
+            if read.bad_lines and self._quarantine and self._quarantined(config_map, read):
+                read = parse_data(_name(config_map), config_map.data or {})
             merged.entries.extend(read.entries)
             merged.malformed.extend(read.malformed)
             merged.audits.extend(read.audits)
             merged.texts.update({k: v for k, v in read.texts.items() if k not in merged.texts})
+            merged.bad_lines.extend(read.bad_lines)
+            merged.quarantined.extend(read.quarantined)
         merged.entries.sort(key=_entry_order)
         return applied(merged)
+
+    def _quarantined(self, config_map: ConfigMap, read: LedgerRead) -> bool:
+        """Move the segment's bad lines aside; False when the write lost a race (next read)."""
+        try:
+            self._replace(config_map, quarantined_data(config_map.data or {}, read.bad_lines))
+        except ConflictError:
+            return False
+        for problem in read.malformed:
+            log.warning("ledger: malformed line moved to %s: %s", QUARANTINE_KEY, problem)
+        return True
 
     def _append_month(self, month: str, pending: list[Line]) -> None:
         failures = 0

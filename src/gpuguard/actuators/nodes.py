@@ -112,11 +112,12 @@ def node_event(
     )
 
 
-def record(client: Client, event: Event, namespace: str) -> None:
-    """Create the Event; API errors as gpuguard's."""
+def record(client: Client, event: Event, events_namespace: str) -> None:
+    """Create the Event in the Events namespace (``default`` unless configured); API errors
+    as gpuguard's."""
     name = event.involvedObject.name if event.involvedObject else "?"
     with api_errors.translated(f"recording an Event for Node {name}"):
-        client.create(event, namespace=namespace)
+        client.create(event, namespace=events_namespace)
 
 
 _WARNINGS = {

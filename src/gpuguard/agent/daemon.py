@@ -1,14 +1,16 @@
 """The node agent's loop: follow the kernel log, count Xids, run the conformance checks.
 
-Two threads and nothing that can hang on the GPU driver (the incident library
-(docs/design.md#incidents): a monitoring script locked the GPUs it watched). The follower thread
-polls the kernel log (non-blocking reads, or a journalctl child) every ``poll_interval_s``, counts
-the new lines into the ``Tally``, and only then saves the position with the counts
-(``agent.position``). The check thread runs ``running.run_checks`` (each check under a hard timeout,
-UNKNOWN on any error, no NVML, no nvidia-smi) and then the bounded ``/proc`` scan for the processes
-on each GPU (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server
+Two threads and nothing that can hang on the GPU driver (the incident library,
+docs/design.md#incidents: a monitoring script locked the GPUs it watched). The follower thread
+polls the kernel log (non-blocking reads, or a journalctl child) every ``poll_interval_s``,
+counts the new lines into the ``Tally``, and only then saves the position with the counts
+(``agent.position``). The check thread runs ``running.run_checks`` (each check under a hard
+timeout, UNKNOWN on any error, no NVML, no nvidia-smi) and then the bounded ``/proc`` scan for
+the processes on each GPU (``agent.gpu_processes``) every ``check_interval_s``. The HTTP server
 (``gpuguard.metrics_http``) renders both on each scrape; ``healthy()`` turns false when either
-thread stops making progress.
+thread stops making progress. ``ready()`` is also false while the kernel log cannot be read:
+an agent that cannot read its source says so in one log line and in
+``gpuguard_agent_kernel_log_readable 0``, and is never a healthy-looking blind agent.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class Agent:
         self.cards = gpu_processes.read_cards(config.root)
         self.tally.restore(saved.counts)
         self._saved_position = saved.position
-        self.follower = follower_factory(saved.position)
+        self.follower = _open_follower(follower_factory, saved.position)
+        self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
         self.registry: CollectorRegistry = exporter.registry_for(self.collector)
@@ -78,12 +81,23 @@ class Agent:
         """Read what arrived, count it, then save the position; the number of lines read."""
         batch = self.follower.poll()
         self._last_poll = self._monotonic()
+        self._note_problem(None if batch.lines else self.follower.problem())
         if not batch.lines and not batch.unreadable and batch.position == self._saved_position:
             return 0
         self.tally.count(batch.lines, self.parser, batch.unreadable)
         position.save(self.config.state_dir, position.Saved(batch.position, self.tally.as_json()))
         self._saved_position = batch.position
         return len(batch.lines)
+
+    def _note_problem(self, problem: str | None) -> None:
+        """Say once when the kernel log becomes unreadable, and once when it is read again."""
+        if problem != self.kernel_log_problem:
+            if problem is not None:
+                log.warning("kernel log unreadable: %s", problem)
+            else:
+                log.info("kernel log readable again")
+        self.kernel_log_problem = problem
+        self.collector.kernel_log_readable = problem is None
 
     def check_once(self) -> exporter.CheckCycle:
         self._last_check_start = started = self._monotonic()
@@ -110,6 +124,10 @@ class Agent:
         started = self._last_check_start
         checking = started is None or now - started < 2 * self.config.check_interval_s + 60
         return following and checking
+
+    def ready(self) -> bool:
+        """Healthy and reading its kernel log (the DaemonSet's readiness probe)."""
+        return self.healthy() and self.kernel_log_problem is None
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -145,3 +163,13 @@ class Agent:
             except Exception:
                 log.exception("check cycle failed")
             stop.wait(self.config.check_interval_s)
+
+
+def _open_follower(
+    factory: FollowerFactory, start: position.Position | None
+) -> journal.Follower:
+    """The follower, or one that says why its source could not be opened (never a crash)."""
+    try:
+        return factory(start)
+    except OSError as e:
+        return journal.Unreadable(f"cannot open the kernel log: {e.strerror or e}")

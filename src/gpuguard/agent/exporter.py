@@ -127,6 +127,7 @@ class AgentCollector(Collector):
         self.tally = tally
         self.cycle: CheckCycle | None = None
         self.processes: gpu_processes.ProcessReport | None = None
+        self.kernel_log_readable = True
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -166,7 +167,13 @@ class AgentCollector(Collector):
             labels=["node"],
         )
         malformed.add_metric([node], snapshot["malformed"])
-        yield from (xids, fallen, recovery, lines, malformed)
+        readable = GaugeMetricFamily(
+            names.AGENT_KERNEL_LOG_READABLE,
+            "1 while the agent can read its kernel-log source, 0 when it cannot (see its log).",
+            labels=["node"],
+        )
+        readable.add_metric([node], int(self.kernel_log_readable))
+        yield from (xids, fallen, recovery, lines, malformed, readable)
 
     def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
         node = self.node

@@ -121,7 +121,7 @@ def scan(
     tally = _Tally()
     proc = root / "proc"
     try:
-        pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+        pids = [e.name for e in os.scandir(proc) if e.name.isdecimal()]
     except OSError as e:
         return ProcessScan({}, f"cannot list {proc}: {e.strerror or e}")
     stopped = ""
@@ -194,7 +194,7 @@ def report(found: ProcessScan, cards: Iterable[GpuCard]) -> ProcessReport:
 
 
 def _minor_order(minor: str) -> tuple[int, str]:
-    return (int(minor) if minor.isdigit() else -1, minor)
+    return (int(minor) if minor.isdecimal() else -1, minor)
 
 
 def read_cards(root: Path) -> tuple[GpuCard, ...]:

@@ -15,7 +15,12 @@ what ``kernlog.parse`` reads a kernel stamp from.
   one is used only when ``/proc/sys/kernel/random/boot_id`` is the saved boot's (after a
   reboot the whole new ring buffer is read).
 - ``JournalFollower``: ``journalctl -k -f -o json --no-tail [--after-cursor=C]``; restarted
-  from the last cursor when it exits.
+  from the last cursor when it exits. The journalctl is the image's own, reading the host's
+  journal files under ``--root`` (no host binary, no socket).
+
+Every follower says why it cannot read its source (``problem()``, None while it can): the
+agent then fails readiness and exports ``gpuguard_agent_kernel_log_readable 0`` rather than
+run healthy and blind.
 """
 
 from __future__ import annotations
@@ -57,6 +62,24 @@ class Follower(Protocol):
 
     def close(self) -> None: ...
 
+    def problem(self) -> str | None: ...
+
+
+class Unreadable:
+    """A source that could not even be opened (``/dev/kmsg`` without the device): says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def poll(self) -> Batch:
+        return Batch([], None)
+
+    def close(self) -> None:
+        return
+
+    def problem(self) -> str | None:
+        return self.reason
+
 
 def uptime_prefixed(usec: int | None, message: str) -> str:
     """``[  1234.567890] message``: the kernel's stamp, which the Xid parser understands."""
@@ -77,6 +100,7 @@ class FileFollower:
         self._offset = 0
         self._head = b""
         self._rotated = False  # the open stream is a rotated file: switch to path at its end
+        self._problem: str | None = None
 
     def poll(self) -> Batch:
         if self._stream is None and not self._open():
@@ -94,6 +118,9 @@ class FileFollower:
             self._stream.close()
             self._stream = None
 
+    def problem(self) -> str | None:
+        return self._problem
+
     def _open(self) -> bool:
         saved, self._saved = self._saved, None
         if saved is not None and (rotated := self._rotated_copy(saved.inode)) is not None:
@@ -102,8 +129,10 @@ class FileFollower:
             return True
         try:
             stream = self.path.open("rb", buffering=0)
-        except OSError:
+        except OSError as e:
+            self._problem = f"cannot read kernel log {self.path}: {e.strerror or e}"
             return False
+        self._problem = None
         same = saved is not None and os.fstat(stream.fileno()).st_ino == saved.inode
         self._attach(stream, saved.offset if same and saved else 0,
                      bytes.fromhex(saved.head) if same and saved else b"")
@@ -207,6 +236,9 @@ class KmsgFollower:
             os.close(self._fd)
             self._fd = -1
 
+    def problem(self) -> str | None:
+        return None  # opened in __init__: a device it cannot open raises there
+
     def _records(self) -> list[bytes]:
         records: list[bytes] = []
         while len(records) < MAX_BATCH_LINES:
@@ -301,7 +333,11 @@ class JournalFollower:
         self._process: JournalProcess | None = None
         self._reader: threading.Thread | None = None
         self._exited_at: float | None = None
+        self._spawn_error: str | None = None
         self.spawned = 0
+
+    def problem(self) -> str | None:
+        return self._spawn_error or journal_problem(self._root)
 
     def argv(self) -> list[str]:
         host = [f"--root={self._root}"] if self._root != Path("/") else []  # the host's journal
@@ -346,7 +382,13 @@ class JournalFollower:
             self._monotonic() - self._exited_at < self._respawn_delay_s
         ):
             return
-        self._process = self._spawn(self.argv())
+        try:
+            self._process = self._spawn(self.argv())
+        except OSError as e:  # no journalctl in the image: say so, retry after the delay
+            self._spawn_error = f"cannot start journalctl: {e.strerror or e}"
+            self._exited_at = self._monotonic()
+            return
+        self._spawn_error = None
         self.spawned += 1
         stdout = self._process.stdout
         self._reader = threading.Thread(
@@ -370,6 +412,20 @@ class JournalFollower:
 
     def _position(self) -> position.Position | None:
         return position.JournalPosition(self._cursor) if self._cursor else None
+
+
+JOURNAL_DIRS = ("var/log/journal", "run/log/journal")  # persistent, volatile (journald.conf)
+
+
+def journal_problem(root: Path) -> str | None:
+    """Why journalctl would find no journal file it can read under ``root``, or None."""
+    found = [p for d in JOURNAL_DIRS for p in (root / d).glob("*/*.journal")]
+    if not found:
+        where = " or ".join(f"{root / d}" for d in JOURNAL_DIRS)
+        return f"no journal files under {where} (volatile-only journal, or not mounted)"
+    if not any(os.access(path, os.R_OK) for path in found):
+        return f"cannot read the journal files under {found[0].parent}: permission denied"
+    return None
 
 
 def _pump(stdout: IO[str] | None, into: queue.SimpleQueue[str | None]) -> None:

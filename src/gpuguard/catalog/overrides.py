@@ -41,7 +41,7 @@ def _as_code(raw: object) -> int:
 
 
 def _integer_or_none(raw: object) -> int | None:
-    if isinstance(raw, str) and raw.strip().isdigit():
+    if isinstance(raw, str) and raw.strip().isdecimal():
         return int(raw)
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw

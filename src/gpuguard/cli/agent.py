@@ -132,6 +132,8 @@ def agent(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with metrics_http.serve(the_agent.exposition, the_agent.healthy, listen, port) as server:
+    with metrics_http.serve(
+        the_agent.exposition, the_agent.healthy, listen, port, ready=the_agent.ready
+    ) as server:
         logging.info("gpuguard agent for %s on :%d", name, server.server_address[1])
         the_agent.run(stop)

@@ -74,8 +74,13 @@ def decision_rows(result: tick.TickResult) -> list[dict[str, Any]]:
             "done": "-",
             "evidence": [e.describe() for e in f.evidence],
         }
-        for f in result.decision.findings
+        for f in (*result.decision.findings, *result.silent)
     ]
+    rows += [
+        {"node": "-", "decision": "step failed closed", "reason": step, "detail": failure,
+         "done": "nothing done", "evidence": []}
+        for step, failure in result.step_errors
+    ]  # fmt: skip
     return rows
 
 

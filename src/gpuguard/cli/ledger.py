@@ -126,6 +126,12 @@ def _read(store: ledger_store.Ledger) -> ledger_store.LedgerRead:
         output.errors.print(
             f"[yellow]warning:[/yellow] skipped malformed line: {markup.escape(problem)}"
         )
+    for name in read.ignored:
+        output.errors.print(
+            f"[yellow]warning:[/yellow] ignored ConfigMap {markup.escape(name)}: it carries the "
+            "ledger labels but not a gpuguard-ledger-<YYYY-MM>-<n> name (import it with "
+            "`gpuguard ledger add`)"
+        )
     return read
 
 

@@ -16,6 +16,7 @@ from gpuguard.cli import (
     guard,
     hygiene,
     ledger,
+    manifest,
     phantom,
     run,
     sim,
@@ -38,6 +39,7 @@ app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
 app.add_typer(breaker.app, name="breaker")
+app.add_typer(manifest.app, name="manifest")
 app.command("check")(check.check)
 app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
     evidence.evidence

@@ -56,16 +56,17 @@ def run(
         except GpuguardError as e:
             output.errors.print(f"[red]error:[/red] {e}")
             raise typer.Exit(2) from e
+        metrics = telemetry.GuardMetrics()
         loop = runner.Runner(
-            dataclasses.replace(built, is_leader=elector.is_leader),
+            dataclasses.replace(built, is_leader=runner.WriteGate(elector, metrics)),
             elector,
-            telemetry.GuardMetrics(),
+            metrics,
             interval=c.interval,
             retry=c.renew_every,
         )
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        with telemetry.serve(loop.metrics, loop.healthy, port=port) as server:
+        with telemetry.serve(loop.metrics, loop.healthy, port=port, ready=loop.ready) as server:
             logging.info("gpuguard %s serving /metrics on :%d", me, server.server_address[1])
             loop.run(stop)

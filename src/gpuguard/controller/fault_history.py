@@ -17,7 +17,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller.recovery import LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys, decisions, faults, fleet, ports
-from gpuguard.policy import fault_history, recovery, xid_signals
+from gpuguard.policy import escalation, fault_history, recovery, xid_signals
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class FaultHistory:
     catalog: xid_catalog.XidCatalog
     lookback: timedelta
     writer: ports.ClusterWriter | None = None  # raises an isolated node's escalation
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
     _seen: fault_history.Seen | None = field(default=None, repr=False)
     _unwritten: list[faults.LedgerEntry] = field(default_factory=list, repr=False)
 
@@ -88,7 +89,9 @@ class FaultHistory:
             marks = (
                 None
                 if node is None
-                else recovery.escalation_update(node, entry, ledger, self.catalog)
+                else recovery.escalation_update(
+                    node, entry, ledger, self.catalog, merge_window=self.merge_window
+                )
             )
             if node is None or marks is None:
                 continue

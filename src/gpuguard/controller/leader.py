@@ -12,6 +12,8 @@ Two guard replicas must never act at once (docs/design.md#invariants), so:
   which is shorter than the lease duration, so a paused or partitioned leader stops acting
   before a standby can take over. ``ensure_leader()`` is called before every write.
 - ``release()`` (on SIGTERM) empties the holder so a standby takes over at once.
+- ``confirm_leader()`` before each write renews a renew older than the retry period, so a
+  tick longer than the renew deadline keeps its writes only while the Lease is really held.
 
 ``decide`` is the pure decision; ``LeaseElector`` is the loop-facing shell around it and
 ``KubeLeases`` the thin lightkube adapter that reads and writes the one Lease.
@@ -214,6 +216,20 @@ class LeaseElector:
         if holder == self._identity:
             raise NotLeader(f"{holder}: no successful renew within {self._renew_deadline_s}s")
         raise NotLeader(f"{self._identity} is not the leader (Lease holder: {holder})")
+
+    def confirm_leader(self) -> bool:
+        """Leadership checked right before a write: a renew older than one retry period is
+        renewed now, so a long tick (a LIST of every pod, webhook timeouts, ledger retries)
+        keeps its late writes while it truly leads, and loses them the moment it does not."""
+        if self.is_leader() and self._renewed_at is not None and (
+            self._monotonic() - self._renewed_at < self.retry_period_s
+        ):
+            return True
+        try:
+            return self.try_acquire_or_renew()
+        except LeaseError as e:
+            log.warning("%s: could not renew the Lease before a write: %s", self._identity, e)
+            return self.is_leader()
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt: read, decide, write. True when I lead now.

@@ -12,16 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import annotation_keys, decisions, fleet, ports
 from gpuguard.model import jobs as job_model
-from gpuguard.policy import recovery
+from gpuguard.policy import escalation, recovery
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ class Recovery:
     image: str
     namespace: str = "gpuguard"
     notifier: ports.Notifier | None = None
+    runtime_class: str | None = None
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
 
     def run(
         self,
@@ -54,7 +58,11 @@ class Recovery:
         now: datetime,
         *,
         may_write: Callable[[], bool],
+        errors: failsafe.StepErrors | None = None,
     ) -> list[recovery.RecoveryStep]:
+        """One node's failure (a malformed annotation, an unexpected exception) costs only that
+        node: it is logged, added to ``errors`` and the others go on."""
+        errors = [] if errors is None else errors
         pending = [n for n in nodes if recovery.needs_recovery(n)]
         if not pending:
             return []
@@ -65,30 +73,42 @@ class Recovery:
             return []
         steps = []
         for node in pending:
-            name = job_specs.job_name(
-                job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
-            )
-            try:
-                job = self.jobs.result(name)
-            except GpuguardError as e:
-                log.warning(
-                    "%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e
-                )
-                continue
-            try:
-                step = recovery.decide(node, job, entries, self.catalog, now)
-            except InputError as e:  # a malformed gpuguard annotation on this node only
-                log.error("%s: recovery skipped, fix the node's annotation: %s", node.name, e)
-                continue
-            steps.append(step)
-            if may_write():
-                self._apply(node, step, now)
+            subject = f"node {node.name} (annotations {_marks(node)})"
+            decide = partial(self._node, node, entries, now)
+            step = failsafe.guarded("recovery", subject, errors, decide, None)
+            if step is not None:
+                steps.append(step)
+                if may_write():
+                    apply = partial(self._apply, node, step, now)
+                    failsafe.guarded("recovery", subject, errors, apply, None)
         return steps
+
+    def _node(
+        self, node: fleet.Node, entries: list[Any], now: datetime
+    ) -> recovery.RecoveryStep | None:
+        name = job_specs.job_name(
+            job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
+        )
+        try:
+            job = self.jobs.result(name)
+        except GpuguardError as e:
+            log.warning("%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e)
+            return None
+        try:
+            return recovery.decide(
+                node, job, entries, self.catalog, now, merge_window=self.merge_window
+            )
+        except InputError as e:  # a malformed gpuguard annotation on this node only
+            message = f"{node.name}: recovery skipped, fix the node's annotation: {e}"
+            log.log(logging.ERROR if failsafe.first_time(message) else logging.DEBUG, message)
+            return None
 
     def _apply(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:
         try:
             if step.start_evidence_job:
                 self._start_job(node)
+            if step.started_mark is not None:
+                self.writer.annotate(node, dict(step.started_mark))
             if step.record is not None:
                 self.ledger.append(step.record)
             if step.annotations is not None:
@@ -103,6 +123,7 @@ class Recovery:
             node.annotations[annotation_keys.ISOLATED_AT],
             image=self.image,
             namespace=self.namespace,
+            runtime_class=self.runtime_class,
         )
         if self.jobs.create(manifest):
             log.info("%s: evidence Job %s created", node.name, manifest["metadata"]["name"])
@@ -122,3 +143,8 @@ class Recovery:
                 self.notifier.notify(action, now)
         except GpuguardError as e:
             log.warning("%s: verdict recorded, but telling people failed: %s", node.name, e)
+
+
+def _marks(node: fleet.Node) -> dict[str, str]:
+    """gpuguard's annotations on the node: the input a failure is logged with."""
+    return {k: v for k, v in node.annotations.items() if annotation_keys.is_gpuguard_key(k)}

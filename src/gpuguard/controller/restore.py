@@ -1,11 +1,14 @@
 """The return-to-pool step of a tick: for each node gpuguard isolated, gather the facts, let
 ``policy.restore`` decide, and apply its step (docs/design.md#return-to-pool).
 
-- ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot and
-  reset, so a burn-in that failed runs again only after another power cycle or reset);
+- ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot,
+  reset and inspection, so a burn-in that failed runs again only after another power cycle,
+  reset or inspection);
 - ``uncordon``: ONE merge patch (``unschedulable: false`` and gpuguard's annotations removed),
   an Event, a "returned to service" notification;
-- ``stay-isolated``: annotate ``gpuguard.io/return-failed`` once, an Event, a notification;
+- ``stay-isolated``: a ledger line for the failed burn-in, then annotate
+  ``gpuguard.io/return-failed`` and ``gpuguard.io/burnin-failed`` once, an Event, a
+  notification; the mark, not the Job (which its TTL deletes), keeps the failure;
 - ``clean-annotations`` (a human uncordoned first): remove gpuguard's annotations, an Event
   saying the burn-in was skipped.
 
@@ -32,10 +35,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
+from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, SourceError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports
@@ -59,6 +64,8 @@ class JobsPort(Protocol):
 
 class LedgerReader(Protocol):
     def entries(self) -> ledger_store.LedgerRead: ...
+
+    def append(self, entry: Any) -> None: ...
 
 
 class ReturnWriter(Protocol):
@@ -105,18 +112,35 @@ class Restore:
         now: datetime,
         *,
         may_write: Callable[[], bool],
+        errors: failsafe.StepErrors | None = None,
+        silent: frozenset[str] = frozenset(),
     ) -> list[ReturnOutcome]:
+        """One node's failure (a malformed annotation, an unexpected exception) costs only that
+        node: it is logged, added to ``errors`` and the others go on. The GPU facts of nodes
+        whose exporter is ``silent`` (``policy.freshness``) are unknown, whatever was last seen."""
+        errors = [] if errors is None else errors
         candidates = [n for n in snapshot.nodes if keys.ISOLATED_AT in n.annotations]
         if not candidates:
             return []
-        gatherer = _Gatherer.read(self, now)
+        gatherer = dataclasses.replace(_Gatherer.read(self, now), silent=silent)
         outcomes = []
         for node in candidates:
-            decision = self._decide(node, gatherer, snapshot.pods_on(node.name), now)
-            outcomes.append(
-                ReturnOutcome(decision, self._carry_out(node, decision, now, may_write))
-            )
+            subject = f"node {node.name} (annotations {_marks(node)})"
+            one = partial(self._one, node, gatherer, snapshot.pods_on(node.name), now, may_write)
+            if (outcome := failsafe.guarded("restore", subject, errors, one, None)) is not None:
+                outcomes.append(outcome)
         return outcomes
+
+    def _one(
+        self,
+        node: fleet.Node,
+        gatherer: _Gatherer,
+        pods: tuple[fleet.Pod, ...],
+        now: datetime,
+        may_write: Callable[[], bool],
+    ) -> ReturnOutcome:
+        decision = self._decide(node, gatherer, pods, now)
+        return ReturnOutcome(decision, self._carry_out(node, decision, now, may_write))
 
     def _decide(
         self,
@@ -161,6 +185,7 @@ class Restore:
                     self.writer.uncordon(node, decision.remove_annotations)
                     tell = True
                 case Step.STAY_ISOLATED if decision.action is not None:
+                    self._record(decision)
                     self.writer.annotate(node, dict(decision.action.annotations))
                     tell = True
                 case Step.CLEAN_ANNOTATIONS:
@@ -176,6 +201,18 @@ class Restore:
             self._announce(decision, now)
         return "applied"
 
+    def _record(self, decision: model.RestoreDecision) -> None:
+        """A failed burn-in's ledger line, before the annotation that marks it recorded; a
+        line already there (a crash after it was written) is not written twice."""
+        line = decision.record
+        if line is None:
+            return
+        if not any(
+            (e.node, e.at, e.kind) == (line.node, line.at, line.kind)
+            for e in self.ledger.entries().entries
+        ):
+            self.ledger.append(line)
+
     def _start_burn_in(self, node: fleet.Node, decision: model.RestoreDecision) -> bool:
         """Create the Job unless an earlier tick did; True when this call created it."""
         mode = decision.burn_in_mode or model.BurnInMode.MATMUL_AND_MEMTEST
@@ -189,6 +226,8 @@ class Restore:
             reason=node.annotations.get(keys.REASON),
             reset_done=_reset_key(node),
             namespace=self.namespace,
+            runtime_class=self.settings.controller.job_runtime_class,
+            inspected=node.annotations.get(keys.INSPECTED),
         )
         return self.jobs.create(manifest)
 
@@ -253,14 +292,18 @@ def _passed_detail(summary: Mapping[str, Any]) -> str:
     return f"{found} GPU(s), min/max {ratio}" if ratio is not None else f"{found} GPU(s)"
 
 
+def _marks(node: fleet.Node) -> dict[str, str]:
+    """gpuguard's annotations on the node: the input a failure is logged with."""
+    return {k: v for k, v in node.annotations.items() if keys.is_gpuguard_key(k)}
+
+
 def _reset_key(node: fleet.Node) -> str | None:
     return node.annotations.get(keys.RESET_DONE)
 
 
 def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
-    """The burn-in Job of the node's current isolation, boot and reset, in ``mode``."""
-    isolated_at = node.annotations[keys.ISOLATED_AT]
-    key = job_specs.burnin_key(isolated_at, node.boot_id, str(mode), _reset_key(node))
+    """The burn-in Job of the node's current isolation, boot, reset and inspection, in ``mode``."""
+    key = restore.burnin_key(node, mode)
     return job_specs.job_name(job_specs.JobKind.BURNIN, node.name, key)
 
 
@@ -272,6 +315,7 @@ class _Gatherer:
     now: datetime
     samples: Mapping[str, tuple[fleet.MetricSample, ...]] | None
     ledger: ledger_store.LedgerRead | None
+    silent: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, step: Restore, now: datetime) -> _Gatherer:
@@ -295,8 +339,9 @@ class _Gatherer:
 
     def facts(self, node: fleet.Node, pods: tuple[fleet.Pod, ...]) -> model.RestoreFacts:
         metrics = None if self.samples is None else self.samples.get(node.name, ())
-        # No dcgm-exporter series for the node: its GPU facts are unknown, not healthy.
-        gpus = metrics if metrics is not None and return_facts.dcgm_reporting(metrics) else None
+        # No dcgm-exporter series for the node, or only stale ones: its GPU facts are unknown.
+        reporting = metrics is not None and return_facts.dcgm_reporting(metrics)
+        gpus = metrics if reporting and node.name not in self.silent else None
         return model.RestoreFacts(
             pods=pods,
             hardware_xids_since_boot=None if gpus is None else self._xids(node, gpus),
@@ -319,7 +364,8 @@ class _Gatherer:
             return None
         if any(uuid in line for line in self.ledger.malformed):
             return None  # one of this card's lines cannot be read: the count is not known
-        return escalation.card_fault_count(self.ledger.entries, uuid)
+        window = escalation.merge_window_for(self.step.settings.isolation.hold_window)
+        return escalation.card_fault_count(self.ledger.entries, uuid, merge_window=window)
 
     def burn_in(self, node: fleet.Node, mode: model.BurnInMode) -> model.BurnInResult | None:
         try:

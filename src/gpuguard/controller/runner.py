@@ -1,5 +1,6 @@
 """The guard's loop: keep the Lease, tick on the interval while leading, back off on errors,
-release the Lease on shutdown.
+release the Lease on shutdown. Every write of a tick passes the ``WriteGate`` (leadership
+confirmed, renewed when due); liveness says the loop runs, readiness that its sources answer.
 
 The Lease is renewed every ``retry`` (a few seconds, well inside the lease duration); the
 tick runs every ``interval`` and only on the leader. After a failed tick the next one waits
@@ -30,6 +31,27 @@ class Leadership(Protocol):
     def release(self) -> object: ...
 
 
+class WriteLeadership(Protocol):
+    def confirm_leader(self) -> bool: ...
+
+
+@dataclass
+class WriteGate:
+    """The guard's ``is_leader`` while it ticks: leadership confirmed (renewed when due) before
+    every write; a write skipped because leadership lapsed mid-tick is logged and counted
+    (``gpuguard_writes_skipped_total``), never silent."""
+
+    leadership: WriteLeadership
+    metrics: telemetry.GuardMetrics
+
+    def __call__(self) -> bool:
+        if self.leadership.confirm_leader():
+            return True
+        log.warning("write skipped: leadership lapsed during the tick (the next leader redoes it)")
+        self.metrics.writes_skipped.inc()
+        return False
+
+
 def backoff(interval: timedelta, failures: int, cap: timedelta = timedelta(minutes=5)) -> float:
     """Seconds to the next tick after ``failures`` failed ticks in a row (pure)."""
     if failures <= 0:
@@ -51,9 +73,21 @@ class Runner:
         self._failures = 0
         self._next_tick = 0.0
         self._last_ok: float | None = None
+        self._beat: float | None = None  # when the loop last began a pass
+        self._lease_answered = False
 
     def healthy(self) -> bool:
-        """Liveness: a standby is healthy; a leader must have decided recently."""
+        """Liveness: the loop is not stuck — it began a pass within three intervals (a tick
+        in progress counts from its start). Prometheus or the API being down is readiness,
+        not liveness: restarting a healthy replica fixes neither."""
+        limit = 3 * self.interval.total_seconds()
+        return self._beat is None or self.monotonic() - self._beat < limit
+
+    def ready(self) -> bool:
+        """Readiness: the API answers (the last Lease attempt did) and, for the leader, a tick
+        decided recently (Prometheus and the API answered it)."""
+        if not self._lease_answered:
+            return False
         if not self.leadership.is_leader():
             return True
         limit = 3 * self.interval.total_seconds() + backoff(self.interval, self._failures)
@@ -61,10 +95,13 @@ class Runner:
 
     def step(self) -> tick.TickResult | None:
         """One pass: renew the Lease, then tick if leading and due."""
+        self._beat = self.monotonic()
         try:
             leading = self.leadership.try_acquire_or_renew()
+            self._lease_answered = True
         except GpuguardError as e:
             log.warning("lease renewal failed: %s", e)
+            self._lease_answered = False
             leading = self.leadership.is_leader()
         self.metrics.set_leading(leading)
         now = self.monotonic()
@@ -72,14 +109,16 @@ class Runner:
             return None
         try:
             result = self.guard.tick()
-        except GpuguardError as e:  # a step failed in a way it did not handle: fail closed
-            log.error("tick failed: %s", e)
-            result = tick.TickResult(at=self.guard.clock.now(), error=str(e), error_kind="internal")
+        except Exception as e:  # nothing handled it (controller.failsafe): fail closed, go on
+            log.exception("tick failed closed: %s: %s", type(e).__name__, e)
+            error = f"{type(e).__name__}: {e}"
+            result = tick.TickResult(at=self.guard.clock.now(), error=error, error_kind="internal")
         self.metrics.observe(result)
         self._failures = 0 if result.ok else self._failures + 1
         if result.ok:
-            self._last_ok = now
+            self._last_ok = self.monotonic()
         self._next_tick = now + backoff(self.interval, self._failures)
+        self._beat = self.monotonic()
         return result
 
     def run(self, stop: threading.Event) -> None:

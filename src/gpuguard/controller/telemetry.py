@@ -19,6 +19,8 @@ from gpuguard.model import annotation_keys
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate
 
+_STEP_OF_KIND = {"source": "collect", "write": "isolate"}
+
 
 def _counter_base(name: str) -> str:
     return name.removesuffix("_total")
@@ -32,7 +34,9 @@ class GuardMetrics:
         r = self.registry
         self.ticks = Counter(_counter_base(names.TICKS_TOTAL), "Guard ticks run.", registry=r)
         self.tick_errors = Counter(
-            _counter_base(names.TICK_ERRORS_TOTAL), "Ticks that failed, by kind.", ["kind"],
+            _counter_base(names.TICK_ERRORS_TOTAL),
+            "Tick failures by kind (source, write, internal) and the step that failed closed.",
+            ["kind", "step"],
             registry=r,
         )
         self.last_success = Gauge(
@@ -73,6 +77,11 @@ class GuardMetrics:
             registry=r,
         )
         self.leader = Gauge("gpuguard_leader", "1 while this replica leads.", registry=r)
+        self.writes_skipped = Counter(
+            _counter_base(names.WRITES_SKIPPED_TOTAL),
+            "Writes a tick skipped because leadership lapsed during it.",
+            registry=r,
+        )
         self.phantom = Gauge(
             names.PHANTOM_GPUS,
             "Watts wasted by a GPU busy with nothing (phantom utilization), per GPU.",
@@ -93,12 +102,17 @@ class GuardMetrics:
     def observe(self, result: tick.TickResult) -> None:
         self.ticks.inc()
         if result.error_kind:
-            self.tick_errors.labels(result.error_kind).inc()
+            step = _STEP_OF_KIND.get(result.error_kind, "tick")
+            self.tick_errors.labels(result.error_kind, step).inc()
+        for step, _ in result.step_errors:
+            self.tick_errors.labels("internal", step).inc()
         if result.decision is None:
             return
         if result.error_kind is None:
             self.last_success.set(result.at.timestamp())
         self._observe_decision(result.decision)
+        for finding in result.silent:
+            self.decisions.labels("finding", str(finding.reason)).inc()
         self._observe_phantoms(result)
         self._observe_isolated(result)
         self._observe_returns(result)
@@ -171,8 +185,15 @@ class GuardMetrics:
 
 @contextmanager
 def serve(
-    metrics: GuardMetrics, healthy: Callable[[], bool], host: str = "0.0.0.0", port: int = 0
+    metrics: GuardMetrics,
+    healthy: Callable[[], bool],
+    host: str = "0.0.0.0",
+    port: int = 0,
+    ready: Callable[[], bool] | None = None,
 ) -> Iterator[ThreadingHTTPServer]:
-    """/metrics and /healthz (200 while ``healthy()``, else 503) in a background thread."""
-    with metrics_http.serve(metrics.exposition, healthy, host=host, port=port) as server:
+    """/metrics, /healthz (200 while ``healthy()``, else 503) and /readyz (``ready()``) in a
+    background thread."""
+    with metrics_http.serve(
+        metrics.exposition, healthy, host=host, port=port, ready=ready
+    ) as server:
         yield server

@@ -13,14 +13,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 
-from gpuguard.controller import fault_history, phantom_watch
+from gpuguard.controller import failsafe, fault_history, phantom_watch
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import isolate, xid_signals
+from gpuguard.policy import freshness, isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
 from gpuguard.policy import recovery as recovery_policy
 
@@ -43,6 +44,8 @@ class TickResult:
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
     history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
+    step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
+    silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
 
     @property
     def ok(self) -> bool:
@@ -75,27 +78,62 @@ class Guard:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
-        cordons = self._phantom_cordons(result)
-        result.decision = isolate.decide(result.snapshot, self.classifier, self.settings, cordons)
-        self._act(result.snapshot, result.decision.actions, result)
-        self._mark(result.snapshot, result.decision.markings, result)
-        if self.history is not None:
-            result.history = self.history.run(
-                result.snapshot,
-                tripped=result.decision.breaker.tripped,
-                may_write=lambda: not self.dry_run and self.is_leader(),
-            )
-        if self.recovery is not None:
-            result.recovery = self.recovery.run(
-                result.snapshot.nodes,
-                result.at,
-                may_write=lambda: not self.dry_run and self.is_leader(),
-            )
-        if self.restore is not None:
-            result.returns = self.restore.run(
-                result.snapshot, result.at, may_write=lambda: not self.dry_run and self.is_leader()
-            )
+        self._steps(result, result.snapshot)
         return result
+
+    def _steps(self, result: TickResult, snapshot: fleet.FleetSnapshot) -> None:
+        """Each step fails closed on its own (``controller.failsafe``): the next still runs."""
+        errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
+        no_cordons: tuple[decisions.Action, ...] = ()
+        cordons = failsafe.guarded(
+            "phantom", subject, errors, partial(self._phantom_cordons, result), no_cordons
+        )
+        decide = partial(
+            failsafe.isolate_sparing_others,
+            snapshot, self.classifier, self.settings, errors, cordons,
+        )  # fmt: skip
+        result.decision = decision = failsafe.guarded("isolate", subject, errors, decide, None)
+        if decision is not None:
+            act = partial(self._act, snapshot, decision.actions, result)
+            failsafe.guarded("isolate", subject, errors, act, None)
+            mark = partial(self._mark, snapshot, decision.markings, result)
+            failsafe.guarded("isolate", subject, errors, mark, None)
+            self._history(result, snapshot, decision)
+        silent = partial(freshness.silent_exporters, snapshot, self.settings.prometheus.staleness)
+        result.silent = failsafe.guarded("freshness", subject, errors, silent, ())
+        unknown = frozenset(
+            f.node for f in result.silent if f.reason is decisions.Reason.EXPORTER_SILENT
+        )
+        may_write = self._may_write
+        if self.recovery is not None:
+            run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
+                          errors=errors)  # fmt: skip
+            result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
+        if self.restore is not None:
+            back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
+                           errors=errors, silent=unknown)  # fmt: skip
+            result.returns = failsafe.guarded("restore", subject, errors, back, [])
+
+    def _history(
+        self,
+        result: TickResult,
+        snapshot: fleet.FleetSnapshot,
+        decision: isolate.IsolationDecision,
+    ) -> None:
+        """Every fault occurrence into the card's history (``controller.fault_history``)."""
+        if self.history is None:
+            return
+        record = partial(
+            self.history.run,
+            snapshot, tripped=decision.breaker.tripped, may_write=self._may_write,
+        )  # fmt: skip
+        subject = f"tick at {result.at.isoformat()}"
+        result.history = failsafe.guarded(
+            "history", subject, result.step_errors, record, fault_history.Outcome()
+        )
+
+    def _may_write(self) -> bool:
+        return not self.dry_run and self.is_leader()
 
     def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
         """The cluster first (kept on the result, so ``explain`` can show a node even when

@@ -16,7 +16,9 @@ from lightkube.config.models import Cluster, User
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import fault_history, phantom_watch, recovery, restore, tick
+from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
+from gpuguard.policy import escalation
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
 
@@ -43,7 +45,7 @@ def kube_client(connection: Connection) -> Client:
         config = KubeConfig.from_file(connection.kubeconfig)
     else:
         config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
-    return Client(config=config, field_manager="gpuguard")
+    return Client(config=config, field_manager=annotation_keys.FIELD_MANAGER)
 
 
 def kubeconfig_user(kubeconfig: Path | None) -> str | None:
@@ -89,12 +91,14 @@ def build_guard(
                 image=c.image,
                 namespace=c.namespace,
                 notifier=notifier,
+                runtime_class=c.job_runtime_class,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             )
             if c.recovery
             else None,
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, c.namespace),
-                ledger=ledger.Ledger(client, c.namespace),
+                ledger=ledger.Ledger(client, c.namespace, quarantine=True),
                 writer=writer,
                 facts=read(return_facts.ReturnFactsPlan()),
                 classifier=catalog,
@@ -108,7 +112,11 @@ def build_guard(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, c.namespace), catalog, isolation.xid_lookback, writer
+                ledger.Ledger(client, c.namespace),
+                catalog,
+                isolation.xid_lookback,
+                writer,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
         )
         yield guard, client

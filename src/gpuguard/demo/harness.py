@@ -22,8 +22,8 @@ from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import fault_history, recovery, restore, tick
+from gpuguard.demo import agents, job_commands
 from gpuguard.demo import findings as demo_findings
-from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys, decisions, faults, fleet, withheld
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
@@ -90,8 +90,10 @@ def _play(
     jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(played, hosts))
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
+    node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")
+    view.targets.append(node_agents.scrape)
     with kubeapi.serve(objects) as server, lightkube.Client(
-        config=kubeapi.lightkube_config(server.url), field_manager="gpuguard"
+        config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
     ) as client:
         writer = node_writer.NodeWriter(client)
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
@@ -110,10 +112,12 @@ def _play(
                 catalog=catalog,
                 image=settings.controller.image,
                 namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
             restore=restore.Restore(
                 jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace),
+                ledger=ledger.Ledger(client, namespace, quarantine=True),
                 writer=writer,
                 facts=return_view.WorldReturnFacts(played),
                 classifier=catalog,
@@ -122,10 +126,17 @@ def _play(
                 namespace=namespace,
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, namespace), catalog, isolation.xid_lookback, writer
+                ledger.Ledger(client, namespace),
+                catalog,
+                isolation.xid_lookback,
+                writer,
+                merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
         )
-        _drive(run, guard, view, settings, jobs_kubelet)
+        try:
+            _drive(run, guard, view, settings, jobs_kubelet)
+        finally:
+            node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
     run.withheld = _withheld(run)
     return run
@@ -173,12 +184,14 @@ def _drive(
     seen: tuple[int, int] | None = None
     last = played.now
     out = 0
-    findings: dict[str, str] = {}
+    findings: Shown = {}
 
     def on_step(w: world.World) -> None:
         nonlocal seen, last, out
         run.gpu_seconds_out += out * (w.now - last).total_seconds()
         last = w.now
+        if jobs_kubelet.due(w.now):  # a run time, deadline or TTL passed between ticks
+            jobs_kubelet.step()
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
             view.scrape()
@@ -194,7 +207,10 @@ def _drive(
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
 
 
-def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None:
+Shown = dict[tuple[str, str], decisions.Finding]
+
+
+def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
     run.ticks += 1
     result = guard.tick()
     t = (result.at - run.played.origin).total_seconds()
@@ -214,15 +230,20 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: dict[str, str]) -> None
         run.guard_timeline.append(_entry(t, action.node, "isolate", action.reason, action.detail))
     if result.error:
         run.guard_timeline.append(_entry(t, None, "guard_error", None, result.error))
-    if result.decision is None:
-        return
-    for finding in result.decision.findings:
-        if findings.get(finding.node) != finding.reason:
-            findings[finding.node] = finding.reason
+    for step, failure in result.step_errors:
+        run.guard_timeline.append(_entry(t, None, "guard_error", None, f"{step}: {failure}"))
+    if result.decision is None and not result.silent:
+        return  # nothing decided (Prometheus down): what was shown still stands
+    told = result.decision.findings if result.decision is not None else ()
+    current = {(f.node, str(f.reason)): f for f in (*told, *result.silent)}
+    for key, finding in current.items():
+        if key not in findings:  # shown once while it lasts
             detail = finding.detail or "; ".join(e.describe() for e in finding.evidence[:1])
             run.guard_timeline.append(
                 _entry(t, finding.node, "guard_finding", finding.reason, detail)
             )
+    findings.clear()
+    findings.update(current)
 
 
 def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
@@ -244,6 +265,8 @@ def _record_recovery(run: ScenarioRun, result: tick.TickResult, t: float) -> Non
 def _record_returns(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
     for outcome in result.returns:
         decision = outcome.decision
+        if decision.record is not None and outcome.done == "applied":
+            run.ledger.append(_line(decision.record, t))
         if outcome.returned:
             run.returned_at.setdefault(decision.node, []).append(result.at)
             run.held.pop(decision.node, None)
@@ -274,7 +297,8 @@ def _line(
         "t": t,
         "node": entry.node,
         "xid": entry.xid,
-        "fault": "fallen_off_bus" if entry.xid is None else f"xid-{entry.xid}",
+        "fault": ledger.fault_token(entry),
+        "kind": str(entry.kind),
         "pci": entry.pci,
         "uuid": entry.uuid,
         "recorder": str(entry.recorder),

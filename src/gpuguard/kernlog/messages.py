@@ -146,7 +146,7 @@ def _split_process(rest: str) -> tuple[int | None, str | None, str]:
     match = _PID_NAME.match(rest)
     if match is None:
         return None, None, rest
-    pid = int(match["pid"]) if match["pid"].isdigit() else None
+    pid = int(match["pid"]) if match["pid"].isdecimal() else None
     name = (match["name"] or "").strip()
     process = name if name and name != _UNKNOWN_PROCESS else None
     return pid, process, rest[match.end() :]

@@ -23,6 +23,8 @@ ONBOARDING_TAINT = PREFIX + "onboarding"
 GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
 WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
+EVIDENCE_STARTED = PREFIX + "evidence-started"  # the isolation its evidence Job was made for
+BURNIN_FAILED = PREFIX + "burnin-failed"  # the burn-in key (isolation/boot/reset/...) that failed
 
 PER_ISOLATION = (
     REASON,
@@ -36,9 +38,16 @@ PER_ISOLATION = (
     ESCALATION,
     RETURN_FAILED,
     WITHHELD,
+    EVIDENCE_STARTED,
+    BURNIN_FAILED,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""
+
+
+FIELD_MANAGER = "gpuguard"
+"""The field manager of every write gpuguard makes: the API server records it in the object's
+``metadata.managedFields`` as the owner of the marks gpuguard wrote."""
 
 
 def is_gpuguard_key(key: str) -> bool:

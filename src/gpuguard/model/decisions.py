@@ -44,12 +44,15 @@ class Reason(StrEnum):
     BREAKER_RESET = "breaker-reset"
     ESCALATED = "escalated"
     FAULT_RECORDED = "fault-recorded"
+    MARKS_NOT_GPUGUARDS = "marks-not-gpuguards"  # gpuguard.io/isolated-at written by another
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"
     ALREADY_ISOLATED = "already-isolated"
     UNCORRECTABLE_REMAP = "uncorrectable-remap"
     ROW_REMAP_FAILURE = "row-remap-failure"
     PHANTOM_UTILIZATION = "phantom-utilization"
+    EXPORTER_SILENT = "exporter-silent"  # a node's dcgm-exporter stopped answering
+    AGENT_SILENT = "agent-silent"  # a node's gpuguard agent stopped answering
     RETURN_CONDITIONS_MET = "return-conditions-met"
     RETURN_BLOCKED = "return-blocked"
     HUMAN_UNCORDONED = "human-uncordoned"

@@ -22,14 +22,21 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> timede
     if isinstance(text, int | float):
         if text < 0:
             raise InputError(f"{what}: a duration cannot be negative: {text!r}")
-        return timedelta(seconds=float(text))
+        return _seconds(float(text), what, text)
     raw = str(text).strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
-        return timedelta(seconds=float(raw))
+        return _seconds(float(raw), what, text)
     parts = _PART.findall(raw)
     if not parts or "".join(n + u for n, u in parts) != raw:
         raise InputError(f"{what}: expected a duration like 90s, 10m, 25h, 3d; got {text!r}")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    return _seconds(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts), what, text)
+
+
+def _seconds(seconds: float, what: str, text: object) -> timedelta:
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError) as e:  # NaN, infinity, beyond 999999999 days
+        raise InputError(f"{what}: {text!r} is not a duration (too long or not a number)") from e
 
 
 def format_duration(delta: timedelta) -> str:

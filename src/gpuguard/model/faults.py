@@ -16,6 +16,7 @@ class FaultKind(StrEnum):
     GPU_LOST = "gpu_lost"
     DBE = "dbe"
     ROW_REMAP_FAILURE = "row_remap_failure"
+    BURNIN_FAILED = "burnin_failed"  # the burn-in after a repair failed (or hung)
 
 
 class Recorder(StrEnum):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from gpuguard.model import annotation_keys
+
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
@@ -62,10 +64,25 @@ class Node:
     conditions: Mapping[str, str] = field(default_factory=dict)
     kubelet_version: str = ""
     resource_version: str = ""
+    isolation_writers: frozenset[str] | None = None
+    """The field managers that own ``gpuguard.io/isolated-at`` in ``managedFields``; None when
+    not read. Only gpuguard (``annotation_keys.FIELD_MANAGER``) writes it on a real isolation."""
 
     @property
     def ready(self) -> bool:
         return self.conditions.get("Ready") == "True"
+
+    @property
+    def foreign_marks(self) -> str | None:
+        """Who wrote ``gpuguard.io/isolated-at`` when it was not gpuguard, else None.
+
+        The API server records each field's writer (``managedFields``); marks gpuguard did
+        not write are a person's or a forgery (docs/security.md), never gpuguard's isolation.
+        """
+        writers = self.isolation_writers
+        if writers is None or annotation_keys.FIELD_MANAGER in writers:
+            return None
+        return ", ".join(sorted(writers)) or "no recorded field manager"
 
     @property
     def gpus_missing(self) -> int:

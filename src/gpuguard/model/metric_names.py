@@ -55,7 +55,8 @@ XID154_RECOVERY_ACTION = "gpuguard_xid154_recovery_action"  # agent: info-style 
 CHECK_STATUS = "gpuguard_check_status"  # agent: 1 for the current {check,status}
 NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML library
 TICKS_TOTAL = "gpuguard_ticks_total"
-TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # label: kind
+TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # labels: kind, step
+WRITES_SKIPPED_TOTAL = "gpuguard_writes_skipped_total"  # leadership lapsed during a tick
 LAST_SUCCESSFUL_TICK = "gpuguard_last_successful_tick_timestamp_seconds"
 DECISIONS_TOTAL = "gpuguard_decisions_total"  # labels: action, reason
 BREAKER_OPEN = "gpuguard_breaker_open"
@@ -77,6 +78,8 @@ XID_COUNT_RECENT = "DCGM_EXP_XID_ERRORS_COUNT recent"  # sum over the lookback, 
 XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, per xid
 FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci
 GPU_LOSS_HELD = "gpu loss held"  # min over the hold window of capacity - allocatable, per node
+DCGM_NODE_NEWEST = "dcgm newest sample"  # per node: unix time of its exporter's newest sample
+AGENT_NODE_NEWEST = "agent newest sample"  # per node: unix time of its agent's newest sample
 FALLEN_OFF_BUS_TOTAL = "gpuguard_gpu_fallen_off_bus_total"  # agent: counter per {node,pci,uuid}
 
 # Per-GPU window statistics of the GPU telemetry plan (sources.gpu_metrics), stored in
@@ -108,5 +111,6 @@ def window_stat(metric: str, stat: str) -> str:
 # the node agent's own (gpuguard agent)
 AGENT_KERNEL_LINES_TOTAL = "gpuguard_agent_kernel_lines_total"  # agent: lines read, per node
 AGENT_MALFORMED_LINES_TOTAL = "gpuguard_agent_malformed_lines_total"  # agent: unreadable records
+AGENT_KERNEL_LOG_READABLE = "gpuguard_agent_kernel_log_readable"  # agent: 0 = cannot read it
 AGENT_CHECK_DURATION = "gpuguard_agent_check_duration_seconds"  # agent: last check cycle
 AGENT_LAST_CHECK = "gpuguard_agent_last_check_timestamp_seconds"  # agent: end of last cycle

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, faults, fleet
 
 
 class ReturnCondition(StrEnum):
@@ -143,3 +143,18 @@ class RestoreDecision:
     remove_annotations: tuple[str, ...] = ()
     blocking: ReturnCheck | None = None
     burn_in_mode: BurnInMode | None = None
+    record: faults.LedgerEntry | None = None  # a failed burn-in's ledger line, written once
+
+
+def burnin_key(
+    isolated_at: str,
+    boot_id: str,
+    mode: str,
+    reset_done: str | None = None,
+    inspected: str | None = None,
+) -> str:
+    """What one burn-in tests: this isolation, on this boot, after this reset and inspection (a
+    human's marks, if any), in this mode. A failed burn-in is never run again under the same
+    key: only a new boot, a reset or an inspection mark makes a new one."""
+    key = f"{isolated_at}/{boot_id}/{reset_done or ''}/{mode}"
+    return f"{key}/{inspected}" if inspected else key

@@ -119,6 +119,12 @@ class ControllerSettings(_Section):
         description="gpuguard's image for the evidence and burn-in Jobs (the admission policy "
         "admits exactly this image; the Helm chart sets both).",
     )
+    job_runtime_class: str | None = Field(
+        default="nvidia",
+        description="runtimeClassName of the evidence and burn-in Jobs: the NVIDIA container "
+        "toolkit's RuntimeClass (the GPU Operator creates `nvidia`); null where the toolkit is "
+        "the node's default runtime. The admission policy admits exactly this value.",
+    )
     recovery: bool = Field(
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",
@@ -292,7 +298,7 @@ class GuardSettings(_Section):
         tree: dict[str, Any] = _read_yaml(path) if path else {}
         for key, value in (environ or {}).items():
             if key.startswith("GPUGUARD_") and "__" in key:
-                _set_path(tree, key.removeprefix("GPUGUARD_").lower().split("__"), value)
+                _set_path(tree, key, value, origin=str(path) if path else "the settings")
         try:
             return cls.model_validate(tree)
         except ValidationError as e:
@@ -313,9 +319,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _set_path(tree: dict[str, Any], keys: list[str], value: str) -> None:
+def _set_path(tree: dict[str, Any], variable: str, value: str, *, origin: str) -> None:
+    """``GPUGUARD_A__B=v`` sets ``a.b``; a section that is not a mapping (``a: null`` in the
+    file, or another variable ``GPUGUARD_A=x``) cannot take it."""
+    keys = variable.removeprefix("GPUGUARD_").lower().split("__")
     for key in keys[:-1]:
         tree = tree.setdefault(key, {})
+        if not isinstance(tree, dict):
+            raise InputError(
+                f"environment {variable}: {key} is not a section in {origin} ({tree!r:.40})"
+            )
     tree[keys[-1]] = value
 
 

@@ -19,6 +19,9 @@ alone; the drafted request still lists them, so people see the whole history.
 - the slot saw faults from two or more different cards (a new card failed where the old one
   did): ask for a riser / slot / power check.
 
+A failed burn-in's line (kind ``burnin_failed``) is a test of a fault already counted, not a
+new fault: it is kept in the card's record but never counted here.
+
 When a slot check and a card escalation both apply, ``escalate`` returns SLOT_CHECK: fitting
 yet another card into a bad slot repeats the incident, so the slot comes first. The request
 text still states the card's count and asks for its inspection or replacement as well.
@@ -84,7 +87,7 @@ def occurrences(
     """The ledger's lines grouped into fault occurrences (see the module docstring), in order
     of their first line."""
     runs: dict[_Key, list[list[faults.LedgerEntry]]] = {}
-    for entry in sorted(entries, key=_line_order):
+    for entry in sorted((e for e in entries if _is_fault(e)), key=_line_order):
         same = runs.setdefault(_key(entry), [])
         if same and entry.at - same[-1][0].at <= merge_window:
             same[-1].append(entry)
@@ -174,6 +177,10 @@ def history_for(
 
 def _speakers(found: Sequence[Occurrence], *, confirmed: bool) -> tuple[faults.LedgerEntry, ...]:
     return tuple(o.entry for o in found if o.confirmed is confirmed)
+
+
+def _is_fault(entry: faults.LedgerEntry) -> bool:
+    return entry.kind is not faults.FaultKind.BURNIN_FAILED
 
 
 def escalate(history: CardHistory) -> Escalation:

@@ -326,7 +326,7 @@ def _pending_fault(node: fleet.Node) -> xid_signals.HardwareXid | None:
     return xid_signals.HardwareXid(
         node=node.name,
         gpu=mark.gpu or "?",
-        xid=int(code) if code.isdigit() else None,
+        xid=int(code) if code.isdecimal() else None,
         source=xid_signals.XidSource.WITHHELD,
         evidence=decisions.Evidence(
             source=f"node/{node.name} {withheld.KEY}",

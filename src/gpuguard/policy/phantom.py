@@ -325,4 +325,4 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def _index(gpu: str) -> int:
-    return int(gpu) if gpu.isdigit() else 0
+    return int(gpu) if gpu.isdecimal() else 0

@@ -9,6 +9,11 @@ with the verdict and the request for the infra team, which carries the card's an
 history. A failed Job or an unreadable summary still ends in a recorded fault, with the
 verdict ``human-diagnosis`` and the reason in plain words: no silent gaps.
 
+A Job that passed its ``activeDeadlineSeconds`` is ``Failed`` (reason ``DeadlineExceeded``) and
+its pods deleted; a finished Job is deleted after ``ttlSecondsAfterFinished`` (Kubernetes docs,
+"Jobs"). So once a Job was started for this isolation (``gpuguard.io/evidence-started``), its
+absence is a result too — "evidence unavailable (Job gone)" — never a reason to start another.
+
 Pure: the controller gathers the Job's result and the ledger, and applies the step.
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
@@ -49,15 +54,17 @@ class RecoveryStep:
     request: str = ""
     evidence: tuple[decisions.Evidence, ...] = ()
     waiting: str = ""
+    started_mark: dict[str, str] | None = None  # written once the evidence Job exists
 
 
 def needs_recovery(node: fleet.Node) -> bool:
-    """gpuguard isolated it and no verdict is recorded on it yet."""
+    """gpuguard isolated it (its marks are its own) and no verdict is recorded on it yet."""
     marks = node.annotations
     return (
         node.unschedulable
         and annotation_keys.ISOLATED_AT in marks
         and annotation_keys.VERDICT not in marks
+        and node.foreign_marks is None
     )
 
 
@@ -67,11 +74,21 @@ def decide(
     ledger: Sequence[faults.LedgerEntry],
     catalog: xid_catalog.XidCatalog,
     now: datetime,
+    *,
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
 ) -> RecoveryStep:
-    if job.state is jobs.JobState.ABSENT:
-        return RecoveryStep(node.name, start_evidence_job=True, waiting="evidence Job started")
+    """``merge_window``: lines closer than this are one fault (``escalation.merge_window_for``
+    the hold window: the fault's first sighting and its isolation line)."""
+    isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
+    _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
+    started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
+    mark = None if started else {annotation_keys.EVIDENCE_STARTED: isolated_at}
+    if job.state is jobs.JobState.ABSENT and not started:
+        return RecoveryStep(
+            node.name, start_evidence_job=True, waiting="evidence Job started", started_mark=mark
+        )
     if job.state is jobs.JobState.RUNNING:
-        return RecoveryStep(node.name, waiting="evidence Job running")
+        return RecoveryStep(node.name, waiting="evidence Job running", started_mark=mark)
     verdict, proof = _verdict(node, job)
     entry = _entry(node, verdict)
     if entry is None:  # a phantom cordon: no hardware fault to record or escalate
@@ -82,9 +99,13 @@ def decide(
             evidence=proof,
         )
     recorded = [e for e in ledger if not _same_fault(e, entry)]
-    history = escalation.history_for([*recorded, entry], entry.uuid, entry.node, entry.pci)
+    history = escalation.history_for(
+        [*recorded, entry], entry.uuid, entry.node, entry.pci, merge_window=merge_window
+    )
     level = escalation.escalate(history)
     request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    if job.state is not jobs.JobState.SUCCEEDED:
+        request = f"{request} {proof[0].value[0].upper()}{proof[0].value[1:]}."
     return RecoveryStep(
         node=node.name,
         record=None if len(recorded) < len(ledger) else entry,
@@ -104,8 +125,11 @@ def _verdict(
     node: fleet.Node, job: jobs.JobResult
 ) -> tuple[decisions.Verdict, tuple[decisions.Evidence, ...]]:
     source = f"evidence Job on {node.name}"
+    if job.state is jobs.JobState.ABSENT:
+        why = "evidence unavailable (the evidence Job is gone: deleted before it was read)"
+        return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
     if job.state is jobs.JobState.FAILED:
-        why = f"the evidence Job failed ({job.detail or 'no reason given'})"
+        why = f"evidence unavailable ({job.detail or 'the evidence Job failed, no reason given'})"
         return decisions.Verdict.HUMAN_DIAGNOSIS, (decisions.Evidence(source, why),)
     try:
         summary = evidence.EvidenceSummary.from_json(job.message or "", source=source)
@@ -129,7 +153,7 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry |
     reason = marks.get(annotation_keys.REASON, "")
     if reason == str(decisions.Reason.PHANTOM_UTILIZATION):
         return None
-    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdigit() else None
+    code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdecimal() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
     return faults.LedgerEntry(
         at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),
@@ -181,6 +205,8 @@ def escalation_update(
     entry: faults.LedgerEntry,
     ledger: Sequence[faults.LedgerEntry],
     catalog: xid_catalog.XidCatalog,
+    *,
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
 ) -> dict[str, str] | None:
     """New escalation and request marks for a node gpuguard isolated with a verdict, when a
     fault recorded later (the same card again while it waits) raises the card's escalation —
@@ -194,7 +220,9 @@ def escalation_update(
         current = escalation.Escalation(marks.get(ESCALATION, "none"))
     except ValueError:
         return None  # a mark gpuguard did not write: leave the node to people
-    history = escalation.history_for(ledger, entry.uuid, entry.node, entry.pci)
+    history = escalation.history_for(
+        ledger, entry.uuid, entry.node, entry.pci, merge_window=merge_window
+    )
     level = escalation.escalate(history)
     if _RANK[level] <= _RANK[current]:
         return None

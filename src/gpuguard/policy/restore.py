@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, faults, fleet, pci
 from gpuguard.model import restore as model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import return_checks
@@ -48,6 +48,12 @@ def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.Resto
     if keys.ISOLATED_AT not in node.annotations:
         reason = Reason.HUMAN_CORDON if node.unschedulable else Reason.NOT_ISOLATED
         return _decision(c, checks, Step.NONE, reason, checks[0].summary)
+    if (writer := node.foreign_marks) is not None:
+        detail = (
+            f"{keys.ISOLATED_AT} was written by {writer}, not by gpuguard: not gpuguard's "
+            "isolation, never returned by gpuguard"
+        )
+        return _decision(c, checks, Step.NONE, Reason.MARKS_NOT_GPUGUARDS, detail)
     if not node.unschedulable:
         detail = "burn-in skipped: uncordoned by a human; gpuguard's annotations removed"
         return _decision(
@@ -65,8 +71,17 @@ def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.Resto
 
 
 def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.RestoreDecision:
-    """Every condition passed: the burn-in of this repair decides."""
+    """Every condition passed: the burn-in of this repair decides — once. A failure recorded
+    on the node (``gpuguard.io/burnin-failed``) for this boot, reset and inspection stands
+    whatever became of its Job (deleted by its TTL, its pods by PodGC)."""
     mode, result = _mode(c), c.facts.burn_in
+    if c.annotation(keys.BURNIN_FAILED) == burnin_key(c.node, mode):
+        failed = c.annotation(keys.RETURN_FAILED) or "burn-in failed"
+        detail = (
+            f"burn-in ({mode}) failed on this boot: {failed}; stays isolated until a new boot, "
+            f"{keys.RESET_DONE} or {keys.INSPECTED}"
+        )
+        return _decision(c, checks, Step.STAY_ISOLATED, Reason.BURN_IN_FAILED, detail, mode=mode)
     if result is None or not _tests_this_repair(c, result, mode):
         detail = f"all {len(checks)} return conditions pass: start the burn-in ({mode})"
         return _decision(
@@ -87,12 +102,35 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
         )  # fmt: skip
     failed = result.failed_check or "burn-in failed (no check named)"
     detail = f"burn-in ({result.mode}) failed: {failed}; stays isolated"
-    marked = c.annotation(keys.RETURN_FAILED) == failed  # annotate (and tell) once
     return _decision(
         c, checks, Step.STAY_ISOLATED, Reason.BURN_IN_FAILED, detail,
-        act=None if marked else decisions.ActionKind.ANNOTATE, evidence=(ran,),
-        annotations={keys.RETURN_FAILED: failed}, mode=mode,
+        act=decisions.ActionKind.ANNOTATE, evidence=(ran,), mode=mode,
+        annotations={keys.RETURN_FAILED: failed, keys.BURNIN_FAILED: burnin_key(c.node, mode)},
+        record=_burn_in_line(c, result),
     )  # fmt: skip
+
+
+def burnin_key(node: fleet.Node, mode: model.BurnInMode) -> str:
+    """The key of the node's burn-in now: its isolation, boot, a human's reset and inspection
+    marks, and the mode."""
+    marks = node.annotations
+    return model.burnin_key(
+        marks.get(keys.ISOLATED_AT, ""), node.boot_id, str(mode),
+        marks.get(keys.RESET_DONE), marks.get(keys.INSPECTED),
+    )  # fmt: skip
+
+
+def _burn_in_line(c: _Context, result: model.BurnInResult) -> faults.LedgerEntry:
+    """The ledger line of a failed burn-in: the isolated card's, at the burn-in's start."""
+    return faults.LedgerEntry(
+        at=result.started_at,
+        node=c.node.name,
+        xid=None,
+        pci=pci.try_normalize_pci(c.annotation(keys.GPU_PCI)),
+        uuid=c.annotation(keys.GPU_UUID),
+        recorder=faults.Recorder.GPUGUARD,
+        kind=faults.FaultKind.BURNIN_FAILED,
+    )
 
 
 def _tests_this_repair(c: _Context, result: model.BurnInResult, mode: model.BurnInMode) -> bool:
@@ -118,6 +156,7 @@ def _decision(
     remove: tuple[str, ...] = (),
     blocking: model.ReturnCheck | None = None,
     mode: model.BurnInMode | None = None,
+    record: faults.LedgerEntry | None = None,
 ) -> model.RestoreDecision:
     """The decision; with ``act``, the one write that carries it out (same reason, detail)."""
     action = None
@@ -140,6 +179,7 @@ def _decision(
         remove_annotations=remove,
         blocking=blocking,
         burn_in_mode=mode,
+        record=record,
     )
 
 

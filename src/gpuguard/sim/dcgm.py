@@ -145,6 +145,8 @@ def exporter_up(node: state.SimNode, now: datetime) -> bool:
     """Whether the node's dcgm-exporter answers at ``now`` (not while the node is down)."""
     if node.reboot_hung or (node.down_until is not None and now < node.down_until):
         return False
+    if node.exporter_down_until is not None and now < node.exporter_down_until:
+        return False
     return node.exporter_started is None or node.exporter_started <= now
 
 

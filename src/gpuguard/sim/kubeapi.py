@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuguard.sim import apiaudit, apiresources, kube_objects, selectors, store
+from gpuguard.sim import apiaudit, apiresources, kube_objects, managed_fields, selectors, store
 from gpuguard.sim.apiresources import RequestRefused, Target
 
 if TYPE_CHECKING:
@@ -258,7 +258,10 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.server.watch_open():
                     _Watch(self, target, query).run()
                 return
-            request = _Request(self.server.store, target, query, _json(raw_body), content_type)
+            manager = managed_fields.manager_of(query, self.headers.get("User-Agent"))
+            request = _Request(
+                self.server.store, target, query, _json(raw_body), content_type, manager
+            )
             self._send_json(*_verb(method, target)(request))
         except store.StoreError as e:
             self._send_error(e, target)
@@ -326,6 +329,7 @@ class _Request:
     query: Query
     body: Any  # parsed JSON, None when there was none
     content_type: str
+    manager: str  # the field manager recorded in managedFields (sim.managed_fields)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -367,7 +371,9 @@ def _create(r: _Request) -> Reply:
         message = f"the namespace of the object ({given}) does not match the request ({namespace})"
         raise RequestRefused(400, "BadRequest", message)
     metadata = {k: v for k, v in obj.get("metadata", {}).items() if k not in _SERVER_FIELDS}
-    created = r.store.create(r.target.resource.kind, namespace, {**obj, "metadata": metadata})
+    created = r.store.create(
+        r.target.resource.kind, namespace, {**obj, "metadata": metadata}, manager=r.manager
+    )
     return 201, r.target.resource.decorate(created)
 
 
@@ -377,7 +383,7 @@ def _replace(r: _Request) -> Reply:
     if given != r.target.name:
         message = f"the name of the object ({given}) does not match the URL ({r.target.name})"
         raise RequestRefused(400, "BadRequest", message)
-    updated = r.store.replace(*r.key, obj, scope=_scope(r.target))
+    updated = r.store.replace(*r.key, obj, scope=_scope(r.target), manager=r.manager)
     return 200, r.target.resource.decorate(updated)
 
 
@@ -388,7 +394,9 @@ def _patch(r: _Request) -> Reply:
             f" accepted: {', '.join(_MERGE_PATCH_TYPES)}"
         )
         raise RequestRefused(415, "UnsupportedMediaType", message)
-    updated = r.store.merge_patch(*r.key, _checked_body(r), scope=_scope(r.target))
+    updated = r.store.merge_patch(
+        *r.key, _checked_body(r), scope=_scope(r.target), manager=r.manager
+    )
     return 200, r.target.resource.decorate(updated)
 
 

@@ -1,24 +1,50 @@
-"""The simulated kubelet for gpuguard's Jobs: it runs them on their pinned node.
+"""The simulated Job controller, kubelet, TTL controller and PodGC for gpuguard's Jobs.
 
-A Job gpuguard creates (label ``app.kubernetes.io/part-of=gpuguard``) gets a Pod bound to its
-``nodeName``; once the node is up and the Job's run time has passed, the container's command
-is executed by ``run`` — the caller's way to run the real program against that node's host
-tree, as a container would — and the Pod ends Succeeded or Failed with the command's output as
-its termination message (cut at 4096 bytes, as the kubelet does). The Job's status follows.
-A node that is down keeps the Pod Pending; a Job pinned to a node that does not exist fails.
+What Kubernetes does with a Job (kubernetes.io/docs/concepts/workloads/controllers/job and
+kubernetes/kubernetes ``pkg/controller/job``, ``pkg/controller/ttlafterfinished``,
+``pkg/controller/podgc``), for the Jobs gpuguard creates (label
+``app.kubernetes.io/part-of=gpuguard``):
+
+- the Job controller sets ``status.startTime`` and creates a Pod named ``<job>-<suffix>``
+  (``generateName``) with the labels ``job-name``/``controller-uid`` (and their
+  ``batch.kubernetes.io/`` spellings) and an ``ownerReference`` to the Job's uid;
+- ``activeDeadlineSeconds`` past ``startTime``: every active Pod is deleted and the Job gets
+  ``Failed`` with reason ``DeadlineExceeded`` ("Job was active longer than specified deadline");
+- a failed Pod is replaced until ``status.failed`` exceeds ``backoffLimit`` (default 6); then
+  ``Failed``/``BackoffLimitExceeded`` ("Job has reached the specified backoff limit");
+- a succeeded Pod: ``Complete`` (reason ``CompletionsReached``) and ``completionTime``;
+- ``ttlSecondsAfterFinished`` after the terminal condition, the TTL controller deletes the Job
+  and (cascading) its Pods;
+- PodGC deletes terminated Pods beyond ``--terminated-pod-gc-threshold`` (12500, oldest first)
+  and Pods whose owner is gone; a Pod bound to a Node that does not exist is set Failed by
+  PodGC (reason ``DeletionByPodGC``).
+
+The kubelet runs a Pod on its ``nodeName`` once the node is up: after ``runtime`` the
+container's command is executed by ``run`` (the caller's way to run the real program against
+that node's host tree) and the Pod ends Succeeded or Failed with the command's output as its
+termination message (cut at 4096 bytes, as the kubelet does). A node that is down keeps the
+Pod Pending. A scenario's ``job_hang`` makes the next Pod of that kind on that node never end.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuguard.sim import kube_objects, state, store, world
 
 RunCommand = Callable[[state.SimNode, list[str]], tuple[int, str]]
 MESSAGE_LIMIT = 4096
+DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 JobSpec.backoffLimit default
+TERMINATED_POD_GC_THRESHOLD = 12500  # kube-controller-manager --terminated-pod-gc-threshold
+PART_OF = ("app.kubernetes.io/part-of", "gpuguard")
+KIND_LABEL = "gpuguard.io/job"  # which of gpuguard's Jobs (evidence, burnin): job_hang's kind
+ACTIVE = ("Pending", "Running")
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
+BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 
 
 @dataclass
@@ -26,77 +52,203 @@ class JobKubelet:
     world: world.World
     run: RunCommand
     runtime: timedelta = timedelta(seconds=30)
-    _started: dict[str, datetime] = field(default_factory=dict)
-    _done: set[str] = field(default_factory=set)
+    pod_gc_threshold: int = TERMINATED_POD_GC_THRESHOLD
+    _hung: set[str] = field(default_factory=set)  # pods that never end (job_hang)
+    _due: list[datetime] = field(default_factory=list)
 
     def step(self) -> None:
-        """Start new gpuguard Jobs' pods and finish the ones whose time has come."""
+        """One pass of the controllers: Jobs, their Pods, TTL and PodGC."""
+        self._due = []
         for job in self.world.store.list("Job"):
             labels = job["metadata"].get("labels") or {}
-            name = job["metadata"]["name"]
-            if labels.get("app.kubernetes.io/part-of") == "gpuguard" and name not in self._done:
-                self._advance(job)
+            if labels.get(PART_OF[0]) == PART_OF[1] and _terminal(job) is None:
+                self._sync(job)
+        self._expire_finished()
+        self._collect_pods()
 
-    def _advance(self, job: store.Obj) -> None:
-        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        spec = job["spec"]["template"]["spec"]
-        node_name = spec.get("nodeName", "")
+    def due(self, now: datetime) -> bool:
+        """Whether a pass at ``now`` would change something no event announces: a pod's run
+        time, a deadline or a TTL has come (a caller stepping time skips the passes between)."""
+        return any(when <= now for when in self._due)
+
+    # ---- the Job controller ------------------------------------------------------------------
+
+    def _sync(self, job: store.Obj) -> None:
+        now = self.world.now
+        status = dict(job.get("status") or {})
+        if "startTime" not in status:
+            status["startTime"] = kube_objects.timestamp(now)
+        pods = self._owned_pods(job)
+        for pod in pods:
+            if pod["status"].get("phase") in ACTIVE:
+                self._kubelet(job, pod)
+        pods = self._owned_pods(job)
+        counts = {p: sum(1 for pod in pods if pod["status"].get("phase") == p) for p in
+                  ("Succeeded", "Failed")}
+        active = [pod for pod in pods if pod["status"].get("phase") in ACTIVE]
+        failed = max(int(status.get("failed", 0)), counts["Failed"])
+        status |= {"active": len(active), "failed": failed, "succeeded": counts["Succeeded"]}
+        deadline = job["spec"].get("activeDeadlineSeconds")
+        started = parse_time(status["startTime"])
+        if deadline is not None:
+            self._due.append(started + timedelta(seconds=int(deadline)))
+        if deadline is not None and now - started >= timedelta(seconds=int(deadline)):
+            for pod in active:
+                self._delete_pod(pod)
+            status |= {"active": 0, "failed": failed + len(active)}
+            status["conditions"] = [_condition("Failed", "DeadlineExceeded", DEADLINE_MESSAGE, now)]
+        elif counts["Succeeded"]:
+            status["conditions"] = [_condition("Complete", "CompletionsReached", "", now)]
+            status["completionTime"] = kube_objects.timestamp(now)
+        elif failed > int(job["spec"].get("backoffLimit", DEFAULT_BACKOFF_LIMIT)):
+            status["conditions"] = [
+                _condition("Failed", "BackoffLimitExceeded", BACKOFF_MESSAGE, now)
+            ]
+        elif not active:
+            self._create_pod(job, now)
+            status["active"] = 1
+        self._write_status(job, status)
+
+    def _owned_pods(self, job: store.Obj) -> list[store.Obj]:
+        uid = job["metadata"]["uid"]
+        return [
+            pod for pod in self.world.store.list("Pod", job["metadata"]["namespace"])
+            if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _create_pod(self, job: store.Obj, now: datetime) -> None:
+        pod = _pod(job, now)
+        node_name = pod["spec"].get("nodeName", "")
+        kind = (job["metadata"].get("labels") or {}).get(KIND_LABEL, "")
+        created = self.world.store.create("Pod", job["metadata"]["namespace"], pod)
+        if self.world.take_job_hang(node_name, kind):
+            self._hung.add(created["metadata"]["name"])
+        self._kubelet(job, created)  # the kubelet starts it at once on a node that is up
+
+    def _write_status(self, job: store.Obj, status: dict[str, Any]) -> None:
+        if status != job.get("status"):
+            name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+            self.world.store.merge_patch("Job", namespace, name, {"status": status})
+
+    # ---- the kubelet ---------------------------------------------------------------------------
+
+    def _kubelet(self, job: store.Obj, pod: store.Obj) -> None:
+        node_name = pod["spec"].get("nodeName", "")
         try:
             node = self.world.node(node_name)
         except KeyError:
-            self._finish(job, 1, f"node {node_name!r} not found")
+            self._end(pod, 1, f"node {node_name!r} not found", reason="DeletionByPodGC")
             return
         if node.down_until is not None:
             return
         now = self.world.now
-        if name not in self._started:
-            self._started[name] = now
-            self.world.store.create("Pod", namespace, _pod(job, node_name, now))
+        started = pod["status"].get("startTime")
+        if started is None:
+            self._patch_pod(pod, {"phase": "Running", "startTime": kube_objects.timestamp(now)})
+            self._due.append(now + self.runtime)
             return
-        if now - self._started[name] >= self.runtime:
-            code, message = self.run(node, list(spec["containers"][0].get("command", [])))
-            self._finish(job, code, message)
+        name = pod["metadata"]["name"]
+        if name in self._hung:
+            return
+        if now - parse_time(started) < self.runtime:
+            self._due.append(parse_time(started) + self.runtime)
+            return
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        code, message = self.run(node, list(container.get("command", [])))
+        self._end(pod, code, message)
 
-    def _finish(self, job: store.Obj, code: int, message: str) -> None:
-        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    def _end(self, pod: store.Obj, code: int, message: str, reason: str | None = None) -> None:
         now = self.world.now
-        started = self._started.get(name, now)
-        phase = "Succeeded" if code == 0 else "Failed"
+        started = pod["status"].get("startTime") or kube_objects.timestamp(now)
         terminated = {
             "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
+            "reason": reason or ("Completed" if code == 0 else "Error"),
             "message": message.encode()[:MESSAGE_LIMIT].decode(errors="ignore"),
-            "startedAt": kube_objects.timestamp(started),
+            "startedAt": started,
             "finishedAt": kube_objects.timestamp(now),
         }
-        pod_status = {
-            "phase": phase,
+        self._patch_pod(pod, {
+            "phase": "Succeeded" if code == 0 else "Failed",
             "containerStatuses": [
                 {"name": "main", "ready": False, "restartCount": 0, "image": "gpuguard",
                  "imageID": "", "state": {"terminated": terminated}}
             ],
-        }
-        try:
-            self.world.store.merge_patch("Pod", namespace, name, {"status": pod_status})
-        except store.StoreNotFound:
-            self.world.store.create("Pod", namespace, _pod(job, "", now) | {"status": pod_status})
-        key = "succeeded" if code == 0 else "failed"
-        self.world.store.merge_patch("Job", namespace, name, {"status": {key: 1}})
-        self._done.add(name)
+        })  # fmt: skip
+
+    def _patch_pod(self, pod: store.Obj, status: dict[str, Any]) -> None:
+        name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        self.world.store.merge_patch("Pod", namespace, name, {"status": status})
+
+    def _delete_pod(self, pod: store.Obj) -> None:
+        with contextlib.suppress(store.StoreNotFound):
+            self.world.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self._hung.discard(pod["metadata"]["name"])
+
+    # ---- the TTL controller and PodGC --------------------------------------------------------
+
+    def _expire_finished(self) -> None:
+        now = self.world.now
+        for job in self.world.store.list("Job"):
+            ttl, terminal = job["spec"].get("ttlSecondsAfterFinished"), _terminal(job)
+            if ttl is None or terminal is None:
+                continue
+            finished = parse_time(terminal["lastTransitionTime"])
+            self._due.append(finished + timedelta(seconds=int(ttl)))
+            if now - finished >= timedelta(seconds=int(ttl)):
+                for pod in self._owned_pods(job):
+                    self._delete_pod(pod)
+                meta = job["metadata"]
+                self.world.store.delete("Job", meta["namespace"], meta["name"])
+
+    def _collect_pods(self) -> None:
+        uids = {job["metadata"]["uid"] for job in self.world.store.list("Job")}
+        terminated = []
+        for pod in self.world.store.list("Pod"):
+            refs = pod["metadata"].get("ownerReferences") or []
+            if any(ref.get("kind") == "Job" and ref.get("uid") not in uids for ref in refs):
+                self._delete_pod(pod)  # the garbage collector: its owner is gone
+            elif pod["status"].get("phase") in ("Succeeded", "Failed"):
+                terminated.append(pod)
+        excess = len(terminated) - self.pod_gc_threshold
+        if excess > 0:
+            terminated.sort(key=lambda pod: pod["metadata"]["creationTimestamp"])
+            for pod in terminated[:excess]:
+                self._delete_pod(pod)
 
 
-def _pod(job: store.Obj, node: str, now: datetime) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _terminal(job: store.Obj) -> dict[str, Any] | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def _condition(kind: str, reason: str, message: str, now: datetime) -> dict[str, Any]:
+    stamp = kube_objects.timestamp(now)
+    return {"type": kind, "status": "True", "reason": reason, "message": message,
+            "lastProbeTime": stamp, "lastTransitionTime": stamp}
+
+
+def _pod(job: store.Obj, now: datetime) -> dict[str, Any]:
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     template = job["spec"]["template"]
+    owner = {"job-name": name, "controller-uid": uid, "batch.kubernetes.io/job-name": name,
+             "batch.kubernetes.io/controller-uid": uid}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name,
+            "generateName": f"{name}-",
             "namespace": job["metadata"]["namespace"],
-            "labels": (template.get("metadata", {}).get("labels") or {}) | {"job-name": name},
+            "labels": (template.get("metadata", {}).get("labels") or {}) | owner,
             "creationTimestamp": kube_objects.timestamp(now),
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                 "uid": uid, "controller": True, "blockOwnerDeletion": True}],
         },
-        "spec": template["spec"] | {"nodeName": node or template["spec"].get("nodeName")},
-        "status": {"phase": "Running", "startTime": kube_objects.timestamp(now)},
+        "spec": dict(template["spec"]),
+        "status": {"phase": "Pending"},
     }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,6 +31,7 @@ FRESHNESS_DCGM = "freshness dcgm-exporter"
 _GPU = "nvidia.com/gpu"
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+Target = Callable[[], Iterable[tuple[str, Mapping[str, str], float]]]
 
 
 @dataclass
@@ -63,6 +64,8 @@ class WorldPrometheus:
     _first_scrape: datetime | None = None
     _down: list[tuple[datetime, datetime | None]] = field(default_factory=list)
     _gpu_series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    targets: list[Target] = field(default_factory=list)
+    """Other scrape targets (the demo's node agents): each returns its samples when scraped."""
 
     def scrape(self) -> None:
         """Record the world as the next scrape will see it (one scrape interval from now).
@@ -79,6 +82,8 @@ class WorldPrometheus:
         seen: set[SeriesKey] = set()
         for node in self.world.nodes:
             seen |= self._scrape_node(node, now)
+        for target in self.targets:
+            seen |= {self._put(name, labels, value, now) for name, labels, value in target()}
         for key, series in self._series.items():
             if key not in seen:
                 series.record(now, None)
@@ -106,8 +111,8 @@ class WorldPrometheus:
                 now,
             ),
         }
-        if node.down_until is not None:
-            return seen  # the exporter pod is down with its node
+        if node.down_until is not None or not exporters.exporter_up(node, self.world.now):
+            return seen  # the exporter pod is down with its node, or does not answer
         for gpu in node.gpus:
             seen |= self._scrape_gpu(node, gpu, now)
         return seen
@@ -223,8 +228,53 @@ class WorldPrometheus:
         out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at)
         out += self._count_recent(at)
         out += self._loss_held(at)
+        out += self._node_newest(at, names.DCGM_GPU_UTIL, ("Hostname", "hostname"),
+                                 names.DCGM_NODE_NEWEST)
+        out += self._node_newest(at, names.AGENT_KERNEL_LINES_TOTAL, ("node",),
+                                 names.AGENT_NODE_NEWEST)
+        out += self._recent(names.XID_TOTAL, names.XID_TOTAL_RECENT, at)
+        out += self._recent(names.FALLEN_OFF_BUS_TOTAL, names.FALLEN_OFF_BUS_RECENT, at)
         self._check_fresh(at)
         return tuple(out)
+
+    def _recent(self, counter: str, name: str, at: datetime) -> list[fleet.MetricSample]:
+        """``(increase(c[look]) > 0) or ((c unless c offset look) + 0)`` (sources.prometheus):
+        the counter's growth over the Xid lookback, or its value if it was born inside it."""
+        scraped = self._last_scrape(at)
+        if scraped is None or at - scraped > timedelta(minutes=5):
+            return []
+        before = self._last_scrape(at - self.xid_lookback)
+        out = []
+        for (metric_name, labels), series in self._series.items():
+            now_value = series.at(scraped) if metric_name == counter else None
+            if now_value is None:
+                continue
+            then = series.at(before) if before is not None else None
+            grown = now_value if then is None else now_value - then
+            if then is None or grown > 0:
+                out.append(fleet.MetricSample(name, dict(labels), grown, at))
+        return out
+
+    def _node_newest(
+        self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str
+    ) -> list[fleet.MetricSample]:
+        """``max by (<node label>) (timestamp(<metric>))``: per node, the last scrape that
+        found the metric's series there, within Prometheus' 5 min lookback."""
+        scraped = self._last_scrape(at)
+        if scraped is None:
+            return []
+        newest: dict[tuple[str, str], datetime] = {}
+        for (metric_name, labels), series in self._series.items():
+            host = next(((k, v) for k, v in labels if k in node_labels), None)
+            if metric_name != metric or host is None:
+                continue
+            seen = _last_present(series, scraped)
+            if seen is not None and at - seen <= timedelta(minutes=5):
+                newest[host] = max(seen, newest.get(host, seen))
+        return [
+            fleet.MetricSample(name, {key: node}, when.timestamp(), at)
+            for (key, node), when in newest.items()
+        ]
 
     def _down_at(self, at: datetime) -> bool:
         return any(start <= at and (end is None or at < end) for start, end in self._down)
@@ -296,6 +346,16 @@ class WorldPrometheus:
         ]
         if not util:
             raise SourceError(f"Prometheus has no series for {FRESHNESS_DCGM!r}")
+
+
+def _last_present(series: _Series, scraped: datetime) -> datetime | None:
+    """The last scrape at or before ``scraped`` at which the series had a value."""
+    if series.at(scraped) is not None:
+        return scraped
+    i = bisect.bisect_right(series.times, scraped) - 1
+    while i > 0 and series.values[i] is None:
+        i -= 1
+    return series.times[i + 1] - SCRAPE if i >= 0 and series.values[i] is not None else None
 
 
 def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[datetime]:

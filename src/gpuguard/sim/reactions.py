@@ -43,8 +43,8 @@ The world's rules (deterministic):
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
-  ``prometheus_down``) do what their names say; see the ``on_*`` functions and ``REACTIONS``
-  below.
+  ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
+  ``on_*`` functions and ``REACTIONS`` below.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class Memory:
     pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (namespace, outcome)
     boots: dict[str, int] = field(default_factory=dict)  # boots per node since the start
     announced: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) named this boot
+    job_hangs: set[tuple[str, str]] = field(default_factory=set)  # (node, Job kind) to hang
 
 
 class Stage(Protocol):
@@ -410,25 +411,46 @@ def on_prometheus_down(w: Stage, p: scenario.PrometheusDownPayload, _node: None)
     )
 
 
+def on_exporter_down(w: Stage, p: scenario.ExporterDownPayload, node: state.SimNode) -> None:
+    """The node's dcgm-exporter stops answering (its scrape fails: ``up == 0``, its series go
+    stale) while the node and its GPUs carry on."""
+    node.exporter_down_until = w.clock.now() + p.duration
+    w.record(
+        "exporter_down", node.name,
+        f"dcgm-exporter silent for {durations.format_duration(p.duration)}",
+    )  # fmt: skip
+
+
+def on_job_hang(w: Stage, p: scenario.JobHangPayload, node: state.SimNode) -> None:
+    """The next Job of kind ``p.job`` on the node runs until its deadline (``sim.kubelet``)."""
+    w.memory.job_hangs.add((node.name, p.job))
+    w.record("job_hang", node.name, f"the next {p.job} Job on this node will hang")
+
+
 # ---- humans, through the API ---------------------------------------------------------------------
+
+KUBECTL = "kubectl-"
+"""kubectl's field manager is ``kubectl-<command>`` (kubectl cordon, annotate, ...)."""
 
 
 def on_cordon(w: Stage, p: scenario.CordonPayload, node: state.SimNode) -> None:
     patch: kube_objects.Obj = {"spec": {"unschedulable": True}}
     if p.key:
         patch["metadata"] = {"annotations": {p.key: p.value or ""}}
-    w.store.merge_patch("Node", "", node.name, patch)
+    w.store.merge_patch("Node", "", node.name, patch, manager=KUBECTL + "cordon")
     w.record("cordon", node.name, "a human cordons" + (f" ({p.key})" if p.key else ""))
 
 
 def on_uncordon(w: Stage, _p: scenario.NodePayload, node: state.SimNode) -> None:
-    w.store.merge_patch("Node", "", node.name, {"spec": {"unschedulable": None}})
+    w.store.merge_patch(
+        "Node", "", node.name, {"spec": {"unschedulable": None}}, manager=KUBECTL + "uncordon"
+    )
     w.record("uncordon", node.name, "a human uncordons")
 
 
 def on_annotate(w: Stage, p: scenario.AnnotatePayload, node: state.SimNode) -> None:
     patch = {"metadata": {"annotations": {p.key: p.value}}}
-    w.store.merge_patch("Node", "", node.name, patch)
+    w.store.merge_patch("Node", "", node.name, patch, manager=KUBECTL + "annotate")
     action = f"{p.key}={p.value}" if p.value is not None else f"{p.key} removed"
     w.record("annotate", node.name, f"a human annotates {action}")
 
@@ -573,4 +595,6 @@ REACTIONS: Mapping[str, Reaction] = {
     "annotate": on_annotate,
     "prometheus_down": on_prometheus_down,
     "bad_metric": on_bad_metric,
+    "exporter_down": on_exporter_down,
+    "job_hang": on_job_hang,
 }

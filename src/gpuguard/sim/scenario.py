@@ -153,6 +153,14 @@ class PrometheusDownPayload(_Strict):
     duration: Duration
 
 
+class ExporterDownPayload(NodePayload):
+    duration: Duration
+
+
+class JobHangPayload(NodePayload):
+    job: Literal["evidence", "burnin"]
+
+
 PAYLOADS: dict[str, type[_Strict]] = {
     "xid": XidPayload,
     "gpu_lost": GpuLostPayload,
@@ -178,6 +186,8 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "annotate": AnnotatePayload,
     "prometheus_down": PrometheusDownPayload,
     "bad_metric": BadMetricPayload,
+    "exporter_down": ExporterDownPayload,
+    "job_hang": JobHangPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------
@@ -198,6 +208,9 @@ class HostSettings(_Strict):
     packages_held: bool | None = None
     rke2_units: list[str] | None = None
     swap_enabled: bool | None = None
+    # gpuguard's node agent runs there (the demo runs the real one; default off, so the shipped
+    # incidents keep the exporter-only figures they were written with)
+    agent: bool | None = None
 
 
 class FleetSpec(HostSettings):
@@ -247,6 +260,7 @@ class NodeSpec:
     packages_held: bool = False
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
+    agent: bool = False
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class SimNode:
     reboot_hung: bool = False  # warm reboot stuck on a GPU off the bus: down until power cycle
     allocatable_dip_gpus: int = 0  # GPUs withheld during allocatable_dip_until (0: all)
     booted_at: datetime | None = None  # kernel uptime stamps count from here
+    exporter_down_until: datetime | None = None  # exporter_down: dcgm-exporter does not answer
 
     # Added for the exporters (sim.exporters): what this node's dcgm-exporter collects.
     profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported

@@ -26,10 +26,15 @@ from typing import Any
 
 from gpuguard import errors
 from gpuguard.model import timestamps
+from gpuguard.sim import managed_fields
 
 Obj = dict[str, Any]
 
 DEFAULT_HISTORY = 10_000
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+"""``corevalidation.MaxConfigMapSize``: data + binaryData keys and values, 1 MiB."""
+MAX_ANNOTATION_BYTES = 256 * 1024
+"""``apimachinery`` ``TotalAnnotationSizeLimitB``: every annotation key and value, 256 KiB."""
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the real API's generateName letters
 
 
@@ -43,6 +48,13 @@ class StoreError(errors.GpuguardError):
 class StoreInvalid(StoreError, errors.InputError):
     status = 400
     reason = "BadRequest"
+
+
+class StoreUnprocessable(StoreError, errors.InputError):
+    """The object fails the API server's validation (HTTP 422, reason ``Invalid``)."""
+
+    status = 422
+    reason = "Invalid"
 
 
 class StoreConflict(StoreError, errors.ConflictError):
@@ -157,9 +169,10 @@ class ObjectStore:
             ]
             return items, self._rv
 
-    def create(self, kind: str, namespace: str, obj: Obj) -> Obj:
+    def create(self, kind: str, namespace: str, obj: Obj, *, manager: str | None = None) -> Obj:
         """Store a new object; fills name (from generateName), namespace and generation, and
-        uid and creationTimestamp unless given (the world backdates objects it seeds)."""
+        uid and creationTimestamp unless given (the world backdates objects it seeds).
+        ``manager``: the field manager of an API request (``sim.managed_fields``)."""
         with self._lock:
             stored = copy.deepcopy(obj)
             metadata = stored.setdefault("metadata", {})
@@ -168,22 +181,39 @@ class ObjectStore:
             if key in self._objects:
                 raise StoreAlreadyExists(f'{kind} "{name}" already exists in "{namespace}"')
             self._fill_server_fields(metadata, kind, namespace, name)
+            validate_limits(kind, stored)
+            self._manage(None, stored, manager)
             self._write(key, stored, ChangeType.ADDED)
             return copy.deepcopy(stored)
 
     def merge_patch(
-        self, kind: str, namespace: str, name: str, patch: Obj, *, scope: Scope = Scope.WHOLE
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: Obj,
+        *,
+        scope: Scope = Scope.WHOLE,
+        manager: str | None = None,
     ) -> Obj:
         """RFC 7386 merge ``patch`` into the object; a ``metadata.resourceVersion`` in the
-        patch is a precondition (StoreConflict when stale). ``scope`` limits what changes."""
+        patch is a precondition (StoreConflict when stale). ``scope`` limits what changes;
+        ``manager`` is the field manager recorded in ``managedFields``."""
         with self._lock:
             current = self._current(kind, namespace, name)
             self._check_precondition(current, patch)
             updated = _within_scope(current, merge_patch(current, patch), scope)
-            return self._update((kind, namespace, name), current, updated)
+            return self._update((kind, namespace, name), current, updated, manager)
 
     def replace(
-        self, kind: str, namespace: str, name: str, obj: Obj, *, scope: Scope = Scope.WHOLE
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        obj: Obj,
+        *,
+        scope: Scope = Scope.WHOLE,
+        manager: str | None = None,
     ) -> Obj:
         """Replace the object (uid, creationTimestamp kept); a ``metadata.resourceVersion``
         in ``obj`` is a precondition (StoreConflict when stale)."""
@@ -191,7 +221,7 @@ class ObjectStore:
             current = self._current(kind, namespace, name)
             self._check_precondition(current, obj)
             updated = _within_scope(current, obj, scope)
-            return self._update((kind, namespace, name), current, updated)
+            return self._update((kind, namespace, name), current, updated, manager)
 
     def delete(self, kind: str, namespace: str, name: str) -> Obj:
         """Remove the object; returns its last state, at the deletion's resourceVersion."""
@@ -233,16 +263,30 @@ class ObjectStore:
             where = f' in "{namespace}"' if namespace else ""
             raise StoreNotFound(f'{kind} "{name}" not found{where}') from None
 
-    def _update(self, key: tuple[str, str, str], current: Obj, updated: Obj) -> Obj:
+    def _update(
+        self, key: tuple[str, str, str], current: Obj, updated: Obj, manager: str | None
+    ) -> Obj:
         stored = copy.deepcopy(updated)
         metadata = stored.setdefault("metadata", {})
         for field in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             if field in current["metadata"]:
                 metadata[field] = current["metadata"][field]
+        if "managedFields" in current["metadata"] and not metadata.get("managedFields"):
+            metadata["managedFields"] = copy.deepcopy(current["metadata"]["managedFields"])
         if stored.get("spec") != current.get("spec"):
             metadata["generation"] = int(metadata.get("generation", 0)) + 1
+        validate_limits(key[0], stored)
+        self._manage(current, stored, manager)
         self._write(key, stored, ChangeType.MODIFIED, previous=current)
         return copy.deepcopy(stored)
+
+    def _manage(self, current: Obj | None, stored: Obj, manager: str | None) -> None:
+        """Record ``manager``'s write in ``managedFields``; the world's own writes (manager
+        None) are not API requests and record nothing."""
+        if manager is not None:
+            api_version = str(stored.get("apiVersion", "v1"))
+            when = format_timestamp(self._now())
+            managed_fields.record(current, stored, manager, api_version, when)
 
     def _write(
         self, key: tuple[str, str, str], obj: Obj, change: ChangeType, previous: Obj | None = None
@@ -289,6 +333,29 @@ class ObjectStore:
                 "the object has been modified; please apply your changes to the latest version"
                 f" and try again (resourceVersion {wanted} is stale, current {have})"
             )
+
+
+def validate_limits(kind: str, obj: Obj) -> None:
+    """The API server's size limits, refused with its 422 message (``ValidateAnnotations`` and
+    ``ValidateConfigMap`` in kubernetes/kubernetes ``pkg/apis/core/validation``)."""
+    name = obj.get("metadata", {}).get("name", "")
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if _total_bytes(annotations) > MAX_ANNOTATION_BYTES:
+        raise StoreUnprocessable(
+            f'{kind} "{name}" is invalid: metadata.annotations: Too long: '
+            f"must have at most {MAX_ANNOTATION_BYTES} bytes"
+        )
+    if kind == "ConfigMap":
+        size = _total_bytes(obj.get("data") or {}) + _total_bytes(obj.get("binaryData") or {})
+        if size > MAX_CONFIGMAP_BYTES:
+            raise StoreUnprocessable(
+                f'ConfigMap "{name}" is invalid: []: Too long: '
+                f"must have at most {MAX_CONFIGMAP_BYTES} bytes"
+            )
+
+
+def _total_bytes(mapping: dict[str, Any]) -> int:
+    return sum(len(str(k).encode()) + len(str(v).encode()) for k, v in mapping.items())
 
 
 def _within_scope(current: Obj, updated: Obj, scope: Scope) -> Obj:

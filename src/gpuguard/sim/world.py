@@ -130,7 +130,8 @@ class World:
         times = [self.prometheus_down_until] if self.prometheus_down_until else []
         for node in self.nodes:
             times += [w.ends for w in node.workloads if w.ends is not None]
-            times += [t for t in (node.down_until, node.allocatable_dip_until) if t is not None]
+            times += [t for t in (node.down_until, node.allocatable_dip_until,
+                                  node.exporter_down_until) if t is not None]
         return times
 
     def _react(self) -> None:
@@ -144,6 +145,9 @@ class World:
                 reactions.finish_workload(self, node, workload)
             if node.down_until is not None and node.down_until <= now:
                 reactions.boot_complete(self, node)
+            if node.exporter_down_until is not None and node.exporter_down_until <= now:
+                node.exporter_down_until = None
+                self.record("exporter_up", node.name, "dcgm-exporter answers again")
             if node.allocatable_dip_until is not None and node.allocatable_dip_until <= now:
                 node.allocatable_dip_until = None
                 self.record("dip_end", node.name, f"allocatable back to {node.gpu_allocatable}")
@@ -183,6 +187,13 @@ class World:
         when = at or self.clock.now()
         uptime = when - (node.booted_at or self.origin)
         node.kernel_log.extend(kernel_lines.stamp(lines, node.name, when, uptime))
+
+    def take_job_hang(self, node: str, kind: str) -> bool:
+        """Whether a ``job_hang`` waits for this node's next Job of ``kind`` (used up here)."""
+        if (node, kind) in self.memory.job_hangs:
+            self.memory.job_hangs.discard((node, kind))
+            return True
+        return False
 
     def count_restart(self, node: str, component: str) -> None:
         """One more restart of a system pod (``dcgm-exporter``, ``device-plugin``) on ``node``."""

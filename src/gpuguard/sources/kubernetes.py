@@ -18,11 +18,12 @@ import httpx2
 from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
 from lightkube.models.core_v1 import Container
+from lightkube.models.meta_v1 import ManagedFieldsEntry
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import fleet
+from gpuguard.model import annotation_keys, fleet
 
 GPU_RESOURCE = "nvidia.com/gpu"
 _UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
@@ -108,6 +109,18 @@ def node_from_api(node: Node) -> fleet.Node:
         conditions={c.type: c.status for c in (status.conditions or [])} if status else {},
         kubelet_version=info.kubeletVersion if info else "",
         resource_version=meta.resourceVersion or "",
+        isolation_writers=_owners(meta.managedFields or [], annotation_keys.ISOLATED_AT),
+    )
+
+
+def _owners(entries: Iterable[ManagedFieldsEntry], annotation: str) -> frozenset[str]:
+    """The field managers whose ``fieldsV1`` holds ``metadata.annotations[annotation]``
+    (https://kubernetes.io/docs/reference/using-api/server-side-apply/#field-management)."""
+    return frozenset(
+        entry.manager or ""
+        for entry in entries
+        if f"f:{annotation}"
+        in ((entry.fieldsV1 or {}).get("f:metadata", {}).get("f:annotations", {}))
     )
 
 

@@ -4,12 +4,16 @@ size, evaluated at one instant (``time=``), failing closed.
 A non-success status, unparseable JSON, a missing expected series family (no
 kube-state-metrics GPU capacity, no dcgm-exporter series at all) or data older than the
 staleness bound raises ``SourceError`` — never "no targets", which would read as "all healthy".
+So does an answer that is not what Prometheus promises (``docs/querying/api``): a partial one
+(``warnings``, e.g. Thanos with a store down), a series without its label set (``"metric":
+null``), a value that is NaN or infinite, or a timestamp outside 1970-2100.
 Windows (the hold window, the Xid lookback) are evaluated by Prometheus, so a restarted guard
 decides exactly as the one before it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -42,6 +46,14 @@ def freshness_queries() -> dict[str, str]:
     }
 
 
+def node_freshness_query() -> str:
+    """Per node, the time of its dcgm-exporter's newest sample: a node whose exporter stopped
+    answering is stale here (then absent after Prometheus' 5 min lookback) while the others are
+    fresh, which the fleet-wide freshness cannot see. dcgm-exporter names the node in
+    ``Hostname`` (``hostname`` in some versions)."""
+    return f"max by (Hostname, hostname) (timestamp({names.DCGM_GPU_UTIL}))"
+
+
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
     """The queries of one tick, by the sample name they are stored under."""
@@ -65,6 +77,8 @@ class QueryPlan:
             names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
+            names.DCGM_NODE_NEWEST: node_freshness_query(),
+            names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
         } | freshness_queries()
 
 
@@ -143,6 +157,8 @@ class PrometheusSource:
             stamps = [s.value for s in samples if s.name == family]
             if not stamps:
                 raise SourceError(f"Prometheus has no series for {family!r}: refusing to decide")
+            if not 0.0 <= max(stamps) < _LAST_SANE_TIME:
+                raise SourceError(f"{family}: newest sample time {max(stamps)!r} is not a time")
             age = at - datetime.fromtimestamp(max(stamps), UTC)
             if age > self._staleness:
                 raise SourceError(
@@ -203,18 +219,36 @@ def parse_answer(
     if status != 200 or not isinstance(payload, dict) or payload.get("status") != "success":
         error = payload.get("error") if isinstance(payload, dict) else None
         raise SourceError(f"Prometheus query {name!r}: HTTP {status}, error {error!r}")
+    if payload.get("warnings"):
+        warnings = payload["warnings"]
+        raise SourceError(f"Prometheus query {name!r}: partial answer, warnings {warnings!r:.200}")
     data = payload.get("data")
     if not isinstance(data, Mapping) or data.get("resultType") != kind:
         raise SourceError(f"Prometheus query {name!r}: expected a {kind} result, got {data!r:.80}")
     try:
         return [_series(item, kind) for item in data["result"]]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
         raise SourceError(f"Prometheus query {name!r}: malformed sample ({e})") from e
+
+
+_LAST_SANE_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
 
 def _series(
     item: Mapping[str, Any], kind: str
 ) -> tuple[dict[str, str], list[tuple[datetime, float]]]:
-    labels = {str(k): str(v) for k, v in item["metric"].items()}
+    metric = item["metric"]
+    if not isinstance(metric, Mapping):
+        raise TypeError(f'"metric" is {metric!r:.40}, not a label set')
+    labels = {str(k): str(v) for k, v in metric.items()}
     raw = [item["value"]] if kind == "vector" else item["values"]
-    return labels, [(datetime.fromtimestamp(float(t), UTC), float(v)) for t, v in raw]
+    return labels, [_point(labels, t, v) for t, v in raw]
+
+
+def _point(labels: Mapping[str, str], stamp: Any, text: Any) -> tuple[datetime, float]:
+    when, value = float(stamp), float(text)
+    if not 0.0 <= when < _LAST_SANE_TIME:
+        raise ValueError(f"timestamp {stamp!r:.40} of {dict(labels)} is not a time")
+    if not math.isfinite(value):
+        raise ValueError(f"value {text!r:.40} of {dict(labels)} is not a finite number")
+    return datetime.fromtimestamp(when, UTC), value

@@ -36,7 +36,7 @@ def parse_counters(text: str, *, name: str) -> dict[str, int]:
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
+        if len(parts) != 2 or not parts[1].isdecimal():
             raise InputError(f"{name} line {number}: expected 'NAME COUNT', got {line!r}")
         counters[parts[0]] = int(parts[1])
     if not counters:
@@ -53,7 +53,7 @@ def total(counters: dict[str, int], total_name: str) -> int:
 
 def parse_number(text: str, *, name: str) -> int:
     value = text.strip()
-    if not value.isdigit():
+    if not value.isdecimal():
         raise InputError(f"{name}: expected a count, got {value!r}")
     return int(value)
 

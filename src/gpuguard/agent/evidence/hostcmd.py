@@ -1,47 +1,29 @@
-"""Running the host's own programs (journalctl, dmesg, nvidia-smi) from the evidence Job.
+"""The programs the evidence Job runs (journalctl, dmesg, nvidia-smi): its own, never the host's.
 
-The Job sees the host at ``--root`` (``/host``); the host's binaries need the host's libraries,
-so a program is looked up under the root and run through ``chroot <root>`` (the Job holds
-CAP_SYS_CHROOT, the lifecycle report (docs/design.md#incidents)). On a host itself (``--root /``) it
-runs directly. With the GPU Operator the driver's tools live in the driver container's root
-filesystem, which the operator exposes on the host at ``/run/nvidia/driver``: a program found only
-there runs chrooted into it. Every run goes through a ``CommandRunner`` with a hard timeout.
+The Job has no chroot and no host ``/usr``: running host binaries would need CAP_SYS_CHROOT
+and the host's libraries, i.e. far more of the host than evidence needs. Instead:
+
+- ``journalctl`` is in gpuguard's image and reads the host's journal *files* under the root
+  (``journalctl --root /host``: ``/host/var/log/journal``, mounted read-only);
+- ``nvidia-smi`` is put into the container by the NVIDIA container toolkit (the Job's
+  ``runtimeClassName`` with ``NVIDIA_DRIVER_CAPABILITIES=utility``; see NVIDIA's container
+  toolkit documentation), so it always matches the host's driver;
+- ``dmesg`` is the image's; the ring buffer needs CAP_SYSLOG where ``kernel.dmesg_restrict``
+  is set, which the Job does not have, so it answers only on hosts that allow it.
+
+Programs are run by name through a ``CommandRunner`` with a hard timeout; one that is not in
+the container answers ``NOT_FOUND`` (the shell's 127), which the evidence records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpuguard.agent.checks import hostfs
-
-BINARY_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/bin")
-HOST = ""
-DRIVER_CONTAINER = "run/nvidia/driver"
+NOT_FOUND = 127
 
 
-@dataclass(frozen=True, slots=True)
-class HostProgram:
-    """A program found under a root: ``path`` inside ``root``, ``shown`` from the host's view."""
-
-    root: Path
-    path: str
-    shown: str
-
-    def argv(self, args: Sequence[str]) -> list[str]:
-        """The command line that runs it against ``root``: chroot unless root is ``/``."""
-        if self.root.resolve() == Path("/"):
-            return [self.path, *args]
-        return ["chroot", str(self.root), self.path, *args]
-
-
-def find(root: Path, name: str, places: Sequence[str] = (HOST,)) -> HostProgram | None:
-    """The first ``name`` in BINARY_DIRS under each of ``places`` (host paths), or None."""
-    for place in places:
-        for directory in BINARY_DIRS:
-            rel = f"{place}/{directory}/{name}".lstrip("/")
-            if hostfs.exists(root, rel):
-                base = root / place if place else root
-                return HostProgram(base, f"/{directory}/{name}", hostfs.shown(rel))
-    return None
+def root_args(program: str, root: Path) -> list[str]:
+    """Arguments that point ``program`` at the host tree under ``root`` (none for ``/``)."""
+    if program == "journalctl" and root.resolve() != Path("/"):
+        return ["--root", str(root)]
+    return []

@@ -1,7 +1,8 @@
 """Xid events from the host's kernel log, for the current boot or a recent window.
 
-Sources, first that answers: a file given with ``--kernel-log``; else the host's journal
-(``journalctl -k -o short-iso --no-pager -b`` or ``--since <time>``, under a hard timeout);
+Sources, first that answers: a file given with ``--kernel-log``; else the host's journal files,
+read by the image's own journalctl (``journalctl --root /host -k -o short-iso --no-pager -b`` or
+``--since <time>``, under a hard timeout; see ``hostcmd``);
 else ``/var/log/kern.log`` (``/var/log/messages`` on RHEL); else the kernel's ring buffer
 (``dmesg --time-format iso``: this boot only, as far back as the buffer reaches). Every line
 goes through the shared parser (``kernlog``), so Xid 154's recovery action and the driver's
@@ -118,7 +119,7 @@ def _from_command(
     now: datetime,
     tried: list[str],
 ) -> KernelRead | None:
-    """Run the host's journalctl or dmesg; None (and why, in ``tried``) when it gives nothing."""
+    """Run journalctl or dmesg; None (and why, in ``tried``) when it gives nothing."""
     lines = _command_lines(root, runner, argv, options.timeout_s, tried)
     if lines is None:
         return None
@@ -139,12 +140,12 @@ def _command_lines(
     tried: list[str],
 ) -> list[str] | None:
     """[the command as shown, *its output lines], or None with the reason added to ``tried``."""
-    program = hostcmd.find(root, argv[0])
-    if program is None:
-        tried.append(f"{argv[0]} not found under the root")
+    command = [argv[0], *hostcmd.root_args(argv[0], root), *argv[1:]]
+    shown = " ".join(command)
+    result = runner.run(command, timeout_s=timeout_s)
+    if result.returncode == hostcmd.NOT_FOUND:
+        tried.append(f"{argv[0]}: not in the container")
         return None
-    shown = " ".join([program.shown, *argv[1:]])
-    result = runner.run(program.argv(argv[1:]), timeout_s=timeout_s)
     if result.timed_out:
         tried.append(f"{shown}: timed out after {timeout_s:g}s")
         return None

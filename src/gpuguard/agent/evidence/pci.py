@@ -170,7 +170,7 @@ def _link_status(link: _Link, problems: list[str]) -> decisions.CheckStatus:
 
 
 def _width(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    return int(text) if text is not None and text.isdecimal() else None
 
 
 def _speed(text: str | None) -> float | None:

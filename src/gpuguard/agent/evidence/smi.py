@@ -1,13 +1,14 @@
 """``nvidia-smi -q -d ECC,ROW_REMAPPER``, only when the driver looks responsive.
 
-Monitoring must never hurt the hardware it watches (the incident library
-(docs/design.md#incidents)): on a hung driver nvidia-smi sits in D state and can wedge the node
-further. So it is not run at all when any GPU's config space reads all ff, when the kernel log of
-the window has an Xid 79 or a fall-off message, when the host has no nvidia-smi, or when the
-operator said ``--no-nvidia-smi``; the bundle records why. When it runs, it runs under a hard
-timeout, and only the ECC and row-remapper sections are asked for (never firmware or clocks). The
-PCIe link is read from sysfs, not from nvidia-smi: ``PCIE`` is not one of nvidia-smi's ``-d``
-display types.
+Monitoring must never hurt the hardware it watches (the incident library,
+docs/design.md#incidents): on a hung driver nvidia-smi sits
+in D state and can wedge the node further. So it is not run at all when any GPU's config space
+reads all ff, when the kernel log of the window has an Xid 79 or a fall-off message, or when
+the operator said ``--no-nvidia-smi``; the bundle records why. It is the NVIDIA container
+toolkit's nvidia-smi (``hostcmd``): absent when the Job runs without the NVIDIA runtime.
+When it runs, it runs under a hard timeout, and only the ECC and row-remapper sections are
+asked for (never firmware or clocks). The PCIe link is read from sysfs, not from nvidia-smi:
+``PCIE`` is not one of nvidia-smi's ``-d`` display types.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpuguard.model import decisions, evidence, ports, xid
 
 Status = decisions.CheckStatus
 POWER_CYCLE = decisions.Verdict.POWER_CYCLE  # the codes of a GPU gone from the bus (Xid 79)
+PROGRAM = "nvidia-smi"
 ARGS = ("-q", "-d", "ECC,ROW_REMAPPER")
 TIMEOUT_S = 20.0
 OUTPUT_LIMIT_CHARS = 64 * 1024
@@ -54,15 +56,14 @@ def query(
     root: Path, options: SmiOptions, runner: ports.CommandRunner, hung_signs: list[str]
 ) -> tuple[evidence.NvidiaSmiRun, evidence.EvidenceItem]:
     """Run nvidia-smi unless a reason not to exists; the run (or why not) and its item."""
-    program = hostcmd.find(root, "nvidia-smi", (hostcmd.HOST, hostcmd.DRIVER_CONTAINER))
     if not options.enabled:
         return _skipped("disabled with --no-nvidia-smi")
     if hung_signs:
         return _skipped("driver may be hung: " + "; ".join(hung_signs[:4]))
-    if program is None:
-        return _skipped("nvidia-smi not found under the root")
-    result = runner.run(program.argv(ARGS), timeout_s=options.timeout_s)
-    return _ran(" ".join([program.shown, *ARGS]), result, options.timeout_s)
+    result = runner.run([PROGRAM, *ARGS], timeout_s=options.timeout_s)
+    if result.returncode == hostcmd.NOT_FOUND:
+        return _skipped(f"{PROGRAM} not in the container (no NVIDIA runtime class?)")
+    return _ran(" ".join([PROGRAM, *ARGS]), result, options.timeout_s)
 
 
 def _ran(

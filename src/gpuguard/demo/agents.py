@@ -1,0 +1,70 @@
+"""gpuguard's own node agent on every simulated node, scraped like the real DaemonSet.
+
+Each node (unless its scenario says ``agent: false``) runs the real ``agent.daemon.Agent``: its
+kernel-log follower reads the node's simulated ``/var/log/kern.log`` and its counters
+(``gpuguard_xid_total``, ``gpuguard_gpu_fallen_off_bus_total``) are scraped into the world's
+Prometheus view at every scrape, with the ``node`` label the chart's PodMonitor adds. So the
+agent's Xid path runs end to end in the demo, and a node whose dcgm-exporter is silent is
+still seen through its agent. The agent is down while its node is (rebooting, hung) and
+restarts on the node's new boot from its saved position and counts, as the pod would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuguard.agent import daemon, journal
+from gpuguard.model import metric_names as names
+from gpuguard.sim import state, world
+
+SCRAPED = frozenset({names.XID_TOTAL, names.FALLEN_OFF_BUS_TOTAL, names.AGENT_KERNEL_LINES_TOTAL})
+
+
+@dataclass
+class NodeAgents:
+    """The agents of a world's nodes; ``scrape`` is a target of ``WorldPrometheus``."""
+
+    played: world.World
+    hosts: Path
+    state_root: Path
+    _running: dict[str, tuple[str, daemon.Agent]] = field(default_factory=dict)
+
+    def scrape(self) -> Iterator[tuple[str, Mapping[str, str], float]]:
+        enabled = {spec.name for spec in self.played.scenario.nodes if spec.agent}
+        for node in self.played.nodes:
+            if node.name not in enabled or not _up(node, self.played):
+                continue
+            agent = self._agent(node)
+            agent.follow_once()
+            for family in text_string_to_metric_families(agent.exposition().decode()):
+                for sample in family.samples:
+                    if sample.name in SCRAPED:
+                        yield sample.name, sample.labels, sample.value
+
+    def _agent(self, node: state.SimNode) -> daemon.Agent:
+        running = self._running.get(node.name)
+        if running is not None and running[0] == node.boot_id:
+            return running[1]
+        if running is not None:
+            running[1].follower.close()  # the pod died with the old boot
+        root = self.hosts / node.name
+        config = daemon.AgentConfig(node.name, root, self.state_root / node.name)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        log = root / "var/log/kern.log"
+        agent = daemon.Agent(config, lambda saved: journal.FileFollower(log, saved), list)
+        self._running[node.name] = (node.boot_id, agent)
+        return agent
+
+
+    def close(self) -> None:
+        for _, agent in self._running.values():
+            agent.follower.close()
+        self._running.clear()
+
+
+def _up(node: state.SimNode, played: world.World) -> bool:
+    return not node.reboot_hung and (node.down_until is None or played.now >= node.down_until)

@@ -1,0 +1,83 @@
+"""The Helm chart rendered with its default values by a small renderer that understands
+exactly the template constructs the chart uses (helm itself is not installed here): values,
+``default``, ``quote``, ``toYaml | nindent``, comments and (nested) ``if``/``else`` blocks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CHART = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "gpuguard"
+NAMESPACE = "gpuguard"
+
+
+def _lookup(values: dict[str, Any], path: str) -> Any:
+    node: Any = {
+        "Values": values,
+        "Release": {"Namespace": NAMESPACE, "Name": "gpuguard"},
+        "Chart": yaml.safe_load((CHART / "Chart.yaml").read_text()),
+    }
+    for part in path.strip(".").split("."):
+        node = node[{"AppVersion": "appVersion"}.get(part, part)]
+    return node
+
+
+def _expression(expr: str, values: dict[str, Any]) -> str:
+    expr = expr.strip()
+    if m := re.fullmatch(r"toYaml (\S+) \| nindent (\d+)", expr):
+        dumped = yaml.safe_dump(_lookup(values, m[1]), sort_keys=False).rstrip("\n")
+        pad = " " * int(m[2])
+        return "\n" + "\n".join(pad + line for line in dumped.splitlines())
+    if m := re.fullmatch(r"(\S+) \| default (\S+)", expr):
+        return str(_lookup(values, m[1]) or _lookup(values, m[2]))
+    if m := re.fullmatch(r"(\S+) \| quote", expr):
+        return f'"{_lookup(values, m[1])}"'
+    return str(_lookup(values, expr))
+
+
+def render(name: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The objects of one template; ``values`` default to the chart's values.yaml."""
+    values = defaults() if values is None else values
+    text = (CHART / "templates" / name).read_text()
+    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
+
+    def conditional(m: re.Match[str]) -> str:
+        return m[2] if _lookup(values, m[1]) else (m[4] or "")
+
+    innermost = re.compile(  # an if block with no if inside: rendered first, then its parent
+        r"\{\{- if (\S+) \}\}\n((?:(?!\{\{- if ).)*?)"
+        r"(\{\{- else \}\}\n((?:(?!\{\{- if ).)*?))?\{\{- end \}\}\n?",
+        flags=re.S,
+    )
+    while (rendered := innermost.sub(conditional, text)) != text:
+        text = rendered
+    text = re.sub(r"\{\{-? (.*?) -?\}\}", lambda m: _expression(m[1], values), text)
+    assert "{{" not in text, f"{name}: an unrendered template expression is left"
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def defaults() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+def all_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every object but the PrometheusRule (generated; tested in test_rules.py)."""
+    return [
+        obj
+        for path in sorted((CHART / "templates").glob("*.yaml"))
+        if path.name != "prometheusrule.yaml"
+        for obj in render(path.name, values)
+    ]
+
+
+def by_kind(kind: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [o for o in all_objects(values) if o["kind"] == kind]
+
+
+def by_name(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in by_kind(kind) if o["metadata"]["name"] == name]
+    return found

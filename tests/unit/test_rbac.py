@@ -1,0 +1,173 @@
+"""The controller's RBAC is derived from its code: every lightkube call the controller can
+make (``gpuguard run``: the modules reachable from ``controller.wiring`` and
+``controller.leader``) is read from the source as (resource, verb, where), and the chart must
+grant exactly those — a grant no call needs, or a call no grant allows, fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests import chart
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+ENTRY_POINTS = ("gpuguard.controller.wiring", "gpuguard.controller.leader", "gpuguard.cli.run")
+VERBS = {"get": "get", "list": "list", "watch": "watch", "create": "create",
+         "replace": "update", "patch": "patch", "delete": "delete", "apply": "patch"}
+CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
+NAMESPACE_ATTRIBUTES = {
+    "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
+}
+CLUSTER_SCOPED = {"Node"}
+PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
+          "Lease": "leases", "Event": "events"}
+Use = tuple[str, str, str]  # (resource, verb, where)
+
+
+def module_path(name: str) -> Path | None:
+    base = SRC / name.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def reachable(entry_points: tuple[str, ...]) -> set[str]:
+    """gpuguard modules imported, transitively, by the entry points (not the CLI's others)."""
+    seen: set[str] = set()
+    todo = list(entry_points)
+    while todo:
+        name = todo.pop()
+        path = module_path(name)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuguard"):
+                module = str(node.module)
+                todo += [module, *(f"{module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("gpuguard")]
+    return {m for m in seen if not m.startswith("gpuguard.cli.") or m == "gpuguard.cli.run"}
+
+
+class Calls(ast.NodeVisitor):
+    """Collects ``<...>client.<verb>(...)`` calls and resolves the resource each one names."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.returns = {f.name: _name(f.returns) for f in ast.walk(tree)
+                        if isinstance(f, ast.FunctionDef)}
+        self.uses: set[Use] = set()
+        self.unresolved: list[str] = []
+        self.local: dict[str, str | None] = {}
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.local = {a.arg: _name(a.annotation) for a in node.args.args}
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Assign) and len(inner.targets) == 1 and isinstance(
+                    inner.targets[0], ast.Name):
+                self.local[inner.targets[0].id] = self.resource_of(inner.value)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr in VERBS
+                and _name(func.value) in {"client", "_client"} and node.args):
+            resource = self.resource_of(node.args[0])
+            if resource is None:
+                self.unresolved.append(ast.unparse(node))
+            else:
+                self.uses.add((PLURAL[resource], VERBS[func.attr], self.where(node, resource)))
+        self.generic_visit(node)
+
+    def resource_of(self, expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Name):
+            return expr.id if expr.id in PLURAL else self.local.get(expr.id)
+        if isinstance(expr, ast.Call):
+            callee = _name(expr.func)
+            if callee == "cast" and expr.args:
+                return _name(expr.args[0])
+            if callee in PLURAL:
+                return callee
+            return self.returns.get(callee or "")
+        return None
+
+    @staticmethod
+    def where(node: ast.Call, resource: str) -> str:
+        namespace = next((k.value for k in node.keywords if k.arg == "namespace"), None)
+        if resource in CLUSTER_SCOPED or (
+                isinstance(namespace, ast.Constant) and namespace.value == "*"):
+            return CLUSTER
+        if isinstance(namespace, ast.Attribute):
+            return NAMESPACE_ATTRIBUTES[namespace.attr]
+        if isinstance(namespace, ast.Name):  # a parameter that names where, e.g. events_namespace
+            return NAMESPACE_ATTRIBUTES[namespace.id]
+        return OWN  # replace(): the object read from gpuguard's namespace names it
+
+
+def _name(expr: ast.expr | None) -> str | None:
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value
+    return None
+
+
+def uses_lightkube(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lightkube")
+               for n in ast.walk(tree))
+
+
+def derived() -> set[Use]:
+    uses: set[Use] = set()
+    for module in sorted(reachable(ENTRY_POINTS)):
+        path = module_path(module)
+        assert path is not None
+        tree = ast.parse(path.read_text())
+        if not uses_lightkube(tree):
+            continue  # an httpx client (Prometheus, webhooks): no Kubernetes API
+        calls = Calls(tree)
+        calls.visit(tree)
+        assert not calls.unresolved, f"{module}: cannot tell the resource of {calls.unresolved}"
+        uses |= calls.uses
+    cluster = {(r, v) for r, v, w in uses if w == CLUSTER}
+    return {(r, v, w) for r, v, w in uses if w == CLUSTER or (r, v) not in cluster}
+
+
+def granted() -> set[Use]:
+    """What the chart grants gpuguard's service account, by where the grant applies."""
+    roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o
+             for o in chart.by_kind("ClusterRole") + chart.by_kind("Role")}
+    grants: set[Use] = set()
+    for binding in chart.by_kind("ClusterRoleBinding") + chart.by_kind("RoleBinding"):
+        if {"kind": "ServiceAccount", "name": "gpuguard",
+                "namespace": chart.NAMESPACE} not in binding["subjects"]:
+            continue
+        namespace = binding["metadata"].get("namespace")
+        ref = binding["roleRef"]
+        scope = None if ref["kind"] == "ClusterRole" else namespace
+        role = roles[(ref["kind"], ref["name"], scope)]
+        where = {None: CLUSTER, chart.NAMESPACE: OWN}.get(namespace, namespace)
+        grants |= {(resource, verb, where) for rule in role["rules"]
+                   for resource in rule["resources"] for verb in rule["verbs"]}
+    return grants
+
+
+def test_the_chart_grants_exactly_what_the_controllers_code_calls() -> None:
+    uses = derived()
+    assert uses, "no lightkube call found: the scanner is broken"
+    assert granted() == uses, (
+        f"granted but never called: {sorted(granted() - uses)}; "
+        f"called but not granted: {sorted(uses - granted())}"
+    )
+
+
+def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
+    uses = derived()
+    assert ("nodes", "patch", CLUSTER) in uses
+    assert ("events", "create", DEFAULT) in uses
+    assert ("leases", "update", OWN) in uses
+    assert ("pods", "list", CLUSTER) in uses
+    assert not {u for u in uses if u[1] in {"delete", "deletecollection"}}, "gpuguard never deletes"
