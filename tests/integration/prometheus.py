@@ -19,13 +19,14 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from gpuguard.sim import clock, history, scenario, store, world
 from tests import tools
 
 START_TIMEOUT_S = 30.0
@@ -201,3 +202,20 @@ def from_openmetrics(
     backfill(openmetrics, data_dir)
     with running({"global": {"scrape_interval": "1m"}}, data_dir, retention=retention) as prom:
         yield prom
+
+
+def played_two_days_ago(
+    name: str, out: Path, *, step: timedelta, until: timedelta
+) -> tuple[datetime, Path]:
+    """Play the shipped scenario ``name`` from two days ago (on a 15 s grid) for ``until``,
+    sampling every ``step``; its OpenMetrics history in ``out`` and the world's origin."""
+    spec = scenario.load_shipped(name)
+    real_now = datetime.now(UTC).replace(microsecond=0)
+    origin = real_now - timedelta(days=2) - timedelta(seconds=real_now.timestamp() % 15)
+    played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(origin))
+    recorder = history.HistoryRecorder()
+    played.run(
+        step=step, until=until, on_step=lambda w: recorder.sample(w.nodes, w.store, w.clock.now())
+    )
+    recorder.write_openmetrics(out)
+    return origin, out

@@ -5,33 +5,25 @@ gpu-node-a, and counts instants without data instead of guessing."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
-from gpuguard.sim import clock, history, scenario, store
-from gpuguard.sim import world as simworld
 from tests.integration import prometheus
 
 pytestmark = pytest.mark.integration
 
 
 def test_backtest_replays_the_xid79_incident_from_history(tmp_path: Path) -> None:
-    spec = scenario.load_shipped("xid79-twice")
-    real_now = datetime.now(UTC).replace(microsecond=0)
-    origin = real_now - timedelta(days=2) - timedelta(seconds=real_now.timestamp() % 15)
-    played = simworld.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(origin))
-    recorder = history.HistoryRecorder()
-    played.run(
+    origin, openmetrics = prometheus.played_two_days_ago(
+        "xid79-twice",
+        tmp_path / "xid79.om",
         step=timedelta(seconds=15),
         until=timedelta(minutes=30),
-        on_step=lambda w: recorder.sample(w.nodes, w.store, w.clock.now()),
     )
-    openmetrics = tmp_path / "xid79.om"
-    recorder.write_openmetrics(openmetrics)
     fault = origin + timedelta(minutes=3, seconds=59)
     with prometheus.from_openmetrics(openmetrics, tmp_path) as prom:
         result = CliRunner().invoke(

@@ -86,14 +86,23 @@ def replica(sim: LiveSim, identity: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def guard_metrics(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+def guard_metrics(port: int) -> dict[str, float] | None:
+    """The replica's leader gauge and tick count; None while it does not serve yet."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.TransportError:
+        return None
     wanted = ("gpuguard_leader ", "gpuguard_ticks_total ")
     return {
         line.split()[0]: float(line.split()[1])
         for line in text.splitlines()
         if line.startswith(wanted)
     }
+
+
+def ticks(ports: list[int]) -> float:
+    """Ticks so far, over every replica (only the leader ticks)."""
+    return sum((guard_metrics(p) or {}).get("gpuguard_ticks_total", 0) for p in ports)
 
 
 def test_two_replicas_one_acts(tmp_path: Path) -> None:
@@ -104,12 +113,10 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             isolated = wait_for(
                 lambda: bool(sim.node("gpu-node-b")["spec"].get("unschedulable")), sim, 45
             )
-            ticked = sum(guard_metrics(port).get("gpuguard_ticks_total", 0) for port in ports)
+            serving = wait_for(lambda: None not in [guard_metrics(p) for p in ports], sim, 30)
+            ticked = ticks(ports)
             more_ticks = wait_for(  # three more ticks in which a second replica could act
-                lambda: sum(guard_metrics(p).get("gpuguard_ticks_total", 0) for p in ports)
-                >= ticked + 3,
-                sim,
-                30,
+                lambda: ticks(ports) >= ticked + 3, sim, 30
             )
             seen = [guard_metrics(port) for port in ports]
         finally:
@@ -121,6 +128,7 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
             if r.method == "PATCH" and r.path == "/api/v1/nodes/gpu-node-b"
         ]
     assert isolated, f"no isolation; replica logs: {logs}"
+    assert serving, f"a replica never served /metrics; replica logs: {logs}"
     assert more_ticks, f"no further ticks; replica logs: {logs}"
     assert sorted(m.get("gpuguard_leader") for m in seen) == [0, 1], seen
     (leader,) = [m for m in seen if m["gpuguard_leader"] == 1]

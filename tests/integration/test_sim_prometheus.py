@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuguard.model import metric_names as mn
-from gpuguard.sim import clock, history, metrics_server, scenario, state, store
-from gpuguard.sim import world as simworld
+from gpuguard.sim import history, metrics_server, state, store
 from tests import tools
 from tests.integration import prometheus
 
@@ -173,18 +172,9 @@ def test_a_missing_prometheus_skips_locally_and_fails_in_ci(
 def test_seed_004_rule_fires_on_the_xid79_scenario_after_the_hold_window(tmp_path: Path) -> None:
     """The shipped Xid 79 scenario, played by the world and backfilled: the seed's guard rule
     (hardware Xid AND GPU loss held 10 min AND not cordoned) fires on gpu-node-b only."""
-    spec = scenario.load_shipped("xid79-twice")
-    real_now = datetime.now(UTC).replace(microsecond=0)
-    origin = real_now - timedelta(days=2) - timedelta(seconds=real_now.timestamp() % 15)
-    played = simworld.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(origin))
-    recorder = history.HistoryRecorder()
-    played.run(
-        step=STEP,
-        until=timedelta(minutes=40),
-        on_step=lambda w: recorder.sample(w.nodes, w.store, w.clock.now()),
+    origin, openmetrics = prometheus.played_two_days_ago(
+        "xid79-twice", tmp_path / "xid79.om", step=STEP, until=timedelta(minutes=40)
     )
-    openmetrics = tmp_path / "xid79.om"
-    recorder.write_openmetrics(openmetrics)
     fault = origin + timedelta(minutes=3, seconds=59)
     with prometheus.from_openmetrics(openmetrics, tmp_path) as prom:
         early = prom.query(SEED_GUARD, at=fault + timedelta(minutes=5))

@@ -47,23 +47,23 @@ def seen(holder: str, at: float, *, duration_s: int = DURATION_S) -> leader.Obse
 
 
 @pytest.mark.parametrize(
-    ("observed", "now", "verdict"),
+    ("observed", "now", "move"),
     [
-        pytest.param(None, 0.0, leader.Verdict.CREATE, id="no-lease-creates"),
-        pytest.param(seen("me", 0.0), 999.0, leader.Verdict.RENEW, id="mine-renews"),
-        pytest.param(seen("", 0.0), 0.0, leader.Verdict.TAKE_OVER, id="released-taken-at-once"),
-        pytest.param(seen("b", 100.0), 114.9, leader.Verdict.STAND_BY, id="b-renewed-recently"),
-        pytest.param(seen("b", 100.0), 115.0, leader.Verdict.TAKE_OVER, id="b-silent-15s"),
+        pytest.param(None, 0.0, leader.LeaseMove.CREATE, id="no-lease-creates"),
+        pytest.param(seen("me", 0.0), 999.0, leader.LeaseMove.RENEW, id="mine-renews"),
+        pytest.param(seen("", 0.0), 0.0, leader.LeaseMove.TAKE_OVER, id="released-taken-at-once"),
+        pytest.param(seen("b", 100.0), 114.9, leader.LeaseMove.STAND_BY, id="b-renewed-recently"),
+        pytest.param(seen("b", 100.0), 115.0, leader.LeaseMove.TAKE_OVER, id="b-silent-15s"),
         pytest.param(
             seen("b", 100.0, duration_s=60),
             130.0,
-            leader.Verdict.STAND_BY,
+            leader.LeaseMove.STAND_BY,
             id="holder-duration-not-mine-decides",
         ),
     ],
 )
-def test_decide(observed: leader.Observation | None, now: float, verdict: leader.Verdict) -> None:
-    assert leader.decide(observed, "me", now).verdict is verdict
+def test_decide(observed: leader.Observation | None, now: float, move: leader.LeaseMove) -> None:
+    assert leader.decide(observed, "me", now).move is move
 
 
 def test_observe_keeps_first_seen_time_until_the_lease_changes() -> None:
@@ -78,20 +78,20 @@ def test_observe_keeps_first_seen_time_until_the_lease_changes() -> None:
 def test_claimed_renew_keeps_acquire_time_and_transitions() -> None:
     later = T0 + timedelta(seconds=5)
     mine = record("me", transitions=3)
-    renewed = leader.claimed(leader.Verdict.RENEW, mine, "me", later, DURATION_S)
+    renewed = leader.claimed(leader.LeaseMove.RENEW, mine, "me", later, DURATION_S)
     assert (renewed.acquire_time, renewed.renew_time, renewed.transitions) == (T0, later, 3)
 
 
 def test_claimed_take_over_counts_a_transition() -> None:
     later = T0 + timedelta(seconds=5)
-    taken = leader.claimed(leader.Verdict.TAKE_OVER, record("b", transitions=3), "me", later, 15)
+    taken = leader.claimed(leader.LeaseMove.TAKE_OVER, record("b", transitions=3), "me", later, 15)
     assert taken == leader.LeaseRecord("me", 15, later, later, 4)
 
 
 def test_renew_with_a_stuck_or_stepped_back_wall_clock_still_changes_the_record() -> None:
     mine = record("me")
     back = T0 - timedelta(hours=1)
-    renewed = leader.claimed(leader.Verdict.RENEW, mine, "me", back, DURATION_S)
+    renewed = leader.claimed(leader.LeaseMove.RENEW, mine, "me", back, DURATION_S)
     assert renewed.renew_time is not None
     assert renewed.renew_time > T0
 

@@ -271,7 +271,7 @@ def test_return_step_and_blocking_condition(
 
 
 @pytest.mark.parametrize(("subject", "given", "step", "blocking"), CASES)
-def test_checklist_always_lists_all_eleven_conditions_in_order(
+def test_checklist_always_lists_every_condition_in_order(
     subject: fleet.Node,
     given: model.RestoreFacts,
     step: model.RestoreStep,
@@ -280,7 +280,6 @@ def test_checklist_always_lists_all_eleven_conditions_in_order(
     decision = restore.decide(subject, given, GUARD, NOW)
 
     assert [check.name for check in decision.checks] == list(model.ReturnCondition)
-    assert len(decision.checks) == 11
     assert all(check.summary for check in decision.checks)
 
 

@@ -1,7 +1,7 @@
 """The return-to-pool checklist as ``gpuguard explain`` shows it: every condition, in order.
 
 A human asking "why is gpu-node-b still cordoned?" needs the whole list — the seed's 9/22
-return went wrong on a condition nobody was shown — so all eleven conditions are rendered, not
+return went wrong on a condition nobody was shown — so every condition is rendered, not
 the first miss. Pure functions from a ``RestoreDecision`` to plain data (for ``-o json|yaml``)
 and from that data to table rows and text lines; printing stays with ``cli/output.py``.
 """

@@ -83,7 +83,9 @@ class Observation:
     seen_at: float
 
 
-class Verdict(enum.StrEnum):
+class LeaseMove(enum.StrEnum):
+    """What one attempt does with the Lease (not a repair verdict: see model.decisions)."""
+
     CREATE = "create"  # no Lease yet
     RENEW = "renew"  # I hold it
     TAKE_OVER = "take-over"  # released, or its holder went silent for its duration
@@ -92,7 +94,7 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: Verdict
+    move: LeaseMove
     reason: str
 
 
@@ -110,25 +112,25 @@ def observe(
 def decide(observed: Observation | None, me: str, now: float) -> Decision:
     """What one attempt should do, given the Lease as last read and my monotonic ``now``."""
     if observed is None:
-        return Decision(Verdict.CREATE, "no Lease yet")
+        return Decision(LeaseMove.CREATE, "no Lease yet")
     record = observed.lease.record
     if record.holder == me:
-        return Decision(Verdict.RENEW, "held by me")
+        return Decision(LeaseMove.RENEW, "held by me")
     if not record.holder:
-        return Decision(Verdict.TAKE_OVER, "released, no holder")
+        return Decision(LeaseMove.TAKE_OVER, "released, no holder")
     silent_s = now - observed.seen_at
     if silent_s >= record.duration_s:
         why = f"{record.holder} silent for {silent_s:.1f}s >= {record.duration_s}s (my clock)"
-        return Decision(Verdict.TAKE_OVER, why)
+        return Decision(LeaseMove.TAKE_OVER, why)
     why = f"held by {record.holder}, unchanged for {silent_s:.1f}s < {record.duration_s}s"
-    return Decision(Verdict.STAND_BY, why)
+    return Decision(LeaseMove.STAND_BY, why)
 
 
 def claimed(
-    verdict: Verdict, current: LeaseRecord | None, me: str, wall: datetime, duration_s: int
+    move: LeaseMove, current: LeaseRecord | None, me: str, wall: datetime, duration_s: int
 ) -> LeaseRecord:
-    """The record to write for a CREATE, RENEW or TAKE_OVER verdict."""
-    if verdict is Verdict.RENEW and current is not None:
+    """The record to write for a CREATE, RENEW or TAKE_OVER move."""
+    if move is LeaseMove.RENEW and current is not None:
         return dataclasses.replace(
             current, duration_s=duration_s, renew_time=_later(current.renew_time, wall)
         )
@@ -238,17 +240,17 @@ class LeaseElector:
         now = self._monotonic()
         self._observed = observe(self._observed, self._leases.read(), now)
         decision = decide(self._observed, self._identity, now)
-        log.debug("%s: %s (%s)", self._identity, decision.verdict, decision.reason)
-        if decision.verdict is Verdict.STAND_BY:
+        log.debug("%s: %s (%s)", self._identity, decision.move, decision.reason)
+        if decision.move is LeaseMove.STAND_BY:
             self._renewed_at = None
             return False
         try:
-            written = self._write(decision.verdict)
+            written = self._write(decision.move)
         except (ConflictError, NotFoundError) as e:
             log.info("%s: lost the Lease (%s): %s", self._identity, decision.reason, e)
             self._renewed_at = None
             return False
-        if decision.verdict is not Verdict.RENEW:
+        if decision.move is not LeaseMove.RENEW:
             log.info("%s: leading now (%s)", self._identity, decision.reason)
         self._observed, self._renewed_at = Observation(written, now), now
         return True
@@ -293,10 +295,10 @@ class LeaseElector:
             if wait(min(self.retry_period_s, left)):
                 return True
 
-    def _write(self, verdict: Verdict) -> StoredLease:
+    def _write(self, move: LeaseMove) -> StoredLease:
         current = self._observed.lease if self._observed else None
         record = claimed(
-            verdict,
+            move,
             current.record if current else None,
             self._identity,
             self._wall(),

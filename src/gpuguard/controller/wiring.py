@@ -8,6 +8,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
@@ -143,16 +144,32 @@ def _prometheus_reader(
     url: str, guard_settings: settings_model.GuardSettings, closing: ExitStack
 ) -> Callable[[prometheus.Plan], prometheus.PrometheusSource]:
     def read(plan: prometheus.Plan) -> prometheus.PrometheusSource:
-        source = prometheus.PrometheusSource(
-            url,
-            plan,
-            staleness=guard_settings.prometheus.staleness,
-            timeout_s=guard_settings.prometheus.timeout.total_seconds(),
+        return closed_on_exit(
+            prometheus.PrometheusSource(url, plan, **_prometheus_options(guard_settings)), closing
         )
-        closing.callback(source.close)
-        return source
 
     return read
+
+
+def _prometheus_options(guard_settings: settings_model.GuardSettings) -> dict[str, Any]:
+    """What every Prometheus reader takes from the settings: staleness bound and timeout."""
+    return {
+        "staleness": guard_settings.prometheus.staleness,
+        "timeout_s": guard_settings.prometheus.timeout.total_seconds(),
+    }
+
+
+class _HasClose(Protocol):
+    def close(self) -> None: ...
+
+
+_Closable = TypeVar("_Closable", bound=_HasClose)
+
+
+def closed_on_exit(source: _Closable, closing: ExitStack) -> _Closable:
+    """``source``, closed when ``closing`` unwinds."""
+    closing.callback(source.close)
+    return source
 
 
 def _gpu_windows(
@@ -165,14 +182,9 @@ def _gpu_windows(
         util_min_pct=phantom.util_min_pct,
         fb_used_max_mib=phantom.fb_used_max_mib,
     )
-    source = gpu_metrics.GpuMetricsSource(
-        url,
-        plan,
-        staleness=guard_settings.prometheus.staleness,
-        timeout_s=guard_settings.prometheus.timeout.total_seconds(),
+    return closed_on_exit(
+        gpu_metrics.GpuMetricsSource(url, plan, **_prometheus_options(guard_settings)), closing
     )
-    closing.callback(source.close)
-    return source
 
 
 def _notifier(

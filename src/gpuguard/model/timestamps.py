@@ -1,5 +1,10 @@
-"""gpuguard's one written form of a time: UTC to the second, ``2026-09-10T13:03:59Z``, as in
-its node annotations and ledger lines."""
+"""gpuguard's one written form of a time, and the one parser that reads it back.
+
+The form is Kubernetes' own ``metav1.Time``: RFC 3339 in UTC to the second with a ``Z``
+(``2026-09-10T13:03:59Z``; see the Kubernetes API conventions), as in gpuguard's node
+annotations and ledger lines. The parser also takes any ISO 8601 time with a zone a human may
+have typed (``+09:00``) and refuses a time without one: a zone-less time is ambiguous.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,15 @@ FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def format_utc(at: datetime) -> str:
+    """``at`` in UTC as ``YYYY-MM-DDTHH:MM:SSZ`` (fractions of a second dropped)."""
     return at.astimezone(UTC).strftime(FORMAT)
 
 
-def parse_utc(text: str) -> datetime | None:
+def parse_utc(text: str | None) -> datetime | None:
     """The time written by ``format_utc`` (or any ISO 8601 time with a zone); None when the
-    text is not one — the caller names the annotation or line it came from."""
+    text is missing or not one — the caller names the annotation or line it came from."""
+    if text is None:
+        return None
     try:
         at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

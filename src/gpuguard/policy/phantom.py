@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuguard.catalog import gpu_models
-from gpuguard.model import annotation_keys, decisions, durations, fleet
+from gpuguard.model import annotation_keys, decisions, durations, fleet, timestamps
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 
@@ -311,7 +311,7 @@ def _isolations(found: Sequence[PhantomGpu], now: datetime) -> tuple[decisions.A
             evidence=p.finding.evidence,
             annotations={
                 annotation_keys.REASON: str(Reason.PHANTOM_UTILIZATION),
-                annotation_keys.ISOLATED_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                annotation_keys.ISOLATED_AT: timestamps.format_utc(now),
                 annotation_keys.GPU_UUID: p.uuid,
             },
             detail=f"phantom.cordon is on: {p.finding.detail}",

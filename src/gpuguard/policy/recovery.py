@@ -25,7 +25,16 @@ from datetime import datetime, timedelta
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
-from gpuguard.model import annotation_keys, decisions, evidence, faults, fleet, jobs, pci
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    evidence,
+    faults,
+    fleet,
+    jobs,
+    pci,
+    timestamps,
+)
 from gpuguard.policy import admission, escalation
 
 REQUEST = annotation_keys.REQUEST
@@ -166,10 +175,10 @@ def _pci(text: str | None) -> str | None:
 
 
 def _isolated_at(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise InputError(f"annotation {annotation_keys.ISOLATED_AT}={text!r}: not a time") from e
+    at = timestamps.parse_utc(text)
+    if at is None:
+        raise InputError(f"annotation {annotation_keys.ISOLATED_AT}={text!r}: not a time")
+    return at
 
 
 def _same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:

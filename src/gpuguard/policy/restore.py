@@ -1,6 +1,6 @@
 """Decide whether a node gpuguard isolated may go back to the pool (docs/design.md#return-to-pool).
 
-The eleven return conditions (``policy.return_checks``) are checked in order and all reported.
+The return conditions (``policy.return_checks``) are checked in order and all reported.
 All PASS starts a burn-in; its pass returns the node, its failure keeps it isolated with the
 failed check annotated. Any FAIL holds the node; any UNKNOWN without a FAIL waits: missing data
 never returns a node.

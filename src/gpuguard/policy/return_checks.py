@@ -1,4 +1,4 @@
-"""The eleven conditions a node must meet to go back to the pool (docs/design.md#return-to-pool).
+"""The conditions a node must meet to go back to the pool (docs/design.md#return-to-pool).
 
 Checked in order and all reported, each PASS / FAIL / UNKNOWN with evidence: still cordoned by
 gpuguard; rebooted since isolation (reset-class faults: a human's ``gpuguard.io/reset-done``
@@ -27,7 +27,7 @@ from datetime import datetime
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, fleet, timestamps
 from gpuguard.model import metric_names as names
 from gpuguard.model import restore as model
 from gpuguard.model import settings as settings_model
@@ -87,13 +87,7 @@ def run(c: Context) -> tuple[model.ReturnCheck, ...]:
 
 def parse_stamp(text: str | None) -> datetime | None:
     """An annotation's ISO 8601 time with a zone (``2026-09-22T07:25:00Z``); else None."""
-    if text is None:
-        return None
-    try:
-        stamp = datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo is not None else None
+    return timestamps.parse_utc(text)
 
 
 # --- the conditions, in order ---------------------------------------------------------------

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, fleet, series
 from gpuguard.model import metric_names as names
+from gpuguard.model.series import gpu_of
+
+node_of = series.node_of  # one label rule (model.series); callers read it from here too
 
 
 class XidClassifier(Protocol):
@@ -54,15 +57,6 @@ class HardwareXid:
     def label(self) -> str:
         """The annotation form of the fault: ``xid-79`` or ``fallen-off-bus``."""
         return "fallen-off-bus" if self.xid is None else f"xid-{self.xid}"
-
-
-def node_of(labels: Mapping[str, str]) -> str | None:
-    """The node a series belongs to: ksm/agent ``node``, dcgm ``Hostname`` or ``hostname``."""
-    return labels.get("node") or labels.get("Hostname") or labels.get("hostname") or None
-
-
-def gpu_of(labels: Mapping[str, str]) -> str:
-    return labels.get("gpu") or labels.get("pci") or labels.get("pci_bus_id") or "?"
 
 
 def hardware_xids(

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuguard import errors
+from gpuguard.model import timestamps
 from gpuguard.sim import managed_fields
 
 Obj = dict[str, Any]
@@ -123,7 +124,7 @@ def _utc_now() -> datetime:
 
 def format_timestamp(when: datetime) -> str:
     """Kubernetes' ``metav1.Time`` form: RFC 3339, UTC, whole seconds."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.format_utc(when)
 
 
 class ObjectStore:

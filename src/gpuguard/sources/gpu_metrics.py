@@ -30,7 +30,7 @@ from types import TracebackType
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.sources import prometheus
 
@@ -45,7 +45,6 @@ ACTIVE_GPU_PODS = (
     f" * on (namespace, pod) group_left () max by (namespace, pod)"
     f' ({names.KSM_POD_PHASE}{{phase=~"Pending|Running"}}))'
 )
-_NODE_LABELS = ("Hostname", "hostname", "node")
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
 
@@ -172,11 +171,6 @@ class GpuMetricsSource:
 _GpuKey = tuple[str, str]  # (node, UUID)
 
 
-def node_of(labels: Mapping[str, str]) -> str:
-    """The node a dcgm series belongs to, whichever hostname label the exporter used."""
-    return next((labels[k] for k in _NODE_LABELS if labels.get(k)), "")
-
-
 def pod_of(labels: Mapping[str, str]) -> str | None:
     """The workload pod dcgm-exporter's mapping put on a series, as ``namespace/pod``.
 
@@ -208,7 +202,7 @@ def windows_from_samples(samples: Iterable[fleet.MetricSample]) -> tuple[fleet.G
             continue
         if s.name == names.GPU_PROCESSES_MAX:
             continue
-        key = (node_of(s.labels), s.labels.get("UUID", ""))
+        key = (series.node_of(s.labels) or "", s.labels.get("UUID", ""))
         if not key[0] or not key[1]:
             continue
         facts.setdefault(key, {"gpu": s.labels.get("gpu", ""), "model": ""})

@@ -25,6 +25,7 @@ from datetime import timedelta
 
 from gpuguard.model import decisions, fleet, restore
 from gpuguard.model import metric_names as names
+from gpuguard.model.series import gpu_of
 from gpuguard.sources import prometheus
 
 WIDTH_SEEN_MAX = f"{names.DCGM_PCIE_LINK_WIDTH} seen max"
@@ -92,11 +93,6 @@ def conformance(samples: Iterable[fleet.MetricSample]) -> dict[str, decisions.Ch
         if check and status in decisions.CheckStatus.__members__:
             statuses[check] = decisions.CheckStatus(status)
     return statuses
-
-
-def gpu_of(labels: Mapping[str, str]) -> str:
-    """dcgm-exporter's ``gpu`` index, else the card's UUID."""
-    return labels.get("gpu") or labels.get("UUID") or labels.get("uuid") or "?"
 
 
 def _link(gpu: str, values: Mapping[str, float]) -> restore.PcieLink:
