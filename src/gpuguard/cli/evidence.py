@@ -9,6 +9,7 @@ under ``--root``; ``--summary-file`` writes the summary outside it (``/dev/termi
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -80,7 +81,6 @@ KernelLogOption = Annotated[
 SinceOption = Annotated[
     str, typer.Option(help="BOOT (the current boot) or a window such as 24h, 90m, 3d.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the whole bundle as JSON.")]
 SummaryOption = Annotated[
     bool, typer.Option("--summary", help="Print the compact JSON summary (<= 4000 bytes).")
 ]
@@ -113,14 +113,17 @@ def evidence(
     root: RootOption = Path("/"),
     kernel_log: KernelLogOption = None,
     since: SinceOption = BOOT,
-    as_json: JsonOption = False,
+    fmt: output.FormatOpt = output.Format.TABLE,
+    as_json: output.JsonAlias = False,
     summary: SummaryOption = False,
     summary_file: SummaryFileOption = None,
     nvidia_smi: SmiOption = True,
     node: NodeOption = None,
 ) -> None:
-    if as_json and summary:
+    fmt = output.chosen(fmt, as_json)
+    if fmt is not output.Format.TABLE and summary:
         raise typer.BadParameter("choose one of --json and --summary", param_hint="--summary")
+    check_cli.require_dir(root, "--root")
     options = collect.CollectOptions(
         node=node,
         kernel_log=kernel.KernelLogOptions(path=kernel_log, since=parse_since(since)),
@@ -135,10 +138,8 @@ def evidence(
         output.write_summary(summary_file, compact)
     if summary:
         typer.echo(compact)
-    elif as_json:
-        typer.echo(bundle.to_json())
-    else:
-        render(bundle, rich.console.Console())
+    elif not output.emit(json.loads(bundle.to_json()), fmt):
+        render(bundle, output.console)
 
 
 # ---- the readable report ---------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Annotated
+
 import typer
 
 from gpuguard.cli import (
@@ -12,6 +15,7 @@ from gpuguard.cli import (
     check,
     demo,
     evidence,
+    failures,
     gate,
     guard,
     hygiene,
@@ -33,7 +37,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=failures.GuardedGroup,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuguard {metadata.version('gpuguard')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the traceback when a command fails (for bug reports).",
+    )] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print gpuguard's version and exit.",
+    )] = False,
+) -> None:
+    """Keep Kubernetes GPU clusters healthy: detect GPU faults (Xid, ECC, GPUs off the bus),
+    isolate nodes safely, diagnose, validate and return them, and gate new nodes.
+
+    Start with `gpuguard demo` (runs on the built-in simulator, no cluster needed).
+    Exit status: 0 done, 1 a dependency failed (API server, Prometheus), 2 bad input.
+    """
 app.add_typer(xid.app, name="xid")
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
