@@ -23,6 +23,7 @@ from gpuguard.cli import (
     phantom,
     run,
     sim,
+    sim_serve,
     utilization,
     xid,
 )
@@ -63,6 +64,7 @@ def _root(
     Exit status: 0 done, 1 a dependency failed (API server, Prometheus), 2 bad input.
     """
 app.add_typer(xid.app, name="xid")
+sim.app.command("serve")(sim_serve.serve)
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
 app.add_typer(breaker.app, name="breaker")

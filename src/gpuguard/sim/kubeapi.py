@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuguard.sim import apiaudit, apiresources, kube_objects, selectors, store
+from gpuguard.sim import apiaudit, apiresources, discovery, kube_objects, selectors, store
 from gpuguard.sim.apiresources import RequestRefused, Target
 
 if TYPE_CHECKING:
@@ -252,6 +252,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._audit(method, url.path, query, content_type, raw_body)
             if method == "GET" and url.path in _VERSION_PATHS:
                 self._send_json(200, self.server.version_info)
+                return
+            document = discovery.answer(url.path, self.headers.get("Host") or "") if (
+                method == "GET") else None
+            if document is not None:
+                self._send_json(200, document)
                 return
             target = apiresources.parse_path(url.path)
             if method == "GET" and target.name is None and query.get("watch") in ("true", "1"):
