@@ -94,6 +94,11 @@ CASES: dict[str, Case] = {
     "ledger-export-format": Case("ledger export -o bogus --kube-server {api}", BAD_INPUT,
                                  "bogus"),
     "unknown-option": Case("status --bogus", BAD_INPUT, "--bogus"),
+    "sim-serve-unknown-scenario": Case("sim serve no-such-scenario", BAD_INPUT, "no-such-scenario"),
+    "sim-serve-port-in-use": Case("sim serve xid79-twice --no-prometheus --port {busy}",
+                                  BAD_INPUT, "--port {busy}"),
+    "sim-serve-speed-zero": Case("sim serve xid79-twice --speed 0", BAD_INPUT, "--speed"),
+    "sim-serve-dir-unusable": Case("sim serve xid79-twice --dir /proc/x", BAD_INPUT, "/proc/x"),
 }
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,24 @@ def test_the_console_reads_no_markup_and_no_emoji(capsys: pytest.CaptureFixture[
         assert text in out
     assert "🆎" not in out
     assert "💿" not in out
+
+
+HELP_COMMANDS = (
+    "", "check", "evidence", "burnin", "demo", "run", "once", "status", "explain", "backtest",
+    "phantom", "utilization", "agent", "gate", "hygiene", "xid parse", "xid explain", "sim list",
+    "sim run", "sim serve", "ledger list", "ledger add", "ledger amend", "ledger remove",
+    "ledger export", "breaker reset",
+)
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_help_speaks_plain_words(command: str) -> None:
+    """Users do not know what a "seed" is: help says what happened, citing public docs."""
+    text = gpuguard(*command.split(), "--help")
+    assert "seed" not in text.lower()
+
+
+def test_scenarios_are_described_in_plain_words() -> None:
+    for row in json.loads(gpuguard("sim", "list", "-o", "json")):
+        assert "seed" not in row["description"].lower(), row["name"]
+        assert not re.search("[\uac00-\ud7af]", row["description"]), row["name"]  # Hangul

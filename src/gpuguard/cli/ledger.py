@@ -266,7 +266,7 @@ def ledger_add(
     caused it, not the card; the cluster's Xid overrides apply) and a node the cluster does
     not have, both unless ``--force``.
 
-    Example (the seed's first Xid 79 of the card in gpu-node-b's slot 0000:99:00.0):
+    Example (the incident's first Xid 79 in gpu-node-b's slot 0000:99:00.0):
 
       gpuguard ledger add --node gpu-node-b --xid 79 --pci 0000:99:00.0 \\
       --uuid GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d --at 2026-09-10T13:03:59Z

@@ -75,7 +75,7 @@ app.command("evidence", short_help="Evidence on an isolated node and its repair 
 app.command("burnin", short_help="Burn in the GPUs before return to pool; exit 0 = passed.")(
     burnin.burnin
 )
-app.command("demo", short_help="The guard against the seed incidents, in the simulator.")(demo.demo)
+app.command("demo", short_help="The guard against real incidents, in the simulator.")(demo.demo)
 app.command("run", short_help="The controller: Lease, a tick per interval, /metrics.")(run.run)
 app.command("once", short_help="One tick: decide and act (or --dry-run), with reasons.")(guard.once)
 app.command("status", short_help="Nodes by lifecycle state, breaker, leader.")(guard.status)

@@ -50,7 +50,7 @@ class IsolationSettings(_Section):
     hold_window: Duration = Field(
         default=timedelta(minutes=10),
         description="GPU loss must hold this long with a hardware Xid before isolation "
-        "(seed: 10 min; filters driver-upgrade and MIG dips).",
+        "(10 min filters driver-upgrade and MIG dips; docs/design.md#incidents).",
     )
     fast_path_xids: frozenset[int] = Field(
         default=frozenset({79}),
@@ -65,7 +65,9 @@ class IsolationSettings(_Section):
         default=timedelta(hours=24),
         description="How far back an Xid counts as current (the gauge rule's 24 h).",
     )
-    max_isolations_per_tick: int = Field(default=1, ge=0, description="Seed: one per cycle.")
+    max_isolations_per_tick: int = Field(
+        default=1, ge=0, description="At most this many nodes isolated per tick."
+    )
     # The storm breaker; docs/breaker.md has the arithmetic for 4 to 10,000 nodes.
     breaker_window: Duration = Field(
         default=timedelta(hours=1),
@@ -189,7 +191,8 @@ held.
     )
     power_over_idle_min_w: float = Field(
         default=30.0, ge=0.0,
-        description="Power must stay this far above the model's idle power (seed: ~114 W vs "
+        description="Power must stay this far above the model's idle power (the phantom "
+        "incident: ~114 W vs "
         "~15 W idle; the alert rule's 60 W sits between).",
     )
     sm_clock_near_max: float = Field(
@@ -251,12 +254,12 @@ class ReturnSettings(_Section):
         default=2,
         ge=1,
         description="Hold for a human when the faulty card has this many ledger faults "
-        "(seed: the 2nd fault of a card asks for inspection).",
+        "(the 2nd fault of a card asks for inspection; docs/ledger.md).",
     )
     memory_test_xids: frozenset[int] = Field(
         default=frozenset({48, 63, 64, 94, 95, 140}),
         description="Memory-class Xids: the burn-in adds a memory test (tens of minutes; the "
-        "seed's ECC card passed matmul and failed only memtest).",
+        "ECC incident's card passed matmul and failed only memtest; docs/design.md#incidents).",
     )
     require_conformance: bool = Field(
         default=False,
