@@ -78,6 +78,9 @@ def test_serve_then_kubectl_and_gpuguard_run_isolate_a_fault_live(tmp_path: Path
             assert guard.poll() is None, guard.communicate()[1]
         assert isolated
         assert cordoned("gpu-node-a") == ""
+        shown = {line.split()[0]: line.split()[1]
+                 for line in kubectl(kc, "get", "nodes").splitlines()[1:]}
+        assert shown == {"gpu-node-a": "Ready", "gpu-node-b": "Ready,SchedulingDisabled"}
         reason = kubectl(kc, "get", "node", "gpu-node-b", "-o",
                          "jsonpath={.metadata.annotations.gpuguard\\.io/reason}")
         assert reason == "xid-79"

@@ -43,7 +43,7 @@ def serve(
     \b
     Watch gpuguard isolate a GPU that falls off the bus:
       gpuguard sim serve xid79-twice --speed 60
-      kubectl --kubeconfig KUBECONFIG get nodes,events -w
+      kubectl --kubeconfig KUBECONFIG get nodes,events -A
       gpuguard run --kubeconfig KUBECONFIG --prometheus-url PROMETHEUS
     """
     spec = sim.load_or_exit(scenario_ref)

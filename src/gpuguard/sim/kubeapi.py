@@ -26,7 +26,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuguard.sim import apiaudit, apiresources, discovery, kube_objects, selectors, store
+from gpuguard.sim import (
+    apiaudit,
+    apiresources,
+    discovery,
+    kube_objects,
+    selectors,
+    store,
+    tables,
+)
 from gpuguard.sim.apiresources import RequestRefused, Target
 
 if TYPE_CHECKING:
@@ -264,7 +272,10 @@ class _Handler(BaseHTTPRequestHandler):
                     _Watch(self, target, query).run()
                 return
             request = _Request(self.server.store, target, query, _json(raw_body), content_type)
-            self._send_json(*_verb(method, target)(request))
+            code, body = _verb(method, target)(request)
+            if method == "GET" and tables.wanted(self.headers.get("Accept") or ""):
+                body = tables.table(target.resource, body)
+            self._send_json(code, body)
         except store.StoreError as e:
             self._send_error(e, target)
         except ConnectionError:
