@@ -57,7 +57,8 @@ def demo(
     settings = guard.load_settings(config)
     refs = scenarios or list(scenario.shipped_names())
     specs = [sim.load_or_exit(ref) for ref in refs]
-    reports = [score.scenario_report(harness.play(spec, settings)) for spec in specs]
+    reports = [score.scenario_report(harness.play(spec, settings))
+               for spec in output.progress(specs, lambda spec: spec.name)]
     totals = score.totals(reports)
     if not output.emit({"scenarios": reports, "totals": totals}, output.chosen(fmt, as_json)):
         console = output.console

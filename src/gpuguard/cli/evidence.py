@@ -193,15 +193,24 @@ def _render_items(
     console.print(table)
 
 
+def _link(gpu: evidence_model.GpuFacts) -> str:
+    """``x16/x16 32.0/32.0 GT/s``; ``unknown`` for what sysfs did not say."""
+    def shown(value: object, prefix: str = "") -> str:
+        return "?" if value is None else f"{prefix}{value}"
+
+    if all(v is None for v in (gpu.link_width, gpu.max_link_width, gpu.link_speed_gts,
+                               gpu.max_link_speed_gts)):
+        return "unknown"
+    return (f"{shown(gpu.link_width, 'x')}/{shown(gpu.max_link_width, 'x')} "
+            f"{shown(gpu.link_speed_gts)}/{shown(gpu.max_link_speed_gts)} GT/s")
+
+
 def _render_gpus(gpus: tuple[evidence_model.GpuFacts, ...], console: rich.console.Console) -> None:
     table = rich.table.Table(title="GPUs", title_justify="left")
     for column in ("pci", "uuid", "in sysfs", "config all ff", "link", "root port"):
         table.add_column(column, overflow="fold")
     for gpu in gpus:
-        link = (
-            f"x{gpu.link_width}/x{gpu.max_link_width} "
-            f"{gpu.link_speed_gts}/{gpu.max_link_speed_gts} GT/s"
-        )
+        link = _link(gpu)
         table.add_row(
             gpu.pci,
             gpu.uuid or "",

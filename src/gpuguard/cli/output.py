@@ -12,17 +12,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 import yaml
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+T = TypeVar("T")
 PIPE_WIDTH = 200  # piped to a file or pager: wide enough that rows stay on one line
 
 
@@ -54,6 +56,20 @@ def reset() -> None:
     global console, errors  # noqa: PLW0603 - the module's consoles follow the process's streams
     console = make_console()
     errors = make_console(stderr=True)
+
+
+def progress(items: Sequence[T], what: Callable[[T], str]) -> Iterator[T]:
+    """``items`` one by one, with a progress bar on stderr when it is a terminal (transient,
+    so it leaves nothing behind); silent when piped."""
+    if not errors.is_terminal:
+        yield from items
+        return
+    with Progress(*Progress.get_default_columns(), console=errors, transient=True) as bar:
+        task = bar.add_task("", total=len(items))
+        for item in items:
+            bar.update(task, description=what(item))
+            yield item
+            bar.advance(task)
 
 
 def chosen(fmt: Format, as_json: bool) -> Format:
