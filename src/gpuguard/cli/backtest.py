@@ -84,7 +84,11 @@ def _run(
     )
     classifier = xid_catalog.load_catalog(settings.controller.xid_overrides)
     try:
-        return replaying.replay(source.history(t1, t2, step), classifier, settings)
+        instants = output.progress(
+            source.history(t1, t2, step), lambda instant: f"{instant[0]:%Y-%m-%d %H:%M}",
+            total=int((t2 - t1) / step) + 1,
+        )
+        return replaying.replay(instants, classifier, settings)
     except SourceError as e:
         raise SourceError(f"--prometheus-url {url}: {e}") from e
     finally:

@@ -26,7 +26,9 @@ KubeconfigOpt = Annotated[
     Path | None, typer.Option(help="Kubeconfig file (default: in-cluster, then $KUBECONFIG).")
 ]
 ServerOpt = Annotated[
-    str | None, typer.Option("--kube-server", help="API server URL without auth (simulator).")
+    str | None,
+    typer.Option("--kube-server", help="API server URL without auth, e.g. the one "
+                 "`gpuguard sim serve` prints (or use the kubeconfig it writes)."),
 ]
 PromOpt = Annotated[str | None, typer.Option(help="Prometheus base URL (overrides settings).")]
 FormatOpt = Annotated[output.Format, typer.Option("--output", "-o", help="table, json or yaml.")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -58,14 +58,17 @@ def reset() -> None:
     errors = make_console(stderr=True)
 
 
-def progress(items: Sequence[T], what: Callable[[T], str]) -> Iterator[T]:
+def progress(
+    items: Iterable[T], what: Callable[[T], str], total: int | None = None
+) -> Iterator[T]:
     """``items`` one by one, with a progress bar on stderr when it is a terminal (transient,
-    so it leaves nothing behind); silent when piped."""
+    so it leaves nothing behind); silent when piped. ``total``: how many, if not ``len``."""
     if not errors.is_terminal:
         yield from items
         return
+    count = total if total is not None else len(items) if isinstance(items, Sequence) else None
     with Progress(*Progress.get_default_columns(), console=errors, transient=True) as bar:
-        task = bar.add_task("", total=len(items))
+        task = bar.add_task("", total=count)
         for item in items:
             bar.update(task, description=what(item))
             yield item
