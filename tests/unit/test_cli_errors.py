@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
 from gpuguard.sim import clock, kubeapi, scenario, store, world
+from tests import cli_commands
 
 BAD_INPUT, FAILED = 2, 1
 NO_PROM = "http://127.0.0.1:9"  # discard port: nothing listens on loopback
@@ -168,6 +169,15 @@ def test_bad_input_is_one_line_with_an_exit_code(name: str, inputs: dict[str, st
     assert lines[0].startswith("error: ")
     assert case.names.format(**inputs) in lines[0]
     assert result.exit_code == case.code, lines[0]
+
+
+@pytest.mark.parametrize("command", cli_commands.leaf_commands())
+def test_every_command_refuses_an_unknown_flag_in_one_line(command: str) -> None:
+    result = CliRunner().invoke(app, [*command.split(), "--no-such-flag"])
+    assert result.exit_code == BAD_INPUT
+    assert result.stderr.strip().splitlines() == [
+        f"error: No such option: --no-such-flag (see 'gpuguard {command} --help')"
+    ]
 
 
 @pytest.mark.usefixtures("no_cluster")

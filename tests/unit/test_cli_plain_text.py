@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from gpuguard.cli import output
 from gpuguard.cli.main import app
+from tests import cli_commands
 
 PCI = "0000:ab:00.0"
 PROCESS = "[/evil]"
@@ -78,12 +79,7 @@ def test_the_console_reads_no_markup_and_no_emoji(capsys: pytest.CaptureFixture[
     assert "💿" not in out
 
 
-HELP_COMMANDS = (
-    "", "check", "evidence", "burnin", "demo", "run", "once", "status", "explain", "backtest",
-    "phantom", "utilization", "agent", "gate", "hygiene", "xid parse", "xid explain", "sim list",
-    "sim run", "sim serve", "ledger list", "ledger add", "ledger amend", "ledger remove",
-    "ledger export", "breaker reset",
-)
+HELP_COMMANDS = cli_commands.command_paths()
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS)
