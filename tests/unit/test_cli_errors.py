@@ -95,6 +95,20 @@ CASES: dict[str, Case] = {
     "ledger-export-format": Case("ledger export -o bogus --kube-server {api}", BAD_INPUT,
                                  "bogus"),
     "unknown-option": Case("status --bogus", BAD_INPUT, "--bogus"),
+    "burnin-duration-without-unit": Case("burnin --device cpu --duration soon", BAD_INPUT,
+                                         "--duration"),
+    "phantom-prometheus-unreachable": Case(f"phantom --prometheus-url {NO_PROM}", FAILED,
+                                           "127.0.0.1:9"),
+    "utilization-prometheus-malformed": Case("utilization --prometheus-url http://[::1",
+                                             BAD_INPUT, "http://[::1"),
+    "sim-list-format": Case("sim list -o xml", BAD_INPUT, "xml"),
+    "ledger-add-no-kubeconfig": Case(
+        "ledger add --node gpu-node-b --xid 79 --pci 0000:99:00.0 "
+        "--uuid GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d --at 2026-09-10T13:03:59Z",
+        BAD_INPUT, "--kubeconfig"),
+    "ledger-remove-api-unreachable": Case(
+        "ledger remove --id 3f2a9c01b7de --why x --by sre --kube-server http://127.0.0.1:9", FAILED,
+        "127.0.0.1:9"),
     "sim-serve-unknown-scenario": Case("sim serve no-such-scenario", BAD_INPUT, "no-such-scenario"),
     "sim-serve-port-in-use": Case("sim serve xid79-twice --no-prometheus --port {busy}",
                                   BAD_INPUT, "--port {busy}"),

@@ -18,6 +18,8 @@ runner = CliRunner(env={"COLUMNS": "200"})
 def _ledger(args: list[str], **kwargs: Any) -> Result:
     """``gpuguard ledger ARGS`` through the root command (its one-line errors and exit codes)."""
     return runner.invoke(app, ["ledger", *args], **kwargs)
+
+
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 GOOD = {"--node": "gpu-node-b", "--xid": "79", "--pci": "0000:99:00.0", "--uuid": CARD,
         "--at": "2026-09-10T13:03:59Z"}

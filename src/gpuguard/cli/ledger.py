@@ -23,7 +23,7 @@ from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import guard, output
 from gpuguard.controller import wiring
-from gpuguard.errors import InputError
+from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 from gpuguard.model import decisions, faults, pci
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
@@ -93,10 +93,17 @@ def _connected(
     server: str | None,
     namespace: str | None,
 ) -> Iterator[tuple[ledger_store.Ledger, kubernetes.KubernetesReader]]:
-    """The ledger over a lightkube client; an API failure raises (exit 1, one line)."""
+    """The ledger over a lightkube client; an API failure raises, naming the API server
+    (exit 1, one line)."""
     with wiring.kube_client(guard.connection(kubeconfig, server, None)) as client:
         ledger = ledger_store.Ledger(client, namespace or settings.controller.namespace)
-        yield ledger, kubernetes.KubernetesReader(client)
+        try:
+            yield ledger, kubernetes.KubernetesReader(client)
+        except (InputError, ConflictError, NotFoundError):
+            raise
+        except GpuguardError as e:
+            where = server or kubeconfig or "the default kubeconfig"
+            raise type(e)(f"{e} (API server: {where})") from e
 
 
 @contextlib.contextmanager
