@@ -85,11 +85,16 @@ def load_or_exit(ref: str) -> scenario.Scenario:
     return scenario.resolve(ref)
 
 
+_PROGRESS_STEPS = 100  # the run is stepped in this many slices, for the progress bar
+
+
 def play(spec: scenario.Scenario, hosts: Path | None = None) -> world.World:
-    """Run a scenario to its end with no guard attached."""
+    """Run a scenario to its end with no guard attached (a progress bar on a terminal)."""
     played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start),
                                        hosts_root=hosts)
-    played.step_to(spec.end)
+    slices = [spec.end * i / _PROGRESS_STEPS for i in range(1, _PROGRESS_STEPS + 1)]
+    for offset in output.progress(slices, lambda at: offset_text(at.total_seconds())):
+        played.step_to(offset)
     return played
 
 
