@@ -114,7 +114,9 @@ class GuardedGroup(typer.core.TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         output.reset()
         try:
-            result = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            result = super().main(
+                argv, prog_name or "gpuguard", complete_var, standalone_mode=False, **extra
+            )
         except click.NoArgsIsHelpError as e:
             sys.stdout.write((e.ctx.get_help() if e.ctx else str(e)) + "\n")
             return _finish(0, standalone_mode)
