@@ -1,7 +1,8 @@
 """The one rule for external programs the tests need (Debian's ``prometheus`` package:
-``prometheus`` and ``promtool``): ``scripts/test`` installs them; a test that needs one calls
-``require`` — it skips when the program is missing on a developer's machine and FAILS under
-``CI`` (set by CI, and by ``scripts/test``), so a broken install never passes as a skip."""
+``prometheus`` and ``promtool``; ``kubernetes-client``: ``kubectl``): ``scripts/test`` installs
+them; a test that needs one calls ``require`` — it skips when the program is missing on a
+developer's machine and FAILS under ``CI`` (set by CI, and by ``scripts/test``), so a broken
+install never passes as a skip."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import shutil
 
 import pytest
 
+PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus", "kubectl": "kubernetes-client"}
+
 
 def require(binary: str) -> str:
     """The path of ``binary``; skip the test when it is missing, fail when running in CI."""
     path = shutil.which(binary)
     if path is None:
-        message = f"{binary} is not installed (Debian package 'prometheus')"
+        message = f"{binary} is not installed (Debian package '{PACKAGES[binary]}')"
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must have it (scripts/test installs it)")
         pytest.skip(message)

@@ -26,11 +26,10 @@ from typing import Any
 import httpx
 import yaml
 
-from gpuguard.sim import clock, history, scenario, store, world
+from gpuguard.sim import clock, history, live, scenario, store, world
 from tests import tools
 
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 
 
 def free_port() -> int:
@@ -152,7 +151,7 @@ def _process(
             prom = Prometheus(f"http://127.0.0.1:{port}", client, log_path)
             yield prom if _wait_ready(proc, prom) else None
         finally:
-            _stop(proc)
+            live.stop(proc)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], prom: Prometheus) -> bool:
@@ -170,16 +169,6 @@ def _wait_ready(proc: subprocess.Popen[bytes], prom: Prometheus) -> bool:
             pass
         time.sleep(0.1)
     raise PrometheusError(f"Prometheus not ready after {START_TIMEOUT_S}s\n{prom.log()}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def backfill(openmetrics: Path, data_dir: Path) -> str:

@@ -10,12 +10,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from gpuguard.catalog import gpu_models
-from gpuguard.cli import phantom as phantom_cli
-from gpuguard.cli import utilization as utilization_cli
+from gpuguard.cli.main import app
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom, utilization
 from gpuguard.sim import clock, history, scenario, store, world
@@ -27,9 +25,6 @@ pytestmark = pytest.mark.integration
 SETTINGS = settings_model.GuardSettings()
 STEP = timedelta(seconds=15)
 # The two commands as cli/main.py registers them (the lead adds them there).
-app = typer.Typer()
-app.command("phantom")(phantom_cli.phantom)
-app.command("utilization")(utilization_cli.utilization)
 SCENARIO = """
 name: phantom-beside-busy-gpus
 start: "{start}"

@@ -97,7 +97,7 @@ def test_fix_creates_only_the_ipvs_file_and_a_second_run_changes_nothing(tmp_pat
         pytest.param(["--allowed-dns", "10.0.0.0/8,corp-dns"], "--allowed-dns", id="bad-entry"),
         pytest.param(["--control-plane-version", "1.31"], "--control-plane-version", id="bad-ver"),
         pytest.param(["--role", "gpu"], "--role", id="bad-role"),
-        pytest.param(["-o", "yaml"], "--output", id="bad-output"),
+        pytest.param(["-o", "xml"], "--output", id="bad-output"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(flags: list[str], named: str) -> None:

@@ -5,13 +5,21 @@ tests/integration/test_ledger_sim.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
-from gpuguard.cli import ledger
+from gpuguard.cli.main import app
 
 runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def _ledger(args: list[str], **kwargs: Any) -> Result:
+    """``gpuguard ledger ARGS`` through the root command (its one-line errors and exit codes)."""
+    return runner.invoke(app, ["ledger", *args], **kwargs)
+
+
 CARD = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 GOOD = {"--node": "gpu-node-b", "--xid": "79", "--pci": "0000:99:00.0", "--uuid": CARD,
         "--at": "2026-09-10T13:03:59Z"}
@@ -42,7 +50,7 @@ def add_args(**overrides: str) -> list[str]:
 def test_add_refuses_bad_input_with_exit_2_naming_the_flag(
     overrides: dict[str, str], flag: str, says: str
 ) -> None:
-    result = runner.invoke(ledger.app, add_args(**overrides))
+    result = _ledger(add_args(**overrides))
     assert result.exit_code == 2, result.output
     assert flag in result.stderr
     assert says in result.stderr
@@ -70,16 +78,16 @@ def one_line_error(stderr: str) -> str:
 def test_add_refuses_what_is_not_a_fault_of_the_card_in_one_line(
     overrides: dict[str, str], says: str
 ) -> None:
-    result = runner.invoke(ledger.app, add_args(**overrides))
+    result = _ledger(add_args(**overrides))
     assert result.exit_code == 2, result.output
     assert says in one_line_error(result.stderr)
 
 
 def test_force_records_a_user_xid_but_never_a_future_time() -> None:
-    forced = runner.invoke(ledger.app, [*add_args(xid="13"), "--force"])
+    forced = _ledger([*add_args(xid="13"), "--force"])
     assert forced.exit_code == 1  # past the checks: it went on to the (unreachable) cluster
     assert "listing ledger ConfigMaps" in forced.stderr
-    future = runner.invoke(ledger.app, [*add_args(at="2999-01-01T00:00:00Z"), "--force"])
+    future = _ledger([*add_args(at="2999-01-01T00:00:00Z"), "--force"])
     assert future.exit_code == 2
     assert "in the future" in future.stderr
 
@@ -89,9 +97,9 @@ def test_the_clusters_xid_overrides_decide_what_is_a_user_xid(tmp_path: Path) ->
     overrides.write_text("classes:\n  13: hardware\n  79: user\n")
     settings = tmp_path / "settings.yaml"
     settings.write_text(f"controller:\n  xid_overrides: {overrides}\n")
-    as_hardware = runner.invoke(ledger.app, [*add_args(xid="13"), "--config", str(settings)])
+    as_hardware = _ledger([*add_args(xid="13"), "--config", str(settings)])
     assert as_hardware.exit_code == 1  # accepted, then the cluster is unreachable
-    as_user = runner.invoke(ledger.app, [*add_args(xid="79"), "--config", str(settings)])
+    as_user = _ledger([*add_args(xid="79"), "--config", str(settings)])
     assert as_user.exit_code == 2
     assert "Xid 79" in one_line_error(as_user.stderr)
 
@@ -122,13 +130,13 @@ def correction(command: str, *args: str) -> list[str]:
     ],
 )
 def test_corrections_refuse_bad_input_in_one_line(args: list[str], says: str) -> None:
-    result = runner.invoke(ledger.app, args)
+    result = _ledger(args)
     assert result.exit_code == 2, result.output
     assert says in one_line_error(result.stderr)
 
 
 def test_a_correction_by_nobody_is_refused() -> None:
-    result = runner.invoke(ledger.app, correction("remove", "--id", "3f2a9c01b7de", "--why", "x"),
+    result = _ledger(correction("remove", "--id", "3f2a9c01b7de", "--why", "x"),
                            env={"USER": ""})
     assert result.exit_code == 2
     assert "cannot tell who you are: say it with --by" in one_line_error(result.stderr)
@@ -136,20 +144,20 @@ def test_a_correction_by_nobody_is_refused() -> None:
 
 def test_corrections_require_why() -> None:
     for command in ("remove", "amend"):
-        result = runner.invoke(ledger.app, correction(command, "--id", "3f2a9c01b7de"))
+        result = _ledger(correction(command, "--id", "3f2a9c01b7de"))
         assert result.exit_code == 2
         assert "--why" in result.stderr
 
 
 def test_help_teaches_with_examples() -> None:
     for command in ("list", "add", "export", "amend", "remove"):
-        result = runner.invoke(ledger.app, [command, "--help"])
+        result = _ledger([command, "--help"])
         assert result.exit_code == 0
         assert "Example" in result.stdout
 
 
 def test_unreachable_api_is_exit_1_with_the_error() -> None:
-    result = runner.invoke(ledger.app, ["list", "--kube-server", UNREACHABLE])
+    result = _ledger(["list", "--kube-server", UNREACHABLE])
     assert result.exit_code == 1
     assert "error:" in result.stderr
     assert "listing ledger ConfigMaps" in result.stderr

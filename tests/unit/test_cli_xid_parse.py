@@ -114,3 +114,15 @@ def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
         returncode = proc.wait(timeout=60)
     assert "Traceback" not in stderr
     assert returncode == 141
+
+
+def test_a_line_cut_after_the_code_is_malformed_not_a_smaller_xid(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "[ 1.000000] NVRM: Xid (PCI:0000:01:00): 7\n"
+        "[ 2.000000] NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus.\n"
+    )
+    result = CliRunner().invoke(main.app, ["xid", "parse", str(log), "-o", "json"])
+    assert result.exit_code == 0
+    assert [json.loads(line)["xid"] for line in result.stdout.splitlines()] == [79]
+    assert "1 malformed Xid lines skipped (first at line 1)" in result.stderr

@@ -45,3 +45,27 @@ def test_bad_settings_name_the_file_and_field(
     path.write_text(text)
     with pytest.raises(InputError, match=fragment):
         settings.GuardSettings.load(path, env)
+
+
+@pytest.mark.parametrize("text", ["79,48", "[79, 48]", " 79 , 48 "])
+def test_lists_from_the_environment_comma_separated_or_json(text: str) -> None:
+    s = settings.GuardSettings.load(None, {"GPUGUARD_ISOLATION__FAST_PATH_XIDS": text})
+    assert s.isolation.fast_path_xids == frozenset({79, 48})
+
+
+def test_a_bare_number_is_not_a_duration(tmp_path: Path) -> None:
+    path = tmp_path / "gpuguard.yaml"
+    path.write_text("isolation:\n  hold_window: 5\n")
+    with pytest.raises(InputError, match=r"gpuguard.yaml: isolation.hold_window: .*no unit.*5s"):
+        settings.GuardSettings.load(path, {})
+    with pytest.raises(InputError, match=r"^invalid settings: GPUGUARD_CONTROLLER__INTERVAL='30'"):
+        settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__INTERVAL": "30"})
+
+
+def test_an_environment_error_is_not_blamed_on_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "gpuguard.yaml"
+    path.write_text("isolation:\n  hold_window: 5m\n")
+    with pytest.raises(InputError) as raised:
+        settings.GuardSettings.load(path, {"GPUGUARD_ISOLATION__FAST_PATH_XIDS": "[79, 4"})
+    assert str(raised.value).startswith("GPUGUARD_ISOLATION__FAST_PATH_XIDS=")
+    assert "gpuguard.yaml" not in str(raised.value)

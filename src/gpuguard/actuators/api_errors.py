@@ -19,8 +19,9 @@ from lightkube import ApiError
 from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
 
 # lightkube sends requests with httpx2 and decodes objects with msgspec: an object that does
-# not fit its model (``leaseDurationSeconds: "fifteen"``) raises msgspec's ValidationError.
-_NOT_API_ERRORS = (httpx2.HTTPError, msgspec.ValidationError)
+# not fit its model (``leaseDurationSeconds: "fifteen"``) raises msgspec's ValidationError, an
+# answer that is not JSON at all (a proxy's HTML login page) its parent DecodeError.
+_NOT_API_ERRORS = (httpx2.HTTPError, msgspec.DecodeError)
 
 
 def from_api_error(

@@ -20,6 +20,7 @@ from gpuguard import errors, metrics_http
 from gpuguard.agent import commands, daemon, journal, position
 from gpuguard.agent.checks import running, settings
 from gpuguard.cli import check as check_cli
+from gpuguard.cli import failures
 from gpuguard.model import durations
 
 DEFAULT_PORT = 9809
@@ -109,6 +110,9 @@ def agent(
       gpuguard agent --root /host --kmsg --state-dir /host/var/lib/gpuguard
       gpuguard agent --kernel-log /var/log/kern.log --check-interval 1m --port 9809
     """
+    check_cli.require_dir(root, "--root")
+    if kernel_log is not None and not kernel_log.is_file():
+        raise errors.InputError(f"--kernel-log {kernel_log}: no such file")
     follow = _follower_factory(root, kernel_log, use_journal, use_kmsg)
     name = node or os.environ.get("NODE_NAME")
     if not name:
@@ -125,14 +129,14 @@ def agent(
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
+        state_dir.mkdir(parents=True, exist_ok=True)
         the_agent = daemon.Agent(config, follow, run)
-    except (errors.GpuguardError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
+    except OSError as e:
+        raise errors.InputError(f"--state-dir {state_dir}: {e.strerror or e}") from e
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with metrics_http.serve(
+    with failures.listening("--port", port), metrics_http.serve(
         the_agent.exposition, the_agent.healthy, listen, port, ready=the_agent.ready
     ) as server:
         logging.info("gpuguard agent for %s on :%d", name, server.server_address[1])

@@ -49,17 +49,21 @@ def backtest(
     """
     settings = guard.load_settings(config)
     now = datetime.now(UTC)
-    try:
-        t1 = parse_instant(start, now, flag="--from")
-        t2 = parse_instant(end, now, flag="--to")
-        delta = durations.parse_duration(step, what="--step")
-    except InputError as e:
-        output.errors.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+    t1 = parse_instant(start, now, flag="--from")
+    t2 = parse_instant(end, now, flag="--to")
+    delta = durations.parse_duration(step, what="--step")
+    if t1 >= t2:
+        raise InputError(f"--from {start} is not before --to {end}: nothing to replay")
+    guard.check_url(prometheus_url, "--prometheus-url")
     report = _run(prometheus_url, settings, t1, t2, delta)
     data = _as_data(report)
     if not output.emit(data, fmt):
         _print(report)
+    if report.instants == report.undecided:
+        raise SourceError(
+            f"no instant could be replayed from {prometheus_url}"
+            + (f": {report.first_error}" if report.first_error else "")
+        )
 
 
 def _run(
@@ -72,13 +76,21 @@ def _run(
     plan = prometheus.QueryPlan(
         hold_window=settings.isolation.hold_window, xid_lookback=settings.isolation.xid_lookback
     )
-    source = prometheus.PrometheusSource(url, plan, staleness=settings.prometheus.staleness)
+    source = prometheus.PrometheusSource(
+        url,
+        plan,
+        staleness=settings.prometheus.staleness,
+        timeout_s=settings.prometheus.timeout.total_seconds(),
+    )
     classifier = xid_catalog.load_catalog(settings.controller.xid_overrides)
     try:
-        return replaying.replay(source.history(t1, t2, step), classifier, settings)
+        instants = output.progress(
+            source.history(t1, t2, step), lambda instant: f"{instant[0]:%Y-%m-%d %H:%M}",
+            total=int((t2 - t1) / step) + 1,
+        )
+        return replaying.replay(instants, classifier, settings)
     except SourceError as e:
-        output.errors.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(1) from e
+        raise SourceError(f"--prometheus-url {url}: {e}") from e
     finally:
         source.close()
 

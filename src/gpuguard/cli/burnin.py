@@ -8,12 +8,11 @@ compact termination message, and exits 0 (passed), 1 (not passed) or 2 (bad flag
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import rich.markup
 import typer
+from rich.text import Text
 
 from gpuguard import errors
 from gpuguard.agent.burnin import hardware, report, running
@@ -23,12 +22,6 @@ from gpuguard.model import durations
 from gpuguard.policy import burnin as burnin_policy
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ENVIRONMENT = 0, 1, 2
-
-
-class Rendering(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-    SUMMARY = "summary"
 
 
 HELP = f"""Burn in this node's GPUs before it returns to the pool; exit 0 only if it passed.
@@ -94,7 +87,6 @@ ReasonOption = Annotated[
 DcgmTimeoutOption = Annotated[
     str, typer.Option(help="Hard limit for dcgmi diag -r 4 before it counts as UNKNOWN.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="The full report as JSON.")]
 SummaryOption = Annotated[
     bool,
     typer.Option("--summary", help="Compact JSON <= 4000 bytes for the termination message."),
@@ -111,14 +103,16 @@ def burnin(
     mode: ModeOption = burnin_policy.Mode.AUTO,
     reason: ReasonOption = None,
     dcgm_timeout: DcgmTimeoutOption = "60m",
-    json_output: JsonOption = False,
+    fmt: output.FormatOpt = output.Format.TABLE,
+    json_output: output.JsonAlias = False,
     summary: SummaryOption = False,
     summary_file: Annotated[
         Path | None,
         typer.Option(help="Also write the compact summary here, e.g. /dev/termination-log."),
     ] = None,
 ) -> None:
-    if json_output and summary:
+    fmt = output.chosen(fmt, json_output)
+    if fmt is not output.Format.TABLE and summary:
         raise typer.BadParameter("choose one of --json and --summary", param_hint="--summary")
     request = running.BurninRequest(
         device=device,
@@ -134,11 +128,11 @@ def burnin(
     try:
         result = running.run(request, running.Environment())
     except hardware.BackendUnavailable as e:
-        output.errors.print(f"[red]error:[/red] {e}", highlight=False)
+        output.error_line(str(e))
         raise typer.Exit(EXIT_ENVIRONMENT) from e
     if summary_file is not None:
         output.write_summary(summary_file, result.summary())
-    _render(result, Rendering.JSON if json_output else Rendering.SUMMARY if summary else None)
+    _render(result, fmt, summary=summary)
     raise typer.Exit(EXIT_PASSED if result.passed else EXIT_FAILED)
 
 
@@ -159,14 +153,12 @@ def _reason(text: str | None) -> int | None:
         raise typer.BadParameter(str(e), param_hint="--reason") from e
 
 
-def _render(result: report.BurninReport, rendering: Rendering | None) -> None:
+def _render(result: report.BurninReport, fmt: output.Format, *, summary: bool) -> None:
     if result.device == hardware.DeviceKind.CPU:
-        output.errors.print(f"[bold red]{report.CPU_NOTE}[/bold red]", highlight=False)
-    if rendering is Rendering.SUMMARY:
+        output.errors.print(report.CPU_NOTE, style="bold red")
+    if summary:
         typer.echo(result.summary())
-    elif rendering is Rendering.JSON:
-        output.emit(result.as_dict(), output.Format.JSON)
-    else:
+    elif not output.emit(result.as_dict(), fmt):
         _tables(result)
 
 
@@ -176,21 +168,16 @@ def _tables(result: report.BurninReport) -> None:
         rows = [_gpu_row(gpu, fraction) for gpu, fraction in pairs]
         columns = ("gpu", "name", "tflops", "of expected", "error")
         output.table(f"burn-in: {result.mode} on {result.device}", columns, rows)
-    checks = [(c.check, c.status.value, _plain(c.evidence)) for c in result.verdict.checks]
+    checks = [(c.check, c.status.value, c.evidence) for c in result.verdict.checks]
     output.table("checks", ("check", "status", "evidence"), checks)
-    verdict = "[green]PASSED[/green]" if result.passed else "[bold red]NOT PASSED[/bold red]"
-    output.console.print(verdict, _plain(result.note), highlight=False, soft_wrap=True)
+    verdict = Text("PASSED", "green") if result.passed else Text("NOT PASSED", "bold red")
+    output.console.print(verdict, result.note, soft_wrap=True)
 
 
 def _gpu_row(gpu: burnin_policy.GpuResult, fraction: float | None) -> tuple[str, ...]:
     tflops = "-" if gpu.tflops is None else f"{gpu.tflops:.1f}"
     share = "unknown" if fraction is None else f"{fraction:.0%}"
-    return (str(gpu.index), _plain(gpu.name), tflops, share, _plain(gpu.error or ""))
-
-
-def _plain(text: str) -> str:
-    """Device names and CUDA errors may contain "[...]": print them, never parse as markup."""
-    return rich.markup.escape(text)
+    return (str(gpu.index), gpu.name, tflops, share, gpu.error or "")
 
 
 burnin.__doc__ = HELP

@@ -8,8 +8,6 @@ Parses and validates the flags into ``CheckSettings``, runs ``running.run_checks
 
 from __future__ import annotations
 
-import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +19,7 @@ import typer
 from gpuguard import errors
 from gpuguard.agent import commands
 from gpuguard.agent.checks import registry, result, rke2_release, running, settings
+from gpuguard.cli import output
 from gpuguard.model import decisions
 
 STATUS_STYLE = {
@@ -31,11 +30,6 @@ STATUS_STYLE = {
     decisions.CheckStatus.FIXED: "cyan",
 }
 EXIT_OK, EXIT_FAIL, EXIT_UNKNOWN = 0, 1, 2
-
-
-class OutputFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 def _checks_help() -> str:
@@ -132,7 +126,7 @@ def render_table(results: list[result.CheckResult], console: rich.console.Consol
             rich.text.Text(check.fix or ""),
         )
     console.print(table)
-    console.print(summary(results), highlight=False)
+    console.print(summary(results))
 
 
 RootOption = Annotated[Path, typer.Option(help="The host's root directory (/host in a pod).")]
@@ -144,7 +138,6 @@ VersionOption = Annotated[
 ]
 DnsOption = Annotated[str | None, typer.Option(help="Comma-separated CIDRs of allowed resolvers.")]
 FixOption = Annotated[bool, typer.Option("--fix", help="Repair ip_vs persistence/loading only.")]
-OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o")]
 TimeoutOption = Annotated[
     float, typer.Option(min=0.1, help="Seconds each check may take before it is UNKNOWN.")
 ]
@@ -156,9 +149,10 @@ def check(
     control_plane_version: VersionOption = None,
     allowed_dns: DnsOption = None,
     fix: FixOption = False,
-    output: OutputOption = OutputFormat.TABLE,
+    fmt: output.FormatOpt = output.Format.TABLE,
     timeout: TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
 ) -> None:
+    require_dir(root, "--root")
     check_settings = settings.CheckSettings(
         role=role,
         control_plane_version=_control_plane(control_plane_version),
@@ -166,11 +160,16 @@ def check(
         check_timeout_s=timeout,
     )
     results = running.run_checks(root, check_settings, commands.SubprocessRunner(), fix=fix)
-    if output is OutputFormat.JSON:
-        typer.echo(json.dumps([check.as_dict() for check in results], indent=2))
-    else:
-        render_table(results, rich.console.Console())
+    if not output.emit([check.as_dict() for check in results], fmt):
+        render_table(results, output.console)
     raise typer.Exit(exit_code(results))
+
+
+def require_dir(path: Path, flag: str) -> Path:
+    """``path`` if it is a directory; InputError naming the flag otherwise."""
+    if not path.is_dir():
+        raise errors.InputError(f"{flag} {path}: no such directory")
+    return path
 
 
 # The help is assembled from the check table, so it is attached after the definition.

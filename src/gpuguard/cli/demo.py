@@ -1,28 +1,32 @@
-"""``gpuguard demo``: the guard against the seed's incidents and the false-positive cases,
-in the built-in simulator — no cluster, no GPU, no Prometheus needed."""
+"""``gpuguard demo``: the guard against real incidents (docs/design.md#incidents) and the
+false-positive cases, in the built-in simulator — no cluster, no GPU, no Prometheus needed."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from gpuguard.cli import sim
+from gpuguard.cli import guard, output, sim
 from gpuguard.demo import harness, score
+from gpuguard.errors import SourceError
+from gpuguard.model import durations
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import scenario
 
 HEADER = (
-    "[bold]gpuguard demo[/bold] — the guard (default settings: 30 s tick, 10 min hold window, "
-    "fast path for Xid 79) against the seed's incidents and false-positive cases, in the "
-    "built-in simulator. Real code paths: the isolation policy, lightkube over HTTP to the "
-    "simulator's Kubernetes API, one merge patch per isolation, an Event per decision; the "
-    "evidence Job runs the real collector on the node's host tree; the return to pool "
-    "checks 11 conditions and runs the burn-in."
+    "the guard ({settings}) against incidents from real training clusters and cases that must "
+    "not trigger, in the built-in simulator. Real code paths: the isolation policy, lightkube "
+    "over HTTP to the simulator's Kubernetes API, one merge patch per isolation, an Event per "
+    "decision; the evidence Job runs the real collector on the node's host tree; the return to "
+    "pool checks 11 conditions and runs the burn-in."
 )
+# The cluster's own guard, written after the incident, cordoned its Xid 79 after 12 min 26 s
+# (docs/design.md#incidents).
+EARLIER_GUARD_XID79 = "12m26s"
 QUIET_KINDS = {"workload_end", "dip_end", "boot", "prometheus_up"}
 
 
@@ -35,36 +39,57 @@ def demo(
             help="A scenario file or shipped name (repeatable; default: every shipped one).",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    config: guard.ConfigOpt = None,
+    fmt: output.FormatOpt = output.Format.TABLE,
+    as_json: output.JsonAlias = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Full timelines.")] = False,
 ) -> None:
     """Run the guard against scenarios in the simulator and print each timeline and its
     figures: time from fault to isolation, false isolations, misses, GPU-hours out.
 
-    Examples: gpuguard demo; gpuguard demo --scenario xid79-twice --json;
-    gpuguard sim list (the shipped scenarios).
+    The guard uses your settings (--config and GPUGUARD_* variables), so you can try your
+    own policy on the incidents. Exit status 1 when the guard missed a fault or isolated a
+    node it must not (the scenario's expectations), 2 for a bad scenario or setting.
+
+    Examples: gpuguard demo; gpuguard demo --scenario xid79-twice -o json;
+    GPUGUARD_ISOLATION__HOLD_WINDOW=2m gpuguard demo; gpuguard sim list (the scenarios).
     """
+    settings = guard.load_settings(config)
     refs = scenarios or list(scenario.shipped_names())
     specs = [sim.load_or_exit(ref) for ref in refs]
-    settings = settings_model.GuardSettings()
-    reports = [score.scenario_report(harness.play(spec, settings)) for spec in specs]
-    if as_json:
-        typer.echo(json.dumps({"scenarios": reports, "totals": score.totals(reports)}, indent=2))
-        return
-    console = Console(width=max(Console().width, 120))  # a readable table when piped
-    console.print(HEADER)
-    for report in reports:
-        _print_scenario(console, report, verbose)
-    console.print(_summary(reports))
+    reports = [score.scenario_report(harness.play(spec, settings))
+               for spec in output.progress(specs, lambda spec: spec.name)]
+    totals = score.totals(reports)
+    if not output.emit({"scenarios": reports, "totals": totals}, output.chosen(fmt, as_json)):
+        console = output.console
+        console.print(output.bold("gpuguard demo"), " — ", HEADER.format(
+            settings=_settings_line(settings)), sep="")
+        for report in reports:
+            _print_scenario(console, report, verbose)
+        console.print(_summary(reports))
+    if totals["missed"] or totals["false_isolations"]:
+        raise SourceError(
+            f"the guard missed {totals['missed']} fault(s) and isolated "
+            f"{totals['false_isolations']} node(s) it must not (see the figures above)"
+        )
+
+
+def _settings_line(settings: settings_model.GuardSettings) -> str:
+    """The settings that shape the timelines, as the header states them."""
+    iso = settings.isolation
+    fast = ", ".join(str(x) for x in sorted(iso.fast_path_xids)) or "none"
+    return (f"{durations.format_duration(settings.controller.interval)} tick, "
+            f"{durations.format_duration(iso.hold_window)} hold window, fast path for Xid {fast}")
 
 
 def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> None:
-    console.print(f"\n[bold]{report['name']}[/bold] — {report['description'].strip()}")
+    console.print("\n", output.bold(report["name"]), " — ", report["description"].strip(),
+                  sep="")
     table = Table("t", "kind", "node", "reason / detail")
     for entry in report["timeline"]:
         if not verbose and entry["kind"] in QUIET_KINDS:
             continue
-        style = "bold red" if entry["kind"] == "isolate" else None
+        style = "bold red" if entry["kind"] == "isolate" else ""
         why = " — ".join(x for x in (entry["reason"], entry["detail"]) if x)
         table.add_row(
             sim.offset_text(entry["t"]), entry["kind"], entry["node"] or "-", why, style=style
@@ -73,7 +98,7 @@ def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> 
     console.print(_figures(report))
 
 
-def _figures(report: dict[str, Any]) -> str:
+def _figures(report: dict[str, Any]) -> Text:
     """The scenario's figures in words, under its timeline."""
     parts = [
         f"{node} isolated {sim.offset_text(seconds)} after the fault"
@@ -100,11 +125,12 @@ def _figures(report: dict[str, Any]) -> str:
         f" GPU-hours out {report['gpu_hours_out']:g}"
         f" (healthy {report.get('healthy_gpu_hours_out', 0):g})"
     )
-    return "[bold]figures:[/bold] " + "; ".join(parts)
+    return Text.assemble(("figures: ", "bold"), "; ".join(parts))
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:
-    table = Table(title="figures (the seed's guard isolated an Xid 79 after 12m26s)")
+    table = Table(title=f"figures (the cluster's earlier guard isolated the Xid 79 incident "
+                        f"after {EARLIER_GUARD_XID79})")
     table.add_column("scenario", no_wrap=True)
     for header in ("isolated", "→ isolation", "returned", "held", "phantom", "false", "missed"):
         table.add_column(header, no_wrap=True)

@@ -9,6 +9,7 @@ under ``--root``; ``--summary-file`` writes the summary outside it (``/dev/termi
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -80,7 +81,6 @@ KernelLogOption = Annotated[
 SinceOption = Annotated[
     str, typer.Option(help="BOOT (the current boot) or a window such as 24h, 90m, 3d.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the whole bundle as JSON.")]
 SummaryOption = Annotated[
     bool, typer.Option("--summary", help="Print the compact JSON summary (<= 4000 bytes).")
 ]
@@ -113,14 +113,17 @@ def evidence(
     root: RootOption = Path("/"),
     kernel_log: KernelLogOption = None,
     since: SinceOption = BOOT,
-    as_json: JsonOption = False,
+    fmt: output.FormatOpt = output.Format.TABLE,
+    as_json: output.JsonAlias = False,
     summary: SummaryOption = False,
     summary_file: SummaryFileOption = None,
     nvidia_smi: SmiOption = True,
     node: NodeOption = None,
 ) -> None:
-    if as_json and summary:
+    fmt = output.chosen(fmt, as_json)
+    if fmt is not output.Format.TABLE and summary:
         raise typer.BadParameter("choose one of --json and --summary", param_hint="--summary")
+    check_cli.require_dir(root, "--root")
     options = collect.CollectOptions(
         node=node,
         kernel_log=kernel.KernelLogOptions(path=kernel_log, since=parse_since(since)),
@@ -135,10 +138,8 @@ def evidence(
         output.write_summary(summary_file, compact)
     if summary:
         typer.echo(compact)
-    elif as_json:
-        typer.echo(bundle.to_json())
-    else:
-        render(bundle, rich.console.Console())
+    elif not output.emit(json.loads(bundle.to_json()), fmt):
+        render(bundle, output.console)
 
 
 # ---- the readable report ---------------------------------------------------------------------
@@ -192,15 +193,24 @@ def _render_items(
     console.print(table)
 
 
+def _link(gpu: evidence_model.GpuFacts) -> str:
+    """``x16/x16 32.0/32.0 GT/s``; ``unknown`` for what sysfs did not say."""
+    def shown(value: object, prefix: str = "") -> str:
+        return "?" if value is None else f"{prefix}{value}"
+
+    if all(v is None for v in (gpu.link_width, gpu.max_link_width, gpu.link_speed_gts,
+                               gpu.max_link_speed_gts)):
+        return "unknown"
+    return (f"{shown(gpu.link_width, 'x')}/{shown(gpu.max_link_width, 'x')} "
+            f"{shown(gpu.link_speed_gts)}/{shown(gpu.max_link_speed_gts)} GT/s")
+
+
 def _render_gpus(gpus: tuple[evidence_model.GpuFacts, ...], console: rich.console.Console) -> None:
     table = rich.table.Table(title="GPUs", title_justify="left")
     for column in ("pci", "uuid", "in sysfs", "config all ff", "link", "root port"):
         table.add_column(column, overflow="fold")
     for gpu in gpus:
-        link = (
-            f"x{gpu.link_width}/x{gpu.max_link_width} "
-            f"{gpu.link_speed_gts}/{gpu.max_link_speed_gts} GT/s"
-        )
+        link = _link(gpu)
         table.add_row(
             gpu.pci,
             gpu.uuid or "",

@@ -101,8 +101,10 @@ def gate(
                     view.node, json.dumps(report.as_dict()), _event_message(report),
                     passed=report.passed, now=datetime.now(UTC),
                 )
+    except errors.InputError:
+        raise
     except errors.GpuguardError as e:
-        output.errors.print(f"[red]error:[/red] {_describe(e, node)}")
+        output.error_line(_describe(e, node))
         raise typer.Exit(EXIT_UNKNOWN) from e
     _print(report, dry_run, fmt)
     raise typer.Exit(exit_code(report))

@@ -7,12 +7,13 @@ import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
 from gpuguard.cli import output, return_checklist
 from gpuguard.controller import leader, tick, wiring
-from gpuguard.errors import GpuguardError, InputError
+from gpuguard.errors import GpuguardError, InputError, SourceError
 from gpuguard.model import fleet, gpu_isolation
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import lifecycle
@@ -25,28 +26,57 @@ KubeconfigOpt = Annotated[
     Path | None, typer.Option(help="Kubeconfig file (default: in-cluster, then $KUBECONFIG).")
 ]
 ServerOpt = Annotated[
-    str | None, typer.Option("--kube-server", help="API server URL without auth (simulator).")
+    str | None,
+    typer.Option("--kube-server", help="API server URL without auth, e.g. the one "
+                 "`gpuguard sim serve` prints (or use the kubeconfig it writes)."),
 ]
 PromOpt = Annotated[str | None, typer.Option(help="Prometheus base URL (overrides settings).")]
 FormatOpt = Annotated[output.Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 
 
 def load_settings(config: Path | None) -> settings_model.GuardSettings:
-    try:
-        return settings_model.GuardSettings.load(config, os.environ)
-    except InputError as e:
-        output.errors.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+    """The settings of ``--config`` and ``GPUGUARD_*``; InputError names the file or variable."""
+    return settings_model.GuardSettings.load(config, os.environ)
 
 
 def connection(kubeconfig: Path | None, server: str | None, prom: str | None) -> wiring.Connection:
+    """Where the cluster and Prometheus are; a malformed URL is refused naming its flag."""
+    for flag, url in (("--kube-server", server), ("--prometheus-url", prom)):
+        if url is not None:
+            check_url(url, flag)
     return wiring.Connection(kubeconfig=kubeconfig, kube_server=server, prometheus_url=prom)
 
 
+def check_url(url: str, flag: str) -> str:
+    """``url`` if it is an http(s) URL with a host and a valid port; InputError otherwise."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError as e:
+        raise InputError(f"{flag} {url}: not a URL ({e})") from e
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise InputError(f"{flag} {url}: expected http(s)://HOST[:PORT], e.g. http://127.0.0.1:9090")
+    return url
+
+
+def require_decision(
+    result: tick.TickResult, conn: wiring.Connection, settings: settings_model.GuardSettings
+) -> None:
+    """A command that could not answer exits non-zero: SourceError with the tick's error and
+    where it asked (the API server and Prometheus it was pointed at)."""
+    if not result.ok:
+        cluster = conn.kube_server or conn.kubeconfig or "the default kubeconfig"
+        prom = conn.prometheus_url or settings.prometheus.url
+        raise SourceError(
+            f"no decision (fail closed): {result.error} (API server: {cluster}; "
+            f"Prometheus: {prom})"
+        )
+
+
 def run_tick(
-    config: Path | None, conn: wiring.Connection, *, dry_run: bool
+    settings: settings_model.GuardSettings, conn: wiring.Connection, *, dry_run: bool
 ) -> tick.TickResult:
-    with wiring.build_guard(load_settings(config), conn, dry_run=dry_run) as (guard, _):
+    with wiring.build_guard(settings, conn, dry_run=dry_run) as (guard, _):
         return guard.tick()
 
 
@@ -99,24 +129,27 @@ def once(
 
     Example: gpuguard once --dry-run --prometheus-url http://prometheus:9090 -o json
     """
-    logging.basicConfig(level=logging.WARNING)
-    result = run_tick(config, connection(kubeconfig, kube_server, prometheus_url), dry_run=dry_run)
+    quiet_logs()
+    settings = load_settings(config)
+    conn = connection(kubeconfig, kube_server, prometheus_url)
+    result = run_tick(settings, conn, dry_run=dry_run)
     data = {
         "at": result.at.isoformat(),
         "error": result.error,
         "breaker": result.decision.breaker.describe() if result.decision else None,
         "decisions": decision_rows(result),
     }
-    if not output.emit(data, fmt):
+    if not output.emit(data, fmt) and result.ok:
         _print_tick(result)
-    if not result.ok:
-        raise typer.Exit(1)
+    require_decision(result, conn, settings)
+
+
+def quiet_logs() -> None:
+    """Commands that report a failure as their one error line: no duplicate log warning."""
+    logging.basicConfig(level=logging.ERROR)
 
 
 def _print_tick(result: tick.TickResult) -> None:
-    if result.error:
-        output.errors.print(f"[red]no decision[/red] (fail closed): {result.error}")
-        return
     rows = decision_rows(result)
     output.table(
         f"tick at {result.at:%Y-%m-%d %H:%M:%S}Z — {result.decision.breaker.describe()}"
@@ -148,15 +181,17 @@ def explain(
 
     Example: gpuguard explain gpu-node-b -o json
     """
+    quiet_logs()
+    settings = load_settings(config)
     conn = connection(kubeconfig, kube_server, prometheus_url)
-    result = run_tick(config, conn, dry_run=True)
+    result = run_tick(settings, conn, dry_run=True)
     found = result.snapshot.node(node) if result.snapshot else None
     if result.snapshot is not None and found is None:
-        output.errors.print(f"[red]error:[/red] no node named {node!r} in the cluster")
-        raise typer.Exit(2)
+        raise InputError(f"no node named {node!r} in the cluster")
     data = _explanation(node, found, result)
     if not output.emit(data, fmt):
         _print_explanation(data)
+    require_decision(result, conn, settings)
 
 
 def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) -> dict[str, Any]:
@@ -220,13 +255,11 @@ def _checklist(name: str, result: tick.TickResult) -> dict[str, Any] | None:
 
 def _print_explanation(data: dict[str, Any]) -> None:
     con = output.console
-    con.print(f"[bold]{data['node']}[/bold]: {data['state']}, GPUs {data['gpus']}")
+    con.print(output.bold(data["node"]), f": {data['state']}, GPUs {data['gpus']}", sep="")
     for key, value in data["gpuguard_annotations"].items():
         con.print(f"  gpuguard.io/{key}: {value}")
-    if data["error"]:
-        con.print(f"[yellow]no current decision[/yellow] (fail closed): {data['error']}")
     for row in data["decisions"]:
-        con.print(f"- {row['decision']} [bold]{row['reason']}[/bold] {row['detail']}")
+        con.print(f"- {row['decision']} ", output.bold(row["reason"]), f" {row['detail']}", sep="")
         for line in row["evidence"]:
             con.print(f"    evidence: {line}")
     if not data["decisions"] and not data["error"]:
@@ -268,6 +301,7 @@ def status(
 
     Example: gpuguard status -o json
     """
+    quiet_logs()
     settings = load_settings(config)
     conn = connection(kubeconfig, kube_server, prometheus_url)
     with wiring.build_guard(settings, conn, dry_run=True) as (built, client):
@@ -277,6 +311,7 @@ def status(
     data = _status(result, lease)
     if not output.emit(data, fmt):
         _print_status(data)
+    require_decision(result, conn, settings)
 
 
 def _lease(leases: leader.LeaseStore) -> dict[str, Any]:
@@ -328,12 +363,10 @@ def _print_status(data: dict[str, Any]) -> None:
               + (f" — lease unreadable: {lease['error']}" if lease.get("error") else ""))
     for item in data["withheld"]:
         con.print(
-            f"[yellow]withheld[/yellow]: {item['node']} {item['fault']} since {item['since']}"
+            f"withheld: {item['node']} {item['fault']} since {item['since']}"
             f" ({item['reason']}; pending, isolated when the breaker allows)",
             highlight=False,
         )
     if data["can_decide"]:
         pending = ", ".join(data["pending_actions"]) or "-"
         con.print(f"guard can decide now; would act on: {pending}")
-    else:
-        con.print(f"[red]guard cannot decide now[/red] (fail closed): {data['error']}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -19,13 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import markup
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import guard, output
 from gpuguard.controller import wiring
-from gpuguard.errors import GpuguardError, InputError
+from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 from gpuguard.model import decisions, faults, pci
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
@@ -79,6 +77,7 @@ SelectFaultOpt = Annotated[
 class ExportFormat(StrEnum):
     CSV = "csv"
     JSON = "json"
+    YAML = "yaml"
 
 
 EXPORT_COLUMNS = (
@@ -94,14 +93,17 @@ def _connected(
     server: str | None,
     namespace: str | None,
 ) -> Iterator[tuple[ledger_store.Ledger, kubernetes.KubernetesReader]]:
-    """The ledger over a lightkube client; any API failure -> exit 1 with the error."""
-    try:
-        with wiring.kube_client(guard.connection(kubeconfig, server, None)) as client:
-            ledger = ledger_store.Ledger(client, namespace or settings.controller.namespace)
+    """The ledger over a lightkube client; an API failure raises, naming the API server
+    (exit 1, one line)."""
+    with wiring.kube_client(guard.connection(kubeconfig, server, None)) as client:
+        ledger = ledger_store.Ledger(client, namespace or settings.controller.namespace)
+        try:
             yield ledger, kubernetes.KubernetesReader(client)
-    except GpuguardError as e:
-        output.errors.print(f"[red]error:[/red] {markup.escape(str(e))}")
-        raise typer.Exit(1) from e
+        except (InputError, ConflictError, NotFoundError):
+            raise
+        except GpuguardError as e:
+            where = server or kubeconfig or "the default kubeconfig"
+            raise type(e)(f"{e} (API server: {where})") from e
 
 
 @contextlib.contextmanager
@@ -114,7 +116,7 @@ def _opened(
 
 def _refuse(message: str) -> typer.Exit:
     """One line on stderr; the caller raises the returned exit 2."""
-    output.errors.print(f"[red]error:[/red] {markup.escape(message)}", soft_wrap=True)
+    output.error_line(message)
     return typer.Exit(2)
 
 
@@ -123,14 +125,11 @@ def _read(store: ledger_store.Ledger) -> ledger_store.LedgerRead:
     naming object, key and line."""
     read = store.entries()
     for problem in read.malformed:
-        output.errors.print(
-            f"[yellow]warning:[/yellow] skipped malformed line: {markup.escape(problem)}"
-        )
+        output.errors.print(f"warning: skipped malformed line: {problem}")
     for name in read.ignored:
         output.errors.print(
-            f"[yellow]warning:[/yellow] ignored ConfigMap {markup.escape(name)}: it carries the "
-            "ledger labels but not a gpuguard-ledger-<YYYY-MM>-<n> name (import it with "
-            "`gpuguard ledger add`)"
+            f"warning: ignored ConfigMap {name}: it carries the ledger labels but not a "
+            "gpuguard-ledger-<YYYY-MM>-<n> name (import it with `gpuguard ledger add`)"
         )
     return read
 
@@ -277,7 +276,7 @@ def ledger_add(
     caused it, not the card; the cluster's Xid overrides apply) and a node the cluster does
     not have, both unless ``--force``.
 
-    Example (the seed's first Xid 79 of the card in gpu-node-b's slot 0000:99:00.0):
+    Example (the incident's first Xid 79 in gpu-node-b's slot 0000:99:00.0):
 
       gpuguard ledger add --node gpu-node-b --xid 79 --pci 0000:99:00.0 \\
       --uuid GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d --at 2026-09-10T13:03:59Z
@@ -565,7 +564,8 @@ def _drafted(entry: faults.LedgerEntry, entries: list[faults.LedgerEntry]) -> st
 
 def ledger_export(
     fmt: Annotated[
-        ExportFormat, typer.Option("--format", "-f", help="csv (with a header) or json.")
+        ExportFormat,
+        typer.Option("--output", "-o", "--format", "-f", help="csv (with a header), json or yaml."),
     ] = ExportFormat.CSV,
     config: guard.ConfigOpt = None,
     kubeconfig: guard.KubeconfigOpt = None,
@@ -578,17 +578,17 @@ def ledger_export(
 
     Examples:
 
-      gpuguard ledger export --format csv > ledger.csv
+      gpuguard ledger export -o csv > ledger.csv
 
-      gpuguard ledger export --format json | jq '.[] | select(.xid == 79)'
+      gpuguard ledger export -o json | jq '.[] | select(.xid == 79)'
     """
     with _opened(config, kubeconfig, kube_server, namespace) as store:
         read = _read(store)
     rows = [{**_row(e), "record": "fault"} for e in read.entries]
     rows += [{**_audit_row(a), "record": "audit"} for a in read.audits]
     rows = [{column: row.get(column) for column in EXPORT_COLUMNS} for row in rows]
-    if fmt is ExportFormat.JSON:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    if fmt is not ExportFormat.CSV:
+        output.emit(rows, output.Format(fmt.value))
         return
     writer = csv.DictWriter(sys.stdout, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Annotated
+
 import typer
 
 from gpuguard.cli import (
@@ -12,6 +15,7 @@ from gpuguard.cli import (
     check,
     demo,
     evidence,
+    failures,
     gate,
     gpu_isolate,
     guard,
@@ -21,6 +25,7 @@ from gpuguard.cli import (
     phantom,
     run,
     sim,
+    sim_serve,
     utilization,
     xid,
 )
@@ -35,8 +40,33 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=failures.GuardedGroup,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuguard {metadata.version('gpuguard')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the traceback when a command fails (for bug reports).",
+    )] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print gpuguard's version and exit.",
+    )] = False,
+) -> None:
+    """Keep Kubernetes GPU clusters healthy: detect GPU faults (Xid, ECC, GPUs off the bus),
+    isolate nodes safely, diagnose, validate and return them, and gate new nodes.
+
+    Start with `gpuguard demo` (runs on the built-in simulator, no cluster needed).
+    Exit status: 0 done, 1 a dependency failed (API server, Prometheus), 2 bad input.
+    """
 app.add_typer(xid.app, name="xid")
+sim.app.command("serve")(sim_serve.serve)
 app.add_typer(sim.app, name="sim")
 app.add_typer(ledger.app, name="ledger")
 app.add_typer(breaker.app, name="breaker")
@@ -49,7 +79,7 @@ app.command("evidence", short_help="Evidence on an isolated node and its repair 
 app.command("burnin", short_help="Burn in the GPUs before return to pool; exit 0 = passed.")(
     burnin.burnin
 )
-app.command("demo", short_help="The guard against the seed incidents, in the simulator.")(demo.demo)
+app.command("demo", short_help="The guard against real incidents, in the simulator.")(demo.demo)
 app.command("run", short_help="The controller: Lease, a tick per interval, /metrics.")(run.run)
 app.command("once", short_help="One tick: decide and act (or --dry-run), with reasons.")(guard.once)
 app.command("status", short_help="Nodes by lifecycle state, breaker, leader.")(guard.status)

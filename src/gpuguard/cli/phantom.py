@@ -51,15 +51,12 @@ def parse_query(
     at: str,
 ) -> Query:
     """The validated flags; exit 2 with the flag named when one is malformed."""
-    try:
-        window = durations.parse_duration(since, what="--since") if since else default_window
-        instant = backtest.parse_instant(at, datetime.now(UTC), flag="--at")
-    except InputError as e:
-        output.errors.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+    window = durations.parse_duration(since, what="--since") if since else default_window
+    instant = backtest.parse_instant(at, datetime.now(UTC), flag="--at")
     if window <= timedelta(0):
-        output.errors.print("[red]error:[/red] --since: must be a positive duration")
-        raise typer.Exit(2)
+        raise InputError(f"--since {since}: must be a positive duration")
+    if url is not None:
+        guard.check_url(url, "--prometheus-url")
     return Query(url or settings.prometheus.url, window, instant)
 
 
@@ -87,8 +84,7 @@ def fetch_readings(query: Query, settings: settings_model.GuardSettings) -> gpu_
         ) as source:
             return source.readings(query.at)
     except SourceError as e:
-        output.errors.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(1) from e
+        raise SourceError(f"Prometheus {query.url}: {e}") from e
 
 
 def phantom(
@@ -174,9 +170,11 @@ def _print(decision: phantom_policy.PhantomDecision, query: Query) -> None:
         return
     output.console.print(f"wasted over idle: ~{decision.wasted_w:.0f} W in total")
     for p in decision.phantoms:
-        output.console.print(f"\n[bold]evidence for {p.node} GPU {p.gpu}[/bold] (before reboot):")
+        output.console.print(
+            "\n", output.bold(f"evidence for {p.node} GPU {p.gpu}"), " (before reboot):", sep=""
+        )
         for c in p.commands:
-            output.console.print(f"  [{c.run_on}] {c.command}", markup=False)
-    output.console.print("\n[bold]what to do[/bold]")
+            output.console.print(f"  [{c.run_on}] {c.command}")
+    output.console.print("\n", output.bold("what to do"), sep="")
     for line in phantom_policy.ADVICE:
-        output.console.print(f"  - {line}", markup=False)
+        output.console.print(f"  - {line}")

@@ -8,13 +8,20 @@ import os
 import signal
 import socket
 import threading
+from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from gpuguard.cli import guard, output
+from gpuguard.cli import failures, guard
 from gpuguard.controller import leader, runner, telemetry, wiring
-from gpuguard.errors import GpuguardError
+
+
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
 
 
 def run(
@@ -26,17 +33,18 @@ def run(
         str | None, typer.Option(help="Unique replica name for the Lease (default: $POD_NAME).")
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Port for /metrics and /healthz (0 = any free port).")
+        int | None,
+        typer.Option(min=0, max=65535, help="Port for /metrics and /healthz (0 = any free port)."),
     ] = None,
     dry_run: Annotated[bool, typer.Option(help="Decide and log; change nothing.")] = False,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING.")] = "INFO",
+    log_level: Annotated[LogLevel, typer.Option(help="How much to log.")] = LogLevel.INFO,
 ) -> None:
     """Run the guard: hold the Lease (one replica acts, the others stand by), tick every
     interval while leading, serve /metrics and /healthz, release the Lease on SIGTERM.
 
     Example: gpuguard run --config /etc/gpuguard/settings.yaml
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=log_level.value, format="%(asctime)s %(levelname)s %(message)s")
     for chatty in ("httpx", "httpx2"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = guard.load_settings(config)
@@ -45,17 +53,13 @@ def run(
     port = settings.controller.metrics_port if metrics_port is None else metrics_port
     c = settings.controller
     with wiring.build_guard(settings, conn, dry_run=dry_run) as (built, client):
-        try:
-            elector = leader.LeaseElector(
-                leader.KubeLeases(client, c.lease_name, c.namespace),
-                identity=me,
-                lease_duration=c.lease_duration,
-                renew_deadline=c.renew_deadline,
-                retry_period=c.renew_every,
-            )
-        except GpuguardError as e:
-            output.errors.print(f"[red]error:[/red] {e}")
-            raise typer.Exit(2) from e
+        elector = leader.LeaseElector(
+            leader.KubeLeases(client, c.lease_name, c.namespace),
+            identity=me,
+            lease_duration=c.lease_duration,
+            renew_deadline=c.renew_deadline,
+            retry_period=c.renew_every,
+        )
         metrics = telemetry.GuardMetrics()
         loop = runner.Runner(
             dataclasses.replace(built, is_leader=runner.WriteGate(elector, metrics)),
@@ -67,6 +71,8 @@ def run(
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        with telemetry.serve(loop.metrics, loop.healthy, port=port, ready=loop.ready) as server:
+        with failures.listening("--metrics-port", port), telemetry.serve(
+            loop.metrics, loop.healthy, port=port, ready=loop.ready
+        ) as server:
             logging.info("gpuguard %s serving /metrics on :%d", me, server.server_address[1])
             loop.run(stop)

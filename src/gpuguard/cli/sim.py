@@ -7,15 +7,14 @@ scenarios shipped with gpuguard. The timeline helpers here are shared with ``gpu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from gpuguard.errors import ScenarioError
+from gpuguard.cli import output
+from gpuguard.errors import InputError
 from gpuguard.model import durations
 from gpuguard.sim import clock, scenario, state, store, world
 
@@ -32,7 +31,6 @@ ScenarioArg = Annotated[str, typer.Argument(
     metavar="SCENARIO",
     help="A scenario file (YAML) or the name of a shipped scenario, e.g. xid79-twice.",
 )]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 HostsOpt = Annotated[Path | None, typer.Option(
     "--hosts", metavar="DIR",
     help="Also write each node's host tree (sys/, proc/, etc/, var/log/kern.log) "
@@ -41,54 +39,62 @@ HostsOpt = Annotated[Path | None, typer.Option(
 
 
 @app.command("run")
-def run(scenario_ref: ScenarioArg, as_json: JsonOpt = False, hosts: HostsOpt = None) -> None:
+def run(
+    scenario_ref: ScenarioArg,
+    fmt: output.FormatOpt = output.Format.TABLE,
+    as_json: output.JsonAlias = False,
+    hosts: HostsOpt = None,
+) -> None:
     """Run SCENARIO to its end with no guard and print the world's timeline.
 
     Columns: t (time since the scenario started), kind (the event or the world's reaction),
     node, detail. Exit status 2 when the scenario file is invalid.
     """
     spec = load_or_exit(scenario_ref)
+    if hosts is not None and hosts.exists() and not hosts.is_dir():
+        raise InputError(f"--hosts {hosts}: not a directory")
     played = play(spec, hosts)
-    if as_json:
-        typer.echo(json.dumps(world_json(played), indent=2))
-    else:
-        console = Console()
-        console.print(f"[bold]{spec.name}[/bold]: {len(spec.nodes)} nodes, "
-                      f"{len(spec.events)} events, runs {durations.format_duration(spec.end)}")
+    if not output.emit(world_json(played), output.chosen(fmt, as_json)):
+        console = output.console
+        console.print(output.bold(spec.name), f": {len(spec.nodes)} nodes, {len(spec.events)} "
+                      f"events, runs {durations.format_duration(spec.end)}", sep="")
         console.print(timeline_table(played))
         console.print(final_table(played))
 
 
 @app.command("list")
-def list_scenarios(as_json: JsonOpt = False) -> None:
+def list_scenarios(
+    fmt: output.FormatOpt = output.Format.TABLE, as_json: output.JsonAlias = False
+) -> None:
     """List the scenarios shipped with gpuguard and what each one shows."""
     shipped = [scenario.load_shipped(name) for name in scenario.shipped_names()]
-    if as_json:
-        rows = [{"name": s.name, "description": s.description} for s in shipped]
-        typer.echo(json.dumps(rows, indent=2))
+    rows = [{"name": s.name, "nodes": len(s.nodes), "runs": durations.format_duration(s.end),
+             "description": s.description} for s in shipped]
+    if output.emit(rows, output.chosen(fmt, as_json)):
         return
     table = Table("name", "nodes", "runs", "description", show_lines=True)
     for spec in shipped:
         summary = spec.description.split(". ")[0].rstrip(".") + "."
         table.add_row(spec.name, str(len(spec.nodes)), durations.format_duration(spec.end),
                       summary)
-    Console().print(table)
+    output.console.print(table)
 
 
 def load_or_exit(ref: str) -> scenario.Scenario:
-    """Load a scenario by path or shipped name; on a bad file print why and exit with 2."""
-    try:
-        return scenario.resolve(ref)
-    except ScenarioError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
+    """Load a scenario by path or shipped name; a bad one raises ScenarioError (exit 2)."""
+    return scenario.resolve(ref)
+
+
+_PROGRESS_STEPS = 100  # the run is stepped in this many slices, for the progress bar
 
 
 def play(spec: scenario.Scenario, hosts: Path | None = None) -> world.World:
-    """Run a scenario to its end with no guard attached."""
+    """Run a scenario to its end with no guard attached (a progress bar on a terminal)."""
     played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start),
                                        hosts_root=hosts)
-    played.step_to(spec.end)
+    slices = [spec.end * i / _PROGRESS_STEPS for i in range(1, _PROGRESS_STEPS + 1)]
+    for offset in output.progress(slices, lambda at: offset_text(at.total_seconds())):
+        played.step_to(offset)
     return played
 
 

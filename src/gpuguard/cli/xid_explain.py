@@ -7,8 +7,6 @@ operator can check a class decision before it isolates anything.
 
 from __future__ import annotations
 
-import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,15 +16,9 @@ import rich.text
 import typer
 
 from gpuguard.catalog import xid as catalog_xid
-from gpuguard.errors import CatalogError
+from gpuguard.cli import output
 from gpuguard.model import decisions
 from gpuguard.model import xid as xid_model
-
-
-class OutputFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-
 
 _VERDICT_WORDS = {
     decisions.Verdict.POWER_CYCLE: "power-cycle the node (a reboot rarely brings back a GPU "
@@ -52,9 +44,7 @@ def explain(
             help="The cluster's Xid class override file (YAML, see above).",
         ),
     ] = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", help="Print a table or JSON.")
-    ] = OutputFormat.TABLE,
+    fmt: output.FormatOpt = output.Format.TABLE,
 ) -> None:
     """Explain an Xid code: NVIDIA's catalog entry and what gpuguard does with it.
 
@@ -80,16 +70,9 @@ def explain(
 
     Exits 2 when CODE is not an integer 1-1000 or the override file is invalid.
     """
-    try:
-        catalog = catalog_xid.load_catalog(overrides)
-    except CatalogError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
-    entry = catalog.entry(code)
-    if output is OutputFormat.JSON:
-        typer.echo(json.dumps(explanation(entry), indent=2))
-    else:
-        rich.console.Console().print(_table(entry))
+    entry = catalog_xid.load_catalog(overrides).entry(code)
+    if not output.emit(explanation(entry), fmt):
+        output.console.print(_table(entry))
 
 
 def explanation(entry: catalog_xid.XidEntry) -> dict[str, object]:

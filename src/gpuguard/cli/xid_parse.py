@@ -14,20 +14,18 @@ from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, TextIO, cast
 
 import typer
-from rich import markup, table
+from rich import table
 from rich.console import Console
 
-from gpuguard.errors import InputError
+from gpuguard.cli import output
 from gpuguard.kernlog import parse as kernlog_parse
 from gpuguard.kernlog import scan
 from gpuguard.model import xid
 
 STDIN_NAME = "-"
-EXIT_BAD_INPUT = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what shell tools exit with when the reader goes away
 _MESSAGE_MIN_WIDTH = 20
 _UUID_SHOWN = 12  # "GPU-8a47641b": enough to tell cards apart in a table
-_PIPE_WIDTH = 200  # a table written to a file or pager need not fit 80 columns
 
 
 def parse(
@@ -38,9 +36,10 @@ def parse(
             show_default="stdin",
         ),
     ] = STDIN_NAME,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per event (JSON lines).")
-    ] = False,
+    fmt: Annotated[output.Format, typer.Option(
+        "--output", "-o", help="table; json: one JSON object per event (JSON lines); yaml.",
+    )] = output.Format.TABLE,
+    as_json: output.JsonAlias = False,
     year: Annotated[
         int | None,
         typer.Option(
@@ -73,14 +72,15 @@ def parse(
     source = _stdin() if file == STDIN_NAME else file
     try:
         events = scan.scan_file(source, parser)
-        if as_json:
+        chosen = output.chosen(fmt, as_json)
+        if chosen is output.Format.JSON:
             _write_json_lines(events, sys.stdout)
-            _print_summary(parser.stats, Console(stderr=True))
+            _print_summary(parser.stats, output.errors)
+        elif chosen is output.Format.YAML:
+            output.emit([event_record(e) for e in events], chosen)
+            _print_summary(parser.stats, output.errors)
         else:
-            _print_table(list(events), parser.stats, _stdout_console())
-    except InputError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {markup.escape(str(e))}", highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from e
+            _print_table(list(events), parser.stats, output.console)
     except BrokenPipeError as e:
         _silence_stdout()
         raise typer.Exit(EXIT_BROKEN_PIPE) from e
@@ -171,11 +171,6 @@ def _print_summary(stats: kernlog_parse.ParseStats, console: Console) -> None:
     if stats.first_malformed:
         line += " (first at line " + ", ".join(map(str, stats.first_malformed)) + ")"
     console.print(line, highlight=False)
-
-
-def _stdout_console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=_PIPE_WIDTH)
 
 
 def _stdin() -> scan.BinaryReader:

@@ -23,6 +23,7 @@ from gpuguard.controller import (
     restore,
     tick,
 )
+from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
@@ -44,15 +45,27 @@ class Connection:
 
 
 def kube_client(connection: Connection) -> Client:
-    if connection.kube_server:
-        config: KubeConfig | None = KubeConfig.from_one(
-            cluster=Cluster(server=connection.kube_server), user=User()
+    """A lightkube client for the cluster the flags name; InputError (naming the flag or file)
+    when there is no usable configuration."""
+    try:
+        if connection.kube_server:
+            config: KubeConfig | None = KubeConfig.from_one(
+                cluster=Cluster(server=connection.kube_server), user=User()
+            )
+        elif connection.kubeconfig:
+            config = KubeConfig.from_file(connection.kubeconfig)
+        else:
+            config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
+        return Client(config=config, field_manager=annotation_keys.FIELD_MANAGER)
+    except ConfigError as e:
+        where = f"--kubeconfig {connection.kubeconfig}" if connection.kubeconfig else (
+            "no cluster configured (not in a pod, $KUBECONFIG unset, ~/.kube/config missing)"
         )
-    elif connection.kubeconfig:
-        config = KubeConfig.from_file(connection.kubeconfig)
-    else:
-        config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
-    return Client(config=config, field_manager=annotation_keys.FIELD_MANAGER)
+        raise InputError(f"{where}: {e}; pass --kubeconfig FILE or --kube-server URL") from e
+    except OSError as e:
+        raise InputError(f"--kubeconfig {connection.kubeconfig}: {e.strerror or e}") from e
+    except (ValueError, TypeError, AttributeError) as e:
+        raise InputError(f"--kubeconfig {connection.kubeconfig}: not a kubeconfig ({e})") from e
 
 
 def kubeconfig_user(kubeconfig: Path | None) -> str | None:

@@ -16,7 +16,10 @@ from gpuguard.model import pci, xid
 XID_MARKER = "Xid"
 FALLEN_OFF_BUS = "fallen off the bus"
 
-_XID = re.compile(r"^Xid \((?P<address>[^()]*)\): *(?P<code>\d{1,5})(?:, *(?P<rest>.*?))?\s*$")
+# The driver always writes "Xid (PCI:...): NN, <text>" (https://docs.nvidia.com/deploy/
+# xid-errors/): a code with no comma after it is a line cut short ("...): 7" of "...): 79, ..."),
+# not an Xid 7 — malformed, as the node agent sees it until the rest of the line arrives.
+_XID = re.compile(r"^Xid \((?P<address>[^()]*)\): *(?P<code>\d{1,5}), *(?P<rest>.*?)\s*$")
 _PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d{1,10})(?:, *name=(?P<name>[^,]*))?(?:, *|$)")
 _GPU_AT = re.compile(r"^GPU at (?P<address>PCI:\S+?): (?P<uuid>\S+)")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)

@@ -1,17 +1,21 @@
 """gpuguard's settings: one typed tree, validated at start, passed down explicitly.
 
 Sources, later ones winning: defaults, a YAML file (``--config``), ``GPUGUARD_*`` environment
-variables with ``__`` between levels (``GPUGUARD_ISOLATION__HOLD_WINDOW=5m``). Durations take
-``90s``/``10m``/``24h``. A bad value fails at start with the field's path, e.g.
-``settings.yaml: isolation.hold_window: expected a duration like 90s, 10m ...``.
+variables with ``__`` between levels (``GPUGUARD_ISOLATION__HOLD_WINDOW=5m``); a list or map
+from a variable is JSON (``[79,48]``) or comma-separated (``79,48``; ``key=value,...``).
+Durations need their unit: ``90s``/``10m``/``24h`` (a bare ``5`` is refused). A bad value fails
+at start naming where it came from, e.g. ``settings.yaml: isolation.hold_window: ...`` or
+``GPUGUARD_ISOLATION__HOLD_WINDOW='5': ...``.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -19,9 +23,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from gpuguard.errors import InputError
 from gpuguard.model import durations
 
+_BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+
 
 def _duration(value: Any) -> Any:
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
+    """A duration with its unit: a bare number is refused (is ``5`` seconds or minutes?)."""
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        isinstance(value, str) and _BARE_NUMBER.fullmatch(value)
+    ):
+        raise ValueError(f"{value!r} has no unit: write e.g. {value}s or {value}m")
+    if isinstance(value, str):
         return durations.parse_duration(value)
     return value
 
@@ -39,7 +50,7 @@ class IsolationSettings(_Section):
     hold_window: Duration = Field(
         default=timedelta(minutes=10),
         description="GPU loss must hold this long with a hardware Xid before isolation "
-        "(seed: 10 min; filters driver-upgrade and MIG dips).",
+        "(10 min filters driver-upgrade and MIG dips; docs/design.md#incidents).",
     )
     fast_path_xids: frozenset[int] = Field(
         default=frozenset({79}),
@@ -54,7 +65,9 @@ class IsolationSettings(_Section):
         default=timedelta(hours=24),
         description="How far back an Xid counts as current (the gauge rule's 24 h).",
     )
-    max_isolations_per_tick: int = Field(default=1, ge=0, description="Seed: one per cycle.")
+    max_isolations_per_tick: int = Field(
+        default=1, ge=0, description="At most this many nodes isolated per tick."
+    )
     # The storm breaker; docs/breaker.md has the arithmetic for 4 to 10,000 nodes.
     breaker_window: Duration = Field(
         default=timedelta(hours=1),
@@ -221,7 +234,8 @@ held.
     )
     power_over_idle_min_w: float = Field(
         default=30.0, ge=0.0,
-        description="Power must stay this far above the model's idle power (seed: ~114 W vs "
+        description="Power must stay this far above the model's idle power (the phantom "
+        "incident: ~114 W vs "
         "~15 W idle; the alert rule's 60 W sits between).",
     )
     sm_clock_near_max: float = Field(
@@ -283,12 +297,12 @@ class ReturnSettings(_Section):
         default=2,
         ge=1,
         description="Hold for a human when the faulty card has this many ledger faults "
-        "(seed: the 2nd fault of a card asks for inspection).",
+        "(the 2nd fault of a card asks for inspection; docs/ledger.md).",
     )
     memory_test_xids: frozenset[int] = Field(
         default=frozenset({48, 63, 64, 94, 95, 140}),
         description="Memory-class Xids: the burn-in adds a memory test (tens of minutes; the "
-        "seed's ECC card passed matmul and failed only memtest).",
+        "ECC incident's card passed matmul and failed only memtest; docs/design.md#incidents).",
     )
     require_conformance: bool = Field(
         default=False,
@@ -334,13 +348,20 @@ class GuardSettings(_Section):
     ) -> GuardSettings:
         """Defaults, then the YAML file, then ``GPUGUARD_*`` variables of ``environ``."""
         tree: dict[str, Any] = _read_yaml(path) if path else {}
-        for key, value in (environ or {}).items():
-            if key.startswith("GPUGUARD_") and "__" in key:
-                _set_path(tree, key, value, origin=str(path) if path else "the settings")
+        origins: dict[tuple[str, ...], str] = {}
+        for name, value in sorted((environ or {}).items()):
+            if name.startswith(_ENV_PREFIX) and "__" in name:
+                keys = tuple(name.removeprefix(_ENV_PREFIX).lower().split("__"))
+                _set_path(tree, keys, _env_value(cls, keys, value, name), path)
+                origins[keys] = f"{name}={value!r}"
         try:
             return cls.model_validate(tree)
         except ValidationError as e:
-            raise InputError(_describe(e, str(path) if path else "environment")) from e
+            raise InputError(_describe(e, path, origins)) from e
+
+
+_ENV_PREFIX = "GPUGUARD_"
+_COLLECTIONS = (list, tuple, set, frozenset, dict)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -348,6 +369,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InputError(f"{path}: cannot read settings: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not a settings file (not UTF-8 text: {e.reason})") from e
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML: {e}") from e
     if loaded is None:
@@ -357,22 +380,58 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _set_path(tree: dict[str, Any], variable: str, value: str, *, origin: str) -> None:
-    """``GPUGUARD_A__B=v`` sets ``a.b``; a section that is not a mapping (``a: null`` in the
-    file, or another variable ``GPUGUARD_A=x``) cannot take it."""
-    keys = variable.removeprefix("GPUGUARD_").lower().split("__")
-    for key in keys[:-1]:
-        tree = tree.setdefault(key, {})
-        if not isinstance(tree, dict):
-            raise InputError(
-                f"environment {variable}: {key} is not a section in {origin} ({tree!r:.40})"
-            )
+def _field_type(model: type[BaseModel], keys: tuple[str, ...]) -> Any:
+    """The annotation of the field at ``keys`` (None for an unknown key: validation names it)."""
+    annotation: Any = model
+    for key in keys:
+        fields = getattr(annotation, "model_fields", None)
+        if fields is None or key not in fields:
+            return None
+        annotation = fields[key].annotation
+    return annotation
+
+
+def _env_value(model: type[BaseModel], keys: tuple[str, ...], value: str, name: str) -> Any:
+    """A variable's text as the field wants it: lists and maps from JSON or comma-separated."""
+    kind = get_origin(_field_type(model, keys)) or _field_type(model, keys)
+    if kind not in _COLLECTIONS:
+        return value
+    text = value.strip()
+    if text.startswith(("[", "{")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{name}={value!r}: not valid JSON ({e.msg})") from e
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if kind is not dict:
+        return items
+    pairs = [item.partition("=") for item in items]
+    if any(not sep for _, sep, _ in pairs):
+        raise InputError(f"{name}={value!r}: expected key=value,... or a JSON object")
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
+def _set_path(tree: dict[str, Any], keys: tuple[str, ...], value: Any, path: Path | None) -> None:
+    for depth, key in enumerate(keys[:-1]):
+        section = tree.setdefault(key, {})
+        if not isinstance(section, dict):
+            where = f"{path}: " if path else ""
+            raise InputError(f"{where}{'.'.join(keys[: depth + 1])}: expected a mapping of "
+                             f"settings, got {section!r}")
+        tree = section
     tree[keys[-1]] = value
 
 
-def _describe(error: ValidationError, origin: str) -> str:
-    lines = [
-        f"{origin}: {'.'.join(str(p) for p in item['loc'])}: {item['msg']}"
-        for item in error.errors()
-    ]
-    return "invalid settings:\n  " + "\n  ".join(lines)
+def _describe(
+    error: ValidationError, path: Path | None, origins: Mapping[tuple[str, ...], str]
+) -> str:
+    """One line: each wrong field with where it came from (the variable, or file and field)."""
+    problems = []
+    for item in error.errors():
+        loc = tuple(str(p) for p in item["loc"])
+        field = ".".join(loc)
+        origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins),
+                      None)
+        where = f"{origin} ({field})" if origin else (f"{path}: {field}" if path else field)
+        problems.append(f"{where}: {item['msg']}")
+    return "invalid settings: " + "; ".join(problems)

@@ -36,11 +36,11 @@ Reason = decisions.Reason
 
 ADVICE = (
     "Production: recover first, analyse after — drain the node, then reboot it (or restart "
-    "nvidia-persistenced; not verified in the seed).",
+    "nvidia-persistenced; not verified in the phantom incident, docs/design.md#incidents).",
     "`nvidia-smi -r` fails ('In use by another client') while nvidia-persistenced holds every "
     "device handle, as it always does on Kubernetes GPU nodes.",
     "Take the evidence first: a reboot erases it. No Xid does not mean no problem.",
-    "A new workload on the GPU cleared it in the seed, by chance; do not rely on it.",
+    "A new workload on the GPU cleared it in the phantom incident, by chance; do not rely on it.",
     "Prevent: NCCL timeout with TORCH_NCCL_ASYNC_ERROR_HANDLING, a terminationGracePeriodSeconds "
     "long enough for cleanup, RayJob shutdownAfterJobFinishes: true (`gpuguard` hygiene "
     "findings).",

@@ -26,7 +26,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuguard.sim import apiaudit, apiresources, kube_objects, managed_fields, selectors, store
+from gpuguard.sim import (
+    apiaudit,
+    apiresources,
+    discovery,
+    kube_objects,
+    managed_fields,
+    selectors,
+    store,
+    tables,
+)
 from gpuguard.sim.apiresources import RequestRefused, Target
 
 if TYPE_CHECKING:
@@ -253,6 +262,11 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and url.path in _VERSION_PATHS:
                 self._send_json(200, self.server.version_info)
                 return
+            document = discovery.answer(url.path, self.headers.get("Host") or "") if (
+                method == "GET") else None
+            if document is not None:
+                self._send_json(200, document)
+                return
             target = apiresources.parse_path(url.path)
             if method == "GET" and target.name is None and query.get("watch") in ("true", "1"):
                 with self.server.watch_open():
@@ -262,7 +276,10 @@ class _Handler(BaseHTTPRequestHandler):
             request = _Request(
                 self.server.store, target, query, _json(raw_body), content_type, manager
             )
-            self._send_json(*_verb(method, target)(request))
+            code, body = _verb(method, target)(request)
+            if method == "GET" and tables.wanted(self.headers.get("Accept") or ""):
+                body = tables.table(target.resource, body)
+            self._send_json(code, body)
         except store.StoreError as e:
             self._send_error(e, target)
         except ConnectionError:

@@ -326,6 +326,8 @@ def load(path: Path) -> Scenario:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read scenario file: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not a scenario file (not UTF-8 text: {e.reason})") from e
     return loads(text, source=str(path))
 
 
@@ -337,6 +339,9 @@ def loads(text: str, *, source: str = "<scenario>") -> Scenario:
     if not isinstance(data, Mapping):
         raise ScenarioError(f"{source}: expected a mapping with name, fleet, events")
     return from_mapping(data, source=source)
+
+
+LONGEST_OFFSET = timedelta(days=3650)  # a decade: far beyond any fleet's history, and a date
 
 
 def from_mapping(data: Mapping[str, Any], *, source: str = "<scenario>") -> Scenario:
@@ -489,6 +494,9 @@ def _event(raw: Any, index: int, names: tuple[str, ...], gpus: int, source: str)
         at = durations.parse_duration(raw["at"], what=f"{where}.at")
     except InputError as e:
         raise ScenarioError(str(e)) from e
+    if at > LONGEST_OFFSET:
+        raise ScenarioError(f"{where}.at: {raw['at']!r} is more than "
+                            f"{LONGEST_OFFSET.days} days after the start")
     kinds = [k for k in raw if k != "at"]
     if len(kinds) != 1:
         raise ScenarioError(f"{where}: expected exactly one event kind beside 'at', got {kinds}")

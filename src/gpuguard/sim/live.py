@@ -1,0 +1,179 @@
+"""The simulated cluster, live: a scenario played on the wall clock (optionally faster), its
+Kubernetes API, exporters and a Prometheus scraping them, on loopback — something to point
+``kubectl`` and ``gpuguard run`` at (``gpuguard sim serve``).
+
+The scenario starts now: its ``start`` is moved to the wall clock so that what Prometheus
+stamps (wall time) and what the world shows agree. ``speed`` runs the scenario's events
+faster (60 = a minute of scenario per second); gpuguard's own clock stays the wall clock.
+Prometheus is the real one (Debian's ``prometheus`` package) when it is installed: the
+queries gpuguard sends are real PromQL, so only a real server answers them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuguard.errors import GpuguardError
+from gpuguard.sim import clock, kubeapi, metrics_server, scenario, state, store, world
+
+SCRAPE_INTERVAL = "1s"  # fresh answers for a demo; a real cluster scrapes every 15-60 s
+_READY_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class LiveCluster:
+    """What ``serve`` started: the world and the URLs and files that reach it."""
+
+    world: world.World
+    kubernetes: str
+    metrics: metrics_server.MetricsServer
+    prometheus: str | None
+    kubeconfig: Path
+    speed: float
+    started: float  # time.monotonic() when the scenario began
+
+    def catch_up(self) -> list[state.TimelineEntry]:
+        """Step the world to now (times ``speed``, at most to the scenario's end); the
+        timeline entries that happened since the last call."""
+        seen = len(self.world.timeline)
+        scenario_time = timedelta(seconds=(time.monotonic() - self.started) * self.speed)
+        self.world.step_to(max(self.world.elapsed, min(scenario_time, self.world.end)))
+        return self.world.timeline[seen:]
+
+    @property
+    def finished(self) -> bool:
+        return self.world.elapsed >= self.world.end
+
+    def urls(self) -> dict[str, object]:
+        return {
+            "kubernetes": self.kubernetes,
+            "prometheus": self.prometheus,
+            "kubeconfig": str(self.kubeconfig),
+            "kube_state_metrics": self.metrics.ksm_url,
+            "dcgm_exporter": {n.name: self.metrics.dcgm_url(n.name) for n in self.world.nodes},
+        }
+
+
+class LiveError(GpuguardError):
+    """A part of the live cluster did not start (the message says which and why)."""
+
+
+def starting_now(spec: scenario.Scenario) -> scenario.Scenario:
+    """The scenario with its start moved to the current wall-clock second."""
+    return dataclasses.replace(spec, start=datetime.now(UTC).replace(microsecond=0))
+
+
+@contextmanager
+def serve(
+    spec: scenario.Scenario,
+    workdir: Path,
+    *,
+    speed: float = 1.0,
+    host: str = "127.0.0.1",
+    kube_port: int = 0,
+    with_prometheus: bool = True,
+) -> Iterator[LiveCluster]:
+    """Start everything, yield the live cluster, stop everything on exit."""
+    spec = starting_now(spec)
+    objects = store.ObjectStore()
+    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
+    with ExitStack() as stack:
+        api = stack.enter_context(kubeapi.serve(objects, host=host, port=kube_port))
+        metrics = stack.enter_context(metrics_server.serve(played, host=host))
+        config_path = workdir / "kubeconfig"
+        config_path.write_text(kubeconfig(api.url, spec.name))
+        prom = None
+        if with_prometheus:
+            config: dict[str, Any] = {"global": {"scrape_interval": SCRAPE_INTERVAL,
+                                 "evaluation_interval": SCRAPE_INTERVAL}}
+            config |= metrics_server.scrape_config(metrics.url, played.nodes)
+            prom = stack.enter_context(prometheus(config, workdir / "prometheus", host))
+        yield LiveCluster(played, api.url, metrics, prom, config_path, speed, time.monotonic())
+
+
+def kubeconfig(server: str, name: str) -> str:
+    """A kubeconfig for the simulator: plain HTTP on loopback, no credentials."""
+    context = f"gpuguard-sim-{name}"
+    return yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": server}}],
+        "users": [{"name": context, "user": {}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+    }, sort_keys=False)
+
+
+@contextmanager
+def prometheus(config: dict[str, Any], data_dir: Path, host: str) -> Iterator[str]:
+    """Run Debian's ``prometheus`` with ``config`` on a free port; yields its URL."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise LiveError("prometheus is not installed (Debian package 'prometheus'); "
+                        "use --no-prometheus to serve without one")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config_path = data_dir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = _free_port(host)
+    log_path = data_dir / "prometheus.log"
+    argv = [binary, f"--config.file={config_path}", f"--storage.tsdb.path={data_dir / 'tsdb'}",
+            f"--web.listen-address={host}:{port}"]
+    with log_path.open("wb") as log, subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT
+    ) as proc:
+        try:
+            url = f"http://{host}:{port}"
+            _wait_ready(proc, url, log_path)
+            yield url
+        finally:
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate ``proc`` and wait for it; kill it when it does not exit in time."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            raise LiveError(f"prometheus exited with {proc.returncode}: {' '.join(tail)} "
+                            f"(log: {log_path})")
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise LiveError(f"prometheus not ready after {_READY_TIMEOUT_S:.0f}s (log: {log_path})")

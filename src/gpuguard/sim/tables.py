@@ -1,0 +1,122 @@
+"""Server-side printing: the ``Table`` the API answers when a client asks for one.
+
+``kubectl get`` sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io, ...`` and prints
+the rows the server computed (https://kubernetes.io/docs/reference/using-api/api-concepts/
+#receiving-resources-as-tables). The columns follow the real API server's printers
+(kubernetes ``pkg/printers/internalversion/printers.go``) for what an operator looks at here:
+a node's STATUS carries ``SchedulingDisabled`` when it is cordoned, as ``kubectl get nodes``
+shows on a real cluster. AGE is measured against the wall clock, as a real server does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuguard.sim import apiresources, store
+
+Row = list[Any]
+_TABLE_MEDIA = "as=Table"
+
+
+def wanted(accept: str) -> bool:
+    """True when the client asked for a Table (and would take one)."""
+    return _TABLE_MEDIA in accept
+
+
+def table(resource: apiresources.ResourceType, body: store.Obj) -> store.Obj:
+    """A list or a single object (as the server answers it) as a ``meta.k8s.io/v1`` Table."""
+    items = body.get("items", [body])
+    columns, cells = _PRINTERS.get(resource.kind, _DEFAULT)
+    now = datetime.now(UTC)
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
+        "columnDefinitions": [
+            {"name": name, "type": "string", "format": "name" if name == "Name" else "",
+             "description": name, "priority": 0}
+            for name in columns
+        ],
+        "rows": [
+            {"cells": cells(obj, now), "object": {
+                "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj.get("metadata", {}),
+            }}
+            for obj in items
+        ],
+    }
+
+
+def age(obj: store.Obj, now: datetime) -> str:
+    """``kubectl``'s short age: 45s, 12m, 5h, 3d."""
+    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    if not stamp:
+        return "<unknown>"
+    seconds = max(0, int((now - datetime.fromisoformat(stamp)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _name(obj: store.Obj) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _node(obj: store.Obj, now: datetime) -> Row:
+    conditions = obj.get("status", {}).get("conditions", [])
+    ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+    status = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if obj.get("spec", {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    labels = obj.get("metadata", {}).get("labels", {})
+    roles = ",".join(sorted(k.split("/", 1)[1] for k in labels
+                            if k.startswith("node-role.kubernetes.io/"))) or "<none>"
+    version = obj.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")
+    return [_name(obj), status, roles, age(obj, now), version]
+
+
+def _pod(obj: store.Obj, now: datetime) -> Row:
+    status = obj.get("status", {})
+    containers = status.get("containerStatuses", [])
+    ready = sum(1 for c in containers if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in containers)
+    total = len(obj.get("spec", {}).get("containers", [])) or len(containers)
+    return [_name(obj), f"{ready}/{total}", status.get("phase", ""), restarts, age(obj, now)]
+
+
+def _event(obj: store.Obj, now: datetime) -> Row:
+    involved = obj.get("involvedObject", {})
+    kind = str(involved.get("kind", "")).lower()
+    return [_name(obj), obj.get("type", ""), obj.get("reason", ""),
+            f"{kind}/{involved.get('name', '')}", obj.get("message", ""), age(obj, now)]
+
+
+def _job(obj: store.Obj, now: datetime) -> Row:
+    status = obj.get("status", {})
+    done = next((c.get("type") for c in status.get("conditions", [])
+                 if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"),
+                "Running")
+    completions = obj.get("spec", {}).get("completions", 1)
+    return [_name(obj), done, f"{status.get('succeeded', 0)}/{completions}", age(obj, now)]
+
+
+def _lease(obj: store.Obj, now: datetime) -> Row:
+    return [_name(obj), obj.get("spec", {}).get("holderIdentity", ""), age(obj, now)]
+
+
+def _other(obj: store.Obj, now: datetime) -> Row:
+    return [_name(obj), age(obj, now)]
+
+
+Printer = tuple[tuple[str, ...], Callable[[store.Obj, datetime], Row]]
+_DEFAULT: Printer = (("Name", "Age"), _other)
+_PRINTERS: dict[str, Printer] = {
+    "Node": (("Name", "Status", "Roles", "Age", "Version"), _node),
+    "Pod": (("Name", "Ready", "Status", "Restarts", "Age"), _pod),
+    "Event": (("Name", "Type", "Reason", "Object", "Message", "Age"), _event),
+    "Job": (("Name", "Status", "Completions", "Age"), _job),
+    "Lease": (("Name", "Holder", "Age"), _lease),
+}
