@@ -68,10 +68,7 @@ class NodeWriter:
 
     def annotate(self, node: fleet.Node, annotations: dict[str, str | None]) -> None:
         """Set (or, with None, remove) annotations, conditional on what was read."""
-        patch = {
-            "metadata": {"resourceVersion": node.resource_version, "annotations": annotations}
-        }
-        self._patch(node.name, patch)
+        self.mark(node, annotations, {})
 
     def mark(
         self,
@@ -81,8 +78,13 @@ class NodeWriter:
     ) -> None:
         """Set (or, with None, remove) annotations and labels in one merge patch,
         conditional on what was read."""
-        meta = {"resourceVersion": node.resource_version, "annotations": annotations}
-        self._patch(node.name, {"metadata": meta | {"labels": labels}})
+        meta: dict[str, Any] = {
+            "resourceVersion": node.resource_version,
+            "annotations": annotations,
+        }
+        if labels:
+            meta["labels"] = labels
+        self._patch(node.name, {"metadata": meta})
 
     def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None:
         """Return the node: ONE merge patch, conditional on what was read, that uncordons

@@ -181,7 +181,7 @@ class Guard:
         """Withheld-fault marks: a new one is a Warning Event and a notification."""
         for marking in markings:
             node = snapshot.node(marking.node)
-            if node is None or self.dry_run or not self.is_leader():
+            if node is None or not self._may_write():
                 continue
             action = decisions.Action(
                 kind=decisions.ActionKind.ANNOTATE,
