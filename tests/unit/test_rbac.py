@@ -17,10 +17,11 @@ VERBS = {"get": "get", "list": "list", "watch": "watch", "create": "create",
 CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
 NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
+    "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
 }
 CLUSTER_SCOPED = {"Node"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
-          "Lease": "leases", "Event": "events"}
+          "Lease": "leases", "Event": "events", "DaemonSet": "daemonsets"}
 Use = tuple[str, str, str]  # (resource, verb, where)
 
 

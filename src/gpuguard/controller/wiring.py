@@ -15,6 +15,7 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     fault_history,
     gpu_isolation,
@@ -27,7 +28,7 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
-from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
+from gpuguard.sources import changes, gpu_metrics, kubernetes, prometheus, return_facts
 
 
 class SystemClock:
@@ -148,6 +149,12 @@ def build_guard(
                 image=c.image,
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
+            ),
+            changes=change_step.Changes(
+                source=changes.ChangeReader(client, c.namespace),
+                writer=writer,
+                checks=read(changes.ConformancePlan()),
+                kured=changes.KuredLock(client),
             ),
         )
         yield guard, client

@@ -252,3 +252,21 @@ def out_for_change(node: fleet.Node) -> bool:
     except InputError:
         return True  # unreadable: counted as out (an unknown never makes room)
     return mark is not None and mark.phase is not Phase.DONE
+
+
+def kured_holder(lock: str | None) -> str | None:
+    """The holder named in kured's lock annotation; a lock that cannot be read is held by
+    someone unknown (never read as free). kured's multi-lock form lists its holders under
+    ``LockAnnotations``."""
+    if lock is None or not lock.strip():
+        return None
+    try:
+        raw = json.loads(lock)
+    except ValueError:
+        return "unknown (unreadable lock)"
+    if isinstance(raw, dict) and isinstance(raw.get("nodeID"), str):
+        return str(raw["nodeID"])
+    if isinstance(raw, dict) and isinstance(raw.get("LockAnnotations"), list):
+        held = [str(a.get("nodeID", "?")) for a in raw["LockAnnotations"] if isinstance(a, dict)]
+        return ", ".join(held) or None
+    return "unknown (unreadable lock)"
