@@ -152,6 +152,19 @@ def gpu_pods(pods: Sequence[fleet.Pod], node: str) -> int:
                and p.gpu_request > 0)
 
 
+KUBE_PROXY = "kube-proxy"
+
+
+def kube_proxy(pods: Sequence[fleet.Pod], node: str) -> dict[str, decisions.CheckStatus]:
+    """kube-proxy's pod on the node as a check (none found: not reported, the cluster may
+    run another service proxy): a node whose ip_vs did not load has it not Ready."""
+    found = [p for p in pods if p.node == node and p.name.startswith(KUBE_PROXY)]
+    if not found:
+        return {}
+    ready = all(p.phase is fleet.PodPhase.RUNNING and p.ready for p in found)
+    return {KUBE_PROXY: decisions.CheckStatus.PASS if ready else decisions.CheckStatus.FAIL}
+
+
 def node_facts(
     snapshot: fleet.FleetSnapshot, samples: Sequence[fleet.MetricSample]
 ) -> list[rollout.NodeFacts]:
@@ -164,7 +177,8 @@ def node_facts(
         rollout.NodeFacts(
             node=n,
             gpu_pods=gpu_pods(snapshot.pods, n.name),
-            checks=return_facts.conformance(by_node.get(n.name, ())),
+            checks={**return_facts.conformance(by_node.get(n.name, ())),
+                    **kube_proxy(snapshot.pods, n.name)},
             kernel=n.kernel_version or None,
             driver=change.driver_version(n),
             applied=_applied(n),

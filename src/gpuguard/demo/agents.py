@@ -36,7 +36,7 @@ class NodeAgents:
     def scrape(self) -> Iterator[tuple[str, Mapping[str, str], float]]:
         enabled = {spec.name for spec in self.played.scenario.nodes if spec.agent}
         for node in self.played.nodes:
-            if node.name not in enabled or not _up(node, self.played):
+            if node.name not in enabled or not node_up(node, self.played):
                 continue
             agent = self._agent(node)
             agent.follow_once()
@@ -66,5 +66,5 @@ class NodeAgents:
         self._running.clear()
 
 
-def _up(node: state.SimNode, played: world.World) -> bool:
+def node_up(node: state.SimNode, played: world.World) -> bool:
     return not node.reboot_hung and (node.down_until is None or played.now >= node.down_until)

@@ -21,10 +21,12 @@ import lightkube
 from gpuguard.actuators import jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import change as change_step
 from gpuguard.controller import fault_history, recovery, restore, tick
 from gpuguard.controller import gpu_isolation as gpu_step
-from gpuguard.demo import agents, job_commands
+from gpuguard.demo import agents, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
+from gpuguard.demo import rollouts as rollout_view
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
@@ -41,7 +43,7 @@ from gpuguard.sim import (
     store,
     world,
 )
-from gpuguard.sources import kubernetes
+from gpuguard.sources import changes, kubernetes
 
 STEP = timedelta(seconds=15)
 MARGIN = timedelta(minutes=2)
@@ -68,6 +70,8 @@ class ScenarioRun:
     gpu_isolated_at: dict[str, datetime] = field(default_factory=dict)  # node/index -> first
     gpu_isolated: list[dict[str, Any]] = field(default_factory=list)  # still out at the end
     healthy_gpu_seconds_out: float = 0.0  # healthy GPUs made unavailable by gpuguard
+    rollouts: list[dict[str, Any]] = field(default_factory=list)  # declared changes (demo.rollouts)
+    rollout_watch: rollout_view.Watch = field(default_factory=rollout_view.Watch)
 
 
 @dataclass
@@ -157,6 +161,12 @@ def _play(
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
             ),
+            changes=change_step.Changes(
+                source=changes.ChangeReader(client, namespace),
+                writer=writer,
+                checks=host_checks.HostChecks(played, hosts),
+                kured=changes.KuredLock(client),
+            ),
         )
         try:
             _drive(run, guard, view, settings, jobs_kubelet)
@@ -164,6 +174,7 @@ def _play(
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
     run.withheld = _withheld(run)
+    run.rollouts = run.rollout_watch.report()
     run.gpu_isolated = _gpu_isolated(run)
     return run
 
@@ -266,6 +277,7 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
     for marking in result.marked:
         kind = "withheld" if marking.value is not None else "withheld_cleared"
         run.guard_timeline.append(_entry(t, marking.node, kind, marking.reason, marking.detail))
+    run.rollout_watch.saw(result.changes, t, run.guard_timeline)
     for action in result.applied:
         if action.kind is decisions.ActionKind.ISOLATE_GPU:
             _record_gpu_isolation(run, action, result.at, t)

@@ -59,6 +59,11 @@ def pod_name(pod: SystemPod, node: str) -> str:
     return pod.prefix + "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
 
 
+GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+"""gpu-feature-discovery's label of the loaded driver (relabelled when the driver changes:
+``sim.change_tool``)."""
+
+
 def node_object(node: state.SimNode, created: datetime, index: int) -> Obj:
     """A Node as kubectl get -o json shows it; status comes from ``node_status``."""
     product = node.gpus[0].model.replace(" ", "-") if node.gpus else ""
@@ -76,6 +81,7 @@ def node_object(node: state.SimNode, created: datetime, index: int) -> Obj:
                 "nvidia.com/gpu.present": "true",
                 "nvidia.com/gpu.product": product,
                 "nvidia.com/gpu.count": str(len(node.gpus)),
+                GFD_DRIVER_LABEL: node.driver_module,
             },
             "annotations": {
                 "node.alpha.kubernetes.io/ttl": "0",

@@ -169,6 +169,35 @@ class JobHangPayload(NodePayload):
     job: Literal["evidence", "burnin"]
 
 
+class HostConfigPayload(NodePayload):
+    """A host setting as people configured it (takes effect as the host would: ip_vs
+    persistence at the next boot)."""
+
+    ip_vs_persisted: bool | None = None
+
+
+def _canary_then_all() -> list[int | str]:
+    return [1, "100%"]
+
+
+class RolloutPayload(_Strict):
+    """A person declares a change (a ConfigMap labelled ``gpuguard.io/change`` in
+    ``namespace``); the world's applying tool installs ``driver``/``kernel`` on the nodes
+    gpuguard asks it to (docs/change-management.md)."""
+
+    name: Annotated[str, pydantic.Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")]
+    driver: Version | None = None
+    kernel: Version | None = None
+    waves: list[pydantic.StrictInt | pydantic.StrictStr] = pydantic.Field(
+        default_factory=_canary_then_all
+    )
+    canary: list[pydantic.StrictStr] = pydantic.Field(default_factory=list)
+    max_unavailable: Annotated[int, pydantic.Field(ge=1)] | None = None
+    min_available: Annotated[float, pydantic.Field(ge=0, le=1)] | None = None
+    checks: list[str] | None = None
+    namespace: str = "gpuguard"
+
+
 PAYLOADS: dict[str, type[_Strict]] = {
     "xid": XidPayload,
     "gpu_lost": GpuLostPayload,
@@ -198,6 +227,8 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "job_hang": JobHangPayload,
     "host_job": HostJobPayload,
     "nvreg_exclude": GpuPayload,
+    "host_config": HostConfigPayload,
+    "rollout": RolloutPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------
