@@ -142,3 +142,16 @@ def test_an_unreadable_declaration_is_reported_and_starts_nothing() -> None:
     assert outcome.plan is None
     assert "oops" in (outcome.error or "")
     assert nodes.writes == []
+
+
+def test_explain_names_the_rollout_step_and_the_gpu_operators_budget() -> None:
+    nodes = cluster()
+    outcome = tick(nodes, START)  # gpu-node-0 cordoned for the change
+    shown = step.explain(nodes.nodes["gpu-node-0"], [outcome])
+    assert shown is not None
+    assert "maxUnavailable" in (shown["gpu_operator"] or "")
+    assert "a change" in shown["gpu_operator"]
+    (row,) = step.explain(nodes.snapshot(START).node("gpu-node-1"), [outcome])["rollout"]  # type: ignore[index]
+    assert row["change"] == "drv-580"
+    assert row["step"] == "wait"
+    assert step.explain(None, [outcome]) is None

@@ -211,3 +211,24 @@ def as_json(outcomes: Sequence[Outcome], origin: datetime | None = None) -> list
         })
     return out
 
+
+
+def explain(node: fleet.Node | None, outcomes: Sequence[Outcome]) -> dict[str, Any] | None:
+    """For ``gpuguard explain``: the node's place in each rollout with the reason, and whether
+    the GPU Operator's upgrade controller counts it as unavailable because gpuguard cordoned
+    it (it counts cordoned nodes against its ``maxUnavailable``). None: nothing to say."""
+    if node is None:
+        return None
+    rows = [
+        {"change": o.name, "step": str(a.step), "wave": None if a.wave is None else a.wave + 1,
+         "reason": a.reason, "evidence": list(a.evidence)}
+        for o in outcomes if o.plan is not None and (a := o.plan.action_for(node.name))
+    ]
+    held_by = ("a fault isolation" if keys.ISOLATED_AT in node.annotations
+               else "a change" if change.out_for_change(node) else None)
+    operator = (f"cordoned by gpuguard ({held_by}): the GPU Operator's upgrade controller "
+                "counts this node against its maxUnavailable" if node.unschedulable and held_by
+                else None)
+    if not rows and operator is None and keys.CHANGE not in node.annotations:
+        return None
+    return {"rollout": rows, "mark": node.annotations.get(keys.CHANGE), "gpu_operator": operator}

@@ -153,8 +153,9 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         raise InputError(f"{where}: {key}: {first['msg']}") from e
     if not (spec.driver or spec.kernel or spec.check):
         raise InputError(f"{where}: declare a driver, a kernel or an expected-state check")
-    if spec.method is Method.JOB and not spec.job_template:
-        raise InputError(f"{where}: method job needs job_template")
+    if spec.method is Method.JOB:
+        raise InputError(f"{where}: method job is not implemented yet: use external "
+                         "(docs/change-management.md#how-a-node-is-changed)")
     return ChangeSpec(
         name=name, driver=spec.driver, kernel=spec.kernel, check=spec.check,
         checks=tuple(spec.checks) if spec.checks is not None else None,
