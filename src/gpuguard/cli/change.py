@@ -94,18 +94,21 @@ def _control_command(control: change.Control, doc: str) -> Any:
     return command
 
 
-app.command("pause")(_control_command(change.Control.PAUSE, """Start no new node (nodes being changed still finish).
+_PAUSE = """Start no new node (nodes being changed still finish).
 
     Example: gpuguard change pause drv-580-159
-    """))
-app.command("resume")(_control_command(change.Control.RUN, """Go on with a paused or aborted rollout.
+    """
+_RESUME = """Go on with a paused or aborted rollout.
 
     Example: gpuguard change resume drv-580-159
-    """))
-app.command("abort")(_control_command(change.Control.ABORT, """Start nothing new; return the nodes not yet changed.
+    """
+_ABORT = """Start nothing new; return the nodes not yet changed.
 
     Example: gpuguard change abort drv-580-159
-    """))
+    """
+app.command("pause")(_control_command(change.Control.PAUSE, _PAUSE))
+app.command("resume")(_control_command(change.Control.RUN, _RESUME))
+app.command("abort")(_control_command(change.Control.ABORT, _ABORT))
 
 
 @app.command("drift")
