@@ -115,6 +115,7 @@ class FakeNodes:
     writes: list[tuple[str, dict[str, str | None], bool | None]] = field(default_factory=list)
     events: list[decisions.Action] = field(default_factory=list)
     conflicts: set[str] = field(default_factory=set)
+    notified: list[decisions.Action] = field(default_factory=list)
 
     def set_schedulable(
         self, node: fleet.Node, annotations: dict[str, str | None], unschedulable: bool | None
@@ -133,6 +134,9 @@ class FakeNodes:
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         self.events.append(action)
+
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        self.notified.append(action)
 
     def snapshot(self, at: datetime, pods: tuple[fleet.Pod, ...] = ()) -> fleet.FleetSnapshot:
         return fleet.FleetSnapshot(taken_at=at, nodes=tuple(self.nodes.values()), pods=pods)

@@ -48,7 +48,8 @@ def the_tool(nodes: fakes.FakeNodes) -> None:
 def changes(nodes: fakes.FakeNodes, source: fakes.FakeChanges | None = None,
             failing: tuple[str, str] | None = None) -> step.Changes:
     return step.Changes(source=source or fakes.FakeChanges((DECLARED,)), writer=nodes,
-                        checks=agents(nodes, failing), kured=source or fakes.FakeChanges())
+                        checks=agents(nodes, failing), kured=source or fakes.FakeChanges(),
+                        notifier=nodes)
 
 
 def tick(nodes: fakes.FakeNodes, at: datetime, **kw: object) -> step.Outcome:
@@ -102,6 +103,8 @@ def test_a_failed_check_stops_the_rollout_after_the_canary() -> None:
     assert all(nodes.nodes[n].labels[change.DRIVER_LABELS[0]] == "580.126.09"
                for n in NAMES[1:])  # the others keep the old driver
     assert any(e.reason == "change-failed" for e in nodes.events)
+    (told,) = nodes.notified  # people are told once, when it stops
+    assert "ipvs-loaded" in told.detail
 
 
 def test_nothing_starts_while_kured_holds_its_lock() -> None:

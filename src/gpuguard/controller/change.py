@@ -63,6 +63,7 @@ class Changes:
     writer: ChangeWriter
     checks: ports.MetricsSource
     kured: LockSource | None = None
+    notifier: ports.Notifier | None = None  # a stopped rollout is told to people
 
     def run(
         self,
@@ -144,6 +145,12 @@ class Changes:
             self.writer.record_event(event, now)
         except GpuguardError as e:
             log.warning("%s: change %s Event not recorded: %s", action.node, name, e)
+        if action.step is rollout.Step.FAIL and self.notifier is not None:
+            try:
+                self.notifier.notify(event, now)
+            except GpuguardError as e:
+                log.warning("%s: change %s stopped, but the notification failed: %s",
+                            action.node, name, e)
 
 
 def gpu_pods(pods: Sequence[fleet.Pod], node: str) -> int:

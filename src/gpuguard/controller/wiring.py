@@ -155,6 +155,7 @@ def build_guard(
                 writer=writer,
                 checks=read(changes.ConformancePlan()),
                 kured=changes.KuredLock(client),
+                notifier=notifier,
             ),
         )
         yield guard, client
