@@ -11,7 +11,7 @@ import pytest
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, decisions, fleet, settings
-from gpuguard.policy import admission, rollout
+from gpuguard.policy import admission, lifecycle, rollout
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PASS = decisions.CheckStatus.PASS
@@ -32,7 +32,7 @@ def node(name: str, *, cordoned: bool = False, boot: str = "boot-1", ready: bool
 
 def marked(name: str, phase: change.Phase, wave: int = 0, *, since: datetime = NOW,
            boot: str = "boot-1", check: str | None = None, **node_kw: object) -> fleet.Node:
-    mark = change.NodeMark("drv-580", phase, wave, since, boot, check)
+    mark = change.NodeMark("drv-580", phase, wave, since, boot, check, gpus=8)
     cordoned = phase is not change.Phase.DONE
     return node(name, cordoned=cordoned, **{keys.CHANGE: mark.encode()}, **node_kw)  # type: ignore[arg-type]
 
@@ -137,6 +137,8 @@ def test_verified_node_returns_with_the_evidence() -> None:
     (applied(applied=False), "applied"),
     (applied(checks={**CHECKS, "ipvs-loaded": decisions.CheckStatus.UNKNOWN}), "ipvs-loaded"),
     (applied(driver=None), "versions"),
+    (dataclasses.replace(applied(), node=dataclasses.replace(applied().node, gpu_allocatable=7)),
+     "gpus"),
 ])
 def test_missing_facts_wait_never_return(facts: rollout.NodeFacts, why: str) -> None:
     action = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW).action_for("n00")
@@ -233,3 +235,9 @@ def test_a_change_spec_is_checked_when_read() -> None:
         change.parse_spec("drv", "waves: [1]\n")
     with pytest.raises(InputError, match="pause"):
         change.parse_spec("drv", "driver: x\n", control="stop")
+
+
+def test_a_change_cordon_is_its_own_lifecycle_state() -> None:
+    state = lifecycle.LifecycleState
+    assert lifecycle.state_of(marked("n00", change.Phase.APPLYING)) is state.CHANGING
+    assert lifecycle.state_of(node("n01", cordoned=True)) is state.CORDONED_BY_HUMAN

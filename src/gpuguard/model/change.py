@@ -200,6 +200,7 @@ class NodeMark:
     boot: str = ""  # the boot ID when the change was requested (a reboot must change it)
     check: str | None = None  # the check that failed
     detail: str = ""
+    gpus: int = 0  # GPU capacity when it was taken (0: unknown): all must come back
 
     def encode(self) -> str:
         body: dict[str, Any] = {"change": self.change, "phase": str(self.phase),
@@ -210,6 +211,8 @@ class NodeMark:
             body["check"] = self.check
         if self.detail:
             body["detail"] = self.detail[:300]
+        if self.gpus:
+            body["gpus"] = self.gpus
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -226,7 +229,8 @@ def read_mark(node: fleet.Node) -> NodeMark | None:
             raise ValueError("since is not a time")
         return NodeMark(change=str(raw["change"]), phase=Phase(raw["phase"]),
                         wave=int(raw["wave"]), since=since, boot=str(raw.get("boot", "")),
-                        check=raw.get("check"), detail=str(raw.get("detail", "")))
+                        check=raw.get("check"), detail=str(raw.get("detail", "")),
+                        gpus=int(raw.get("gpus", 0)))
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(
             f"node {node.name}: annotation {annotation_keys.CHANGE}: unreadable ({e})"

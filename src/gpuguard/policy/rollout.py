@@ -197,7 +197,8 @@ def _advance(
         if kured_holder is not None and spec.reboot:
             return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
                               wave=mark.wave)
-        applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id)
+        applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id,
+                                  gpus=mark.gpus)
         request = {keys.CHANGE_REQUESTED: spec.name} if spec.method is model.Method.EXTERNAL else {}
         return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
                           (f"boot {f.node.boot_id[:8]}",), mark.wave,
@@ -222,7 +223,7 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                                   (spec.kernel, f.kernel, "kernel-version")):
         if declared is not None and seen is not None and not seen.startswith(declared):
             return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
-    required = _required(spec, f)
+    required = _required(spec, f) | _gpus_back(f, mark)
     failing = sorted(c for c, s in required.items() if s is Status.FAIL)
     if failing:
         return _fail(spec, f, mark, now, failing[0], f"check {failing[0]}: FAIL")
@@ -248,6 +249,19 @@ def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
     if spec.check:
         names.add(spec.check)
     return {c: f.checks.get(c, Status.UNKNOWN) for c in names}
+
+
+GPUS = "gpus"
+
+
+def _gpus_back(f: NodeFacts, mark: model.NodeMark) -> dict[str, Status]:
+    """Every GPU it had is registered and offered again (UNKNOWN until then: a GPU that does
+    not come back fails the rollout at its timeout)."""
+    if not mark.gpus:
+        return {}
+    node = f.node
+    back = node.gpu_capacity >= mark.gpus and node.gpu_allocatable == node.gpu_capacity
+    return {GPUS: Status.PASS if back else Status.UNKNOWN}
 
 
 def _versions(f: NodeFacts) -> tuple[str, ...]:
@@ -325,7 +339,8 @@ def _start(
             out.append(NodeAction(name, Step.SKIP if f.node.unschedulable else Step.WAIT, why,
                                   wave=wave))
             continue
-        mark = model.NodeMark(spec.name, Phase.CORDONED, wave, now, f.node.boot_id)
+        mark = model.NodeMark(spec.name, Phase.CORDONED, wave, now, f.node.boot_id,
+                              gpus=f.node.gpu_capacity)
         out.append(NodeAction(name, Step.CORDON, f"wave {wave + 1}: cordoned for change "
                               f"{spec.name} (not a fault)", (f"GPU pods {f.gpu_pods}",), wave,
                               {keys.CHANGE: mark.encode()}, cordon=True))
