@@ -144,15 +144,15 @@ class FakeNodes:
 
 @dataclass
 class FakeChanges:
-    """Declared changes (``sources.changes.Declared``) and kured's lock holder."""
+    """Declared changes (``sources.changes.Declared``) and kured's lock annotation."""
 
     declared: tuple[Any, ...] = ()
-    kured_holder: str | None = None
+    kured_lock: str | None = None
     kured_asked: list[tuple[str, str]] = field(default_factory=list)
 
     def changes(self) -> tuple[Any, ...]:
         return self.declared
 
-    def holder(self, kured_namespace: str, name: str) -> str | None:
+    def lock(self, kured_namespace: str, name: str) -> str | None:
         self.kured_asked.append((kured_namespace, name))
-        return self.kured_holder
+        return self.kured_lock

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from gpuguard.controller import change as step
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, fleet
@@ -109,7 +111,7 @@ def test_a_failed_check_stops_the_rollout_after_the_canary() -> None:
 
 def test_nothing_starts_while_kured_holds_its_lock() -> None:
     nodes = cluster()
-    kured = fakes.FakeChanges((DECLARED,), kured_holder="gpu-node-3")
+    kured = fakes.FakeChanges((DECLARED,), kured_lock='{"nodeID":"gpu-node-3","TTL":0}')
     outcome = tick(nodes, START, source=kured)
     assert nodes.writes == []
     assert kured.kured_asked == [("kube-system", "kured")]
@@ -158,3 +160,16 @@ def test_explain_names_the_rollout_step_and_the_gpu_operators_budget() -> None:
     assert row["change"] == "drv-580"
     assert row["step"] == "wait"
     assert step.explain(None, [outcome]) is None
+
+
+@pytest.mark.parametrize(("lock", "holder"), [
+    (None, None),
+    ('{"nodeID":"manual"}', "manual"),  # a person's lock (kured's documentation)
+    ('{"nodeID":"n1","created":"2026-12-01T11:00:00Z","TTL":1800000000000}', None),  # expired
+    ('{"nodeID":"n1","created":"2026-12-01T11:50:00Z","TTL":1800000000000}', "n1"),
+    ('{"maxOwners":2,"locks":[{"nodeID":"n1"},{"nodeID":"n2"}]}', "n1, n2"),
+    ('{"maxOwners":2,"locks":[]}', None),
+    ("not json", "unknown (unreadable lock)"),  # never read as free
+])
+def test_kureds_lock_as_kured_writes_it(lock: str | None, holder: str | None) -> None:
+    assert change.kured_holder(lock, START) == holder

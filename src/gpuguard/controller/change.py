@@ -33,7 +33,7 @@ class ChangeSource(Protocol):
 
 
 class LockSource(Protocol):
-    def holder(self, kured_namespace: str, name: str) -> str | None: ...
+    def lock(self, kured_namespace: str, name: str) -> str | None: ...
 
 
 class ChangeWriter(Protocol):
@@ -82,7 +82,7 @@ class Changes:
             if samples is None:
                 samples = self._samples(now)
             try:
-                holder = self._kured(item.spec)
+                holder = self._kured(item.spec, now)
             except GpuguardError as e:
                 out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
                 continue
@@ -99,10 +99,10 @@ class Changes:
             log.warning("change rollout: conformance unreadable, nothing verified: %s", e)
             return ()
 
-    def _kured(self, spec: change.ChangeSpec) -> str | None:
+    def _kured(self, spec: change.ChangeSpec, now: datetime) -> str | None:
         if self.kured is None or spec.kured is None:
             return None
-        return self.kured.holder(*spec.kured)
+        return change.kured_holder(self.kured.lock(*spec.kured), now)
 
     def _apply(
         self,

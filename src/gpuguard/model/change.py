@@ -259,19 +259,35 @@ def out_for_change(node: fleet.Node) -> bool:
     return mark is not None and mark.phase is not Phase.DONE
 
 
-def kured_holder(lock: str | None) -> str | None:
-    """The holder named in kured's lock annotation; a lock that cannot be read is held by
-    someone unknown (never read as free). kured's multi-lock form lists its holders under
-    ``LockAnnotations``."""
+def kured_holder(lock: str | None, now: datetime) -> str | None:
+    """The holder named in kured's lock annotation, None when free. kured writes
+    ``{"nodeID", "created", "TTL"}`` (TTL in nanoseconds, 0: no expiry; an expired lock is
+    free, as kured's ``--lock-ttl`` treats it), or with ``--concurrency`` above 1
+    ``{"maxOwners", "locks": [...]}``. A lock that cannot be read is held by someone unknown
+    (never read as free)."""
     if lock is None or not lock.strip():
         return None
     try:
         raw = json.loads(lock)
     except ValueError:
         return "unknown (unreadable lock)"
-    if isinstance(raw, dict) and isinstance(raw.get("nodeID"), str):
-        return str(raw["nodeID"])
-    if isinstance(raw, dict) and isinstance(raw.get("LockAnnotations"), list):
-        held = [str(a.get("nodeID", "?")) for a in raw["LockAnnotations"] if isinstance(a, dict)]
-        return ", ".join(held) or None
-    return "unknown (unreadable lock)"
+    if not isinstance(raw, dict):
+        return "unknown (unreadable lock)"
+    entries = raw.get("locks") if "locks" in raw else [raw]
+    if not isinstance(entries, list):
+        return "unknown (unreadable lock)"
+    held = [_holder(e, now) for e in entries]
+    names = [h for h in held if h is not None]
+    return ", ".join(names) or None
+
+
+def _holder(entry: Any, now: datetime) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("nodeID"), str):
+        return "unknown (unreadable lock)"
+    ttl = entry.get("TTL") or 0
+    created = timestamps.parse_utc(entry.get("created")) if isinstance(
+        entry.get("created"), str) else None
+    if (isinstance(ttl, int) and ttl > 0 and created is not None
+            and created + timedelta(microseconds=ttl / 1000) < now):
+        return None  # expired
+    return str(entry["nodeID"])

@@ -65,18 +65,18 @@ class ChangeReader:
 
 
 class KuredLock:
-    """Who holds kured's reboot lock: the ``nodeID`` in the lock annotation on kured's
-    DaemonSet (kured writes ``{"nodeID": ..., ...}``; a person's manual lock is the same
-    shape, see https://kured.dev/docs/operation/). None: not held, or kured not installed."""
+    """kured's reboot lock: the lock annotation on kured's DaemonSet (``model.change.
+    kured_holder`` reads it; a person's manual lock is the same annotation, see
+    https://kured.dev/docs/operation/). None: no lock, or kured not installed."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def holder(self, kured_namespace: str, name: str) -> str | None:
+    def lock(self, kured_namespace: str, name: str) -> str | None:
         try:
             with api_errors.translated(f"reading DaemonSet {kured_namespace}/{name}", SourceError):
                 ds = self._client.get(DaemonSet, name=name, namespace=kured_namespace)
         except NotFoundError:
             return None
         annotations = (ds.metadata.annotations if ds.metadata else None) or {}
-        return change.kured_holder(annotations.get(change.KURED_LOCK))
+        return annotations.get(change.KURED_LOCK)
