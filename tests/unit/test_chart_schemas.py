@@ -31,9 +31,12 @@ def opt_in_values(option: str) -> dict[str, Any]:
 
 
 def objects() -> list[dict[str, Any]]:
+    plugins = chart.defaults()
+    plugins["devicePlugin"]["enabled"] = True
     rendered = chart.all_objects() + [
         daemonset for option in ("kmsg", "processScan", "runAsRoot")
-        for daemonset in chart.render("agent.yaml", opt_in_values(option))]
+        for daemonset in chart.render("agent.yaml", opt_in_values(option))
+    ] + chart.render("device-plugin.yaml", plugins)
     jobs = [admission.evidence(), admission.burnin()]
     return [*rendered, *jobs, *(admission.pod_of(job) for job in jobs),
             admission.controller_pod()]

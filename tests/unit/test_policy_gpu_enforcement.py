@@ -37,7 +37,8 @@ def node(
     ready: bool = True,
 ) -> fleet.Node:
     annotations = {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries) or ""}
-    labels = {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"} if label else {}
+    held = entries or (entry(),)
+    labels = {k: v for k, v in gpu_isolation.plugin_labels(held).items() if v} if label else {}
     return fleet.Node("gpu-node-a", boot, capacity, allocatable,
                       annotations=annotations | (marks or {}), labels=labels,
                       conditions={"Ready": "True" if ready else "False"})
@@ -100,7 +101,8 @@ def test_a_held_report_marks_the_boot_the_fault_and_labels_the_node() -> None:
             annotation_keys.GPU_ISOLATED: done.annotations[annotation_keys.GPU_ISOLATED] or ""})
     )
     assert (written.applied_boot, written.confirmed, written.plugin) == ("boot-1", True, "")
-    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"}
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
+                           gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,8 @@ def test_the_last_return_removes_every_mark_and_the_label() -> None:
     assert done.annotations == {annotation_keys.GPU_ISOLATED: None,
                                 annotation_keys.GPU_RETURN: None,
                                 annotation_keys.GPU_REQUEST: None}
-    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None,
+                           gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: None}
 
 
 def test_a_card_waiting_past_the_rma_deadline_is_overdue() -> None:

@@ -102,10 +102,10 @@ def _stale(
             f"the device plugin advertises {node.gpu_allocatable} GPUs, expected {expected}: "
             "it restarted without the exclusion"
         )
-    if via_plugin and node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) != (
-        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    ):
-        return f"the node lost its label {gpu_isolation.DEVICE_PLUGIN_LABEL}"
+    if via_plugin:
+        for key, value in gpu_isolation.plugin_labels(entries).items():
+            if node.labels.get(key) != value:
+                return f"the node lost its label {key}={value}"
     seen = {e.plugin for e in entries if e.plugin}
     if plugin and seen and plugin not in seen:
         return f"the device plugin restarted ({plugin}): a GPU reset or operand restart"
@@ -167,9 +167,11 @@ def after_apply(
         return Applied(False, {}, {}, problem)
     current = gpu_isolation.read(node)
     plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in current)
-    labelled = node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) == (
-        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    )
+    labels = gpu_isolation.plugin_labels(current)
+    if plugin and labels[gpu_isolation.DEVICE_PLUGIN_LABEL] is None:
+        return Applied(False, {}, {}, "no per-node device plugin fits: a GPU's index or the "
+                       "node's GPU count is unknown")
+    labelled = all(node.labels.get(k) == v for k, v in labels.items())
     # A new label restarts the plugin: its new pod is recorded once it runs (Step.RECORD).
     stamp = plan_.plugin if labelled or not plugin else ""
     entries = tuple(
@@ -178,9 +180,6 @@ def after_apply(
         else e
         for e in current
     )
-    labels: dict[str, str | None] = {
-        gpu_isolation.DEVICE_PLUGIN_LABEL: gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    }
     return Applied(
         True,
         {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)},
@@ -246,7 +245,8 @@ def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
         annotation_keys.GPU_RETURN: None,
         **({} if left else {annotation_keys.GPU_REQUEST: None}),
     }
-    labels: dict[str, str | None] = {} if left else {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+    via_plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in left)
+    labels = gpu_isolation.plugin_labels(left if via_plugin else ())
     return Applied(True, annotations, labels, f"GPU {', '.join(plan_.uuids)} back in service")
 
 

@@ -390,7 +390,10 @@ def _restart_device_plugin(w: Stage, node: state.SimNode) -> None:
 def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
     if gpu.uuid in node.nvreg_active:
         return False
-    return node.plugin_instance != EXCLUDING_INSTANCE or gpu.uuid not in node.excluded_uuids
+    kind, _, visible = node.plugin_instance.partition(":")
+    # The chart's instance runs with NVIDIA_VISIBLE_DEVICES=<its indices>: the NVIDIA runtime
+    # gives it only those GPUs (k8s-device-plugin issues #81, #197).
+    return kind != EXCLUDING_INSTANCE or str(gpu.index) in visible.split("-")
 
 
 def on_nvreg_exclude(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
