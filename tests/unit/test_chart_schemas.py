@@ -37,7 +37,7 @@ def objects() -> list[dict[str, Any]]:
         daemonset for option in ("kmsg", "processScan", "runAsRoot")
         for daemonset in chart.render("agent.yaml", opt_in_values(option))
     ] + chart.render("device-plugin.yaml", plugins)
-    jobs = [admission.evidence(), admission.burnin()]
+    jobs = [admission.evidence(), admission.burnin(), admission.gpu_burnin()]
     return [*rendered, *jobs, *(admission.pod_of(job) for job in jobs),
             admission.controller_pod()]
 

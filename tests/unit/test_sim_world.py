@@ -307,6 +307,7 @@ EVERY_KIND = """
 {at: 35m, job_hang: {node: 1, job: burnin}}
 {at: 36m, host_job: {node: 1, gpu: 0}}
 {at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
+{at: 38m, gpu_slow: {node: 1, gpu: 6, share: 0.5}}
 """
 
 

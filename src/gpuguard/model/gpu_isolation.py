@@ -63,6 +63,7 @@ class IsolatedGpu:
     confirmed: bool = False  # the isolation Job found the fault in the host's kernel log
     applied_at: datetime | None = None  # the last verified application
     plugin: str = ""  # the device-plugin pod (name#restarts) that last advertised without it
+    returning: bool = False  # compute mode back to Default for its burn-in; still not advertised
 
     @property
     def mechanisms(self) -> tuple[Mechanism, ...]:
@@ -78,6 +79,10 @@ class IsolatedGpu:
             plugin=plugin,
             confirmed=self.confirmed or confirmed,
         )
+
+    def held_again(self) -> IsolatedGpu:
+        """Back to held after a return that did not pass: applied again at the next tick."""
+        return replace(self, returning=False, applied_boot="")
 
     def to_json(self) -> dict[str, object]:
         applied = timestamps.format_utc(self.applied_at) if self.applied_at else None
@@ -119,6 +124,7 @@ def _entry(item: object) -> IsolatedGpu | None:
             confirmed=bool(item.get("confirmed", False)),
             applied_at=timestamps.parse_utc(str(item.get("applied_at") or "")),
             plugin=str(item.get("plugin", "")),
+            returning=item.get("returning") is True,
         )
         entry.mechanisms  # noqa: B018 - an unknown mechanism makes the entry unreadable
     except (TypeError, ValueError):

@@ -50,6 +50,8 @@ The world's rules (deterministic):
   Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
   the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
+- ``gpu_slow``: a degraded card (clocks held down, a weak memory stack): a matmul on it reaches
+  ``share`` of its model's dense throughput, which a burn-in measures; it lasts.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
   ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
@@ -396,6 +398,12 @@ def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
     return kind != EXCLUDING_INSTANCE or str(gpu.index) in visible.split("-")
 
 
+def on_gpu_slow(w: Stage, p: scenario.GpuSlowPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    gpu.throughput_share = p.share
+    w.record("gpu_slow", node.name, f"GPU {gpu.index}: matmul at {p.share:.0%} of expected")
+
+
 def on_nvreg_exclude(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     """A person adds the GPU to ``NVreg_ExcludedGpus`` in /etc/modprobe.d: nothing changes
     until the module loads again, at the next boot."""
@@ -680,4 +688,5 @@ REACTIONS: Mapping[str, Reaction] = {
     "job_hang": on_job_hang,
     "host_job": on_host_job,
     "nvreg_exclude": on_nvreg_exclude,
+    "gpu_slow": on_gpu_slow,
 }

@@ -47,6 +47,7 @@ class SimGpu:
     uncorrectable_remapped_rows: int = 0
     correctable_remapped_rows: int = 0
     row_remap_pending: int = 0
+    throughput_share: float = 0.9  # of the model's dense throughput a matmul reaches (gpu_slow)
     row_remap_failure: int = 0
     phantom: bool = False
     link_width: int = 16
