@@ -112,6 +112,22 @@ def test_the_agent_runs_non_root_without_capabilities_or_a_runtime_socket() -> N
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
+def test_the_kubelet_pod_resources_socket_is_mounted_only_when_asked() -> None:
+    def pod_resources(spec: dict[str, Any]) -> list[str]:
+        return [v["hostPath"]["path"] for v in spec["volumes"]
+                if "kubelet" in v.get("hostPath", {}).get("path", "")]
+
+    assert pod_resources(agent_pod()) == []
+    values = defaults()
+    values["agent"]["podResources"]["enabled"] = True
+    spec = agent_pod(values)
+    assert pod_resources(spec) == ["/var/lib/kubelet/pod-resources"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
+    assert mount["readOnly"] is True
+    assert ("--pod-resources=" + mount["mountPath"] + "/kubelet.sock") in container["args"]
+
+
 def test_kmsg_and_the_process_scan_are_explicit_opt_ins() -> None:
     values = defaults()
     values["agent"]["kmsg"]["privileged"] = True
@@ -152,6 +168,7 @@ def test_every_host_path_and_capability_has_its_reason_in_the_security_doc() -> 
     values["agent"]["kmsg"]["privileged"] = True
     values["agent"]["processScan"]["enabled"] = True
     values["devicePlugin"]["enabled"] = True
+    values["agent"]["podResources"]["enabled"] = True
     pods = [o["spec"]["template"]["spec"] for o in by_kind("DaemonSet", values)
             + by_kind("Deployment") + [evidence()]]
     paths = {v["hostPath"]["path"] for p in pods for v in p.get("volumes", []) if "hostPath" in v}
