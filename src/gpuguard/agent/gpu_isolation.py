@@ -6,9 +6,9 @@
   GPU fail, inside containers and for jobs started on the host outside Kubernetes. NVML: "not
   persistent across reboots and always resets to Default" — so it is re-applied after every
   boot (and after a GPU reset);
-- the host's exclusion list (``/etc/gpuguard/excluded-gpus``, one UUID a line), which the
-  per-node device-plugin instance reads for its visible devices; it is a file on disk, so it
-  outlives a reboot.
+- the host's exclusion list (``/etc/gpuguard/excluded-gpus``, one UUID a line): the host's
+  record of what is isolated, for a person on the node (the device plugin that leaves the GPU
+  out is chosen by node labels, docs/gpu-isolation.md); a file on disk, it outlives a reboot.
 
 ``undo`` reverses both for the listed GPUs and reads each one's row-remap state (a pending
 remap is applied only by a GPU reset, a failed one needs the card replaced: NVIDIA's row

@@ -28,7 +28,7 @@ HELP = """Take GPUs out on this host (apply) or put them back (undo).
 
 \b
   apply   nvidia-smi -i UUID -c PROHIBITED, and UUID added to
-          /etc/gpuguard/excluded-gpus (read by the per-node device plugin)
+          /etc/gpuguard/excluded-gpus (the host's record of isolated GPUs)
   undo    nvidia-smi -i UUID -c DEFAULT, and UUID removed from that list
 
 Run by gpuguard's GPU-isolation Job with the host's /etc/gpuguard mounted at

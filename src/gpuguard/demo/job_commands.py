@@ -57,7 +57,7 @@ class SimulatedGpus:
 class SimulatedDriver:
     """The isolation Job's GpuControl on a simulated node: ``nvidia-smi -c`` sets the GPU's
     compute mode (a GPU off the bus does not answer), and the host's exclusion list is the
-    node's (what the per-node device-plugin instance reads at its start)."""
+    node's record of isolated GPUs."""
 
     node: state.SimNode
 
