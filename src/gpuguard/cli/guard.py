@@ -231,7 +231,8 @@ def _gpu_isolation(
     return {
         "gpus": [
             {"gpu": e.index, "uuid": e.uuid, "mechanism": e.mechanism, "fault": e.fault,
-             "applied_boot": e.applied_boot[:8], "confirmed": e.confirmed}
+             "applied_boot": e.applied_boot[:8], "confirmed": e.confirmed,
+             "returning": e.returning}
             for e in entries
         ],
         "step": str(step.step) if step else None,
