@@ -10,6 +10,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
+from gpuguard.actuators import jobs
 from gpuguard.cli.main import app
 from tests import cel, chart
 
@@ -44,6 +45,15 @@ def evidence() -> Obj:
 
 def burnin() -> Obj:
     return manifest("burnin", "--gpus", "8", "--reason", "xid-48")
+
+
+CARD = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
+
+
+def gpu_burnin() -> Obj:
+    """A returning GPU's own burn-in, as the GPU-isolation step creates it."""
+    return jobs.burnin_job(NODE, "burnin/k", "boot", gpus=1, mode="matmul", image=IMAGE,
+                           runtime_class="nvidia", uuid=CARD)
 
 
 def defaulted(job: Obj) -> Obj:

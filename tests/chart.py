@@ -1,6 +1,8 @@
 """The Helm chart rendered with its default values by a small renderer that understands
 exactly the template constructs the chart uses (helm itself is not installed here): values,
-``default``, ``quote``, ``toYaml | nindent``, comments and (nested) ``if``/``else`` blocks."""
+``default``, ``quote``, ``toYaml | nindent``, comments, (nested) ``if``/``else`` blocks and
+``range`` over a list of strings (no ``if`` inside; ``.`` is the item, ``$.`` the root, and
+``. | replace "a" "b" | quote``)."""
 
 from __future__ import annotations
 
@@ -38,11 +40,29 @@ def _expression(expr: str, values: dict[str, Any]) -> str:
     return str(_lookup(values, expr))
 
 
+def _range(body: str, items: list[str]) -> str:
+    """A range's body once per item, with its item's expressions rendered (``$.`` becomes
+    the root for the later passes)."""
+
+    def item(value: str, expr: str) -> str:
+        if not expr.startswith("."):
+            return "{{ " + expr.removeprefix("$") + " }}"
+        for old, new in re.findall(r'\| replace "(.*?)" "(.*?)"', expr):
+            value = value.replace(old, new)
+        return f'"{value}"' if expr.endswith("| quote") else value
+
+    return "".join(
+        re.sub(r"\{\{ (\S.*?) \}\}", lambda m, v=str(v): item(v, m[1]), body) for v in items
+    )
+
+
 def render(name: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The objects of one template; ``values`` default to the chart's values.yaml."""
     values = defaults() if values is None else values
     text = (CHART / "templates" / name).read_text()
     text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", text, flags=re.S)
+    text = re.sub(r"\{\{- range (\S+) \}\}\n(.*?)\{\{- end \}\}\n?",
+                  lambda m: _range(m[2], _lookup(values, m[1])), text, flags=re.S)
 
     def conditional(m: re.Match[str]) -> str:
         return m[2] if _lookup(values, m[1]) else (m[4] or "")

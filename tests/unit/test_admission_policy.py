@@ -22,6 +22,7 @@ from tests.admission import (
     defaulted,
     evidence,
     failed_rules,
+    gpu_burnin,
     pod_of,
     policy,
 )
@@ -351,3 +352,38 @@ def test_only_the_gpu_isolation_job_may_write_etc_gpuguard() -> None:
         {"name": "host-gpuguard", "mountPath": "/host/etc/gpuguard", "readOnly": False}
     )
     assert failed_rules(job) == ["volumes", "mounts"]
+
+
+# ---- a returning GPU's own burn-in ------------------------------------------------------------
+
+
+def _var(job: Obj, name: str) -> Obj:
+    (var,) = [e for e in _c(job)["env"] if e["name"] == name]
+    return var
+
+
+def test_the_burn_in_of_one_gpu_and_its_pod_are_admitted() -> None:
+    job = gpu_burnin()
+    assert _c(job)["command"][-2:] == ["--uuid", CARD]
+    assert failed_rules(job) == []
+    assert cel.refusals(policy("gpuguard-jobs"), pod_of(job), username=JOB_CONTROLLER) == []
+
+
+GPU_BURNIN_HOSTILE: list[tuple[str, str, Mutation]] = [
+    ("every-gpu-visible", "env", lambda j: _var(j, "NVIDIA_VISIBLE_DEVICES").update(value="all")),
+    ("another-gpu-visible", "env",
+     lambda j: _var(j, "NVIDIA_VISIBLE_DEVICES").update(value="GPU-11111111-2222")),
+    ("more-than-one-gpu", "command", lambda j: _c(j)["command"].__setitem__(5, "2")),
+    ("not-a-uuid", "command", lambda j: (_c(j)["command"].__setitem__(9, "$(id)"),
+                                         _var(j, "NVIDIA_VISIBLE_DEVICES").update(value="$(id)"))),
+    ("a-device-plugin-gpu-too", "resources",
+     lambda j: _c(j)["resources"]["limits"].update({"nvidia.com/gpu": "1"})),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "mutate"), GPU_BURNIN_HOSTILE,
+                         ids=[m[0] for m in GPU_BURNIN_HOSTILE])
+def test_any_other_gpu_burn_in_shape_is_refused(name: str, rule: str, mutate: Mutation) -> None:
+    job = gpu_burnin()
+    mutate(job)
+    assert failed_rules(job) == [rule]

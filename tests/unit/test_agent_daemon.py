@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gpuguard.agent.checks import result
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
 from gpuguard.sim import kernel_lines
+from gpuguard.sim import podresources as kubelet
 
 PCI = "0000:99:00.0"
 UUID = "GPU-3d1e2f7a-1b2c-4d5e-8f90-123456789abc"
@@ -228,3 +230,25 @@ def test_an_image_without_journalctl_is_named_not_a_crash(tmp_path: Path) -> Non
     follower = journal.JournalFollower(spawn=missing, root=tmp_path)
     assert follower.poll().lines == []
     assert follower.problem() == "cannot start journalctl: No such file or directory"
+
+
+def test_the_pod_resources_opt_in_exports_which_pod_holds_each_gpu(
+    tmp_path: Path, log: Path
+) -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # AF_UNIX paths: at most 107 bytes
+        socket = Path(short) / "kubelet.sock"
+        config = daemon.AgentConfig("gpu-node-b", tmp_path / "host", tmp_path / "state",
+                                    pod_resources=socket)
+        agent = daemon.Agent(config, lambda start: journal.FileFollower(log, start), no_checks)
+        held = [("team-a", "train-0", "main", "nvidia.com/gpu", (UUID,))]
+        with kubelet.PodResourcesServer(socket, lambda: kubelet.encode_list(held)):
+            agent.check_once()
+        pod = {"node": "gpu-node-b", "uuid": UUID, "namespace": "team-a", "pod": "train-0",
+               "container": "main"}
+        assert agent.registry.get_sample_value(names.GPU_POD, pod) == 1
+        agent.check_once()  # the kubelet is gone: unknown, not "no pod"
+        agent.follower.close()
+    assert agent.registry.get_sample_value(names.GPU_POD, pod) is None
+    readable = agent.registry.get_sample_value(names.POD_RESOURCES_READABLE,
+                                               {"node": "gpu-node-b"})
+    assert readable == 0

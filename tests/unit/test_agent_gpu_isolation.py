@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from gpuguard.agent import gpu_isolation as host
 from gpuguard.model import ports
 
@@ -21,11 +23,15 @@ class FakeSmi:
     modes: dict[str, str] = field(default_factory=lambda: {BAD: "Default", GOOD: "Default"})
     calls: list[tuple[str, ...]] = field(default_factory=list)
     broken: bool = False
+    remapped: dict[str, str] = field(default_factory=dict)  # `pending, failure` per UUID
 
     def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
         self.calls.append(tuple(argv))
         if self.broken:
             return ports.CommandResult(tuple(argv), None, "", "")
+        if any(a.startswith("--query-remapped-rows") for a in argv):
+            return ports.CommandResult(
+                tuple(argv), 0, self.remapped.get(argv[argv.index("-i") + 1], "No, No") + "\n", "")
         if "-c" in argv:
             uuid = argv[argv.index("-i") + 1]
             if uuid not in self.modes:
@@ -84,3 +90,16 @@ def test_undo_of_a_card_that_left_the_host_is_done(tmp_path: Path) -> None:
     report = host.undo(control, [BAD], tmp_path)
     assert report.ok
     assert report.gpus[0].compute_mode == host.ABSENT
+
+
+@pytest.mark.parametrize(("remapped", "pending"), [
+    ("No, No", False), ("Yes, No", True), ("No, Yes", True), ("[N/A], [N/A]", None)])
+def test_undo_reads_the_cards_row_remap_state(
+    tmp_path: Path, remapped: str, pending: bool | None
+) -> None:
+    smi = FakeSmi(remapped={BAD: remapped})
+    host.apply(host.NvidiaSmi(smi, tmp_path), [BAD], tmp_path)
+    report = host.undo(host.NvidiaSmi(smi, tmp_path), [BAD], tmp_path)
+    ((gpu),) = report.gpus
+    assert gpu.remap_pending is pending
+    assert json.loads(report.to_json())["gpus"][0]["remap_pending"] is pending

@@ -94,6 +94,16 @@ def test_eight_equal_gpus_pass_and_each_ran_its_matmul() -> None:
     assert [gpu["fraction_of_expected"] for gpu in result.as_dict()["gpus"]] == [0.748] * 8
 
 
+def test_a_uuid_burns_in_that_gpu_alone_and_a_missing_one_fails_the_count() -> None:
+    backend = FakeBackend([HEALTHY] * 8)
+    result = running.run(request(expected_gpus=1, uuid="GPU-0003"), env_for(backend))
+    assert result.passed
+    assert backend.calls == [("matmul", 3)]
+    absent = running.run(request(expected_gpus=1, uuid="GPU-0009"), env_for(FakeBackend([HEALTHY])))
+    assert not absent.passed
+    assert by_check(absent)["gpu-count"].status is burnin.FAIL
+
+
 def test_cuda_error_on_one_gpu_fails_with_its_text_while_the_others_are_measured() -> None:
     backend = FakeBackend([HEALTHY] * 8, errors={5: "CUDA error: an illegal memory access"})
     result = running.run(request(), env_for(backend))

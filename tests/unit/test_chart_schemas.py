@@ -25,16 +25,19 @@ CRDS = {"monitoring.coreos.com/v1"}  # the PrometheusRule: a CRD, checked by pro
 def opt_in_values(option: str) -> dict[str, Any]:
     values = chart.defaults()
     values["agent"][option] = {"enabled": True, "privileged": True} if option in {
-        "kmsg", "processScan"} else True
+        "kmsg", "processScan", "podResources"} else True
     values["networkPolicy"]["enabled"] = False
     return values
 
 
 def objects() -> list[dict[str, Any]]:
+    plugins = chart.defaults()
+    plugins["devicePlugin"]["enabled"] = True
     rendered = chart.all_objects() + [
-        daemonset for option in ("kmsg", "processScan", "runAsRoot")
-        for daemonset in chart.render("agent.yaml", opt_in_values(option))]
-    jobs = [admission.evidence(), admission.burnin()]
+        daemonset for option in ("kmsg", "processScan", "runAsRoot", "podResources")
+        for daemonset in chart.render("agent.yaml", opt_in_values(option))
+    ] + chart.render("device-plugin.yaml", plugins)
+    jobs = [admission.evidence(), admission.burnin(), admission.gpu_burnin()]
     return [*rendered, *jobs, *(admission.pod_of(job) for job in jobs),
             admission.controller_pod()]
 

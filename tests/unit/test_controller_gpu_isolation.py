@@ -93,7 +93,8 @@ def test_a_held_report_writes_the_marks_and_the_label_in_one_write() -> None:
     (outcome,) = run(jobs, writer, marker)
     ((node_name, annotations, labels),) = marker.marks
     assert node_name == "gpu-node-a"
-    assert labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"}
+    assert labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
+                      gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
     assert '"applied_boot":"boot-1"' in (annotations[annotation_keys.GPU_ISOLATED] or "")
     assert outcome.action is not None
     assert outcome.action.reason is decisions.Reason.GPU_ISOLATION_APPLIED
@@ -125,7 +126,8 @@ def test_a_held_isolation_gets_its_drafted_request_naming_the_card() -> None:
     entry = gpu_isolation.IsolatedGpu(CARD, "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
     entry = entry.applied("boot-1", NOW, "", confirmed=True)
     node = fleet.Node("gpu-node-a", "boot-1", 3, 3, conditions={"Ready": "True"},
-                      labels={gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"},
+                      labels={gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
+                              gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"},
                       annotations={annotation_keys.GPU_ISOLATED:
                                    gpu_isolation.to_annotation((entry,)) or ""})
     guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="x")

@@ -6,11 +6,13 @@ admission policy admits."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuguard.model import gpu_isolation
 from tests import chart
 
 NAMESPACE = chart.NAMESPACE
@@ -110,6 +112,22 @@ def test_the_agent_runs_non_root_without_capabilities_or_a_runtime_socket() -> N
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
+def test_the_kubelet_pod_resources_socket_is_mounted_only_when_asked() -> None:
+    def pod_resources(spec: dict[str, Any]) -> list[str]:
+        return [v["hostPath"]["path"] for v in spec["volumes"]
+                if "kubelet" in v.get("hostPath", {}).get("path", "")]
+
+    assert pod_resources(agent_pod()) == []
+    values = defaults()
+    values["agent"]["podResources"]["enabled"] = True
+    spec = agent_pod(values)
+    assert pod_resources(spec) == ["/var/lib/kubelet/pod-resources"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
+    assert mount["readOnly"] is True
+    assert ("--pod-resources=" + mount["mountPath"] + "/kubelet.sock") in container["args"]
+
+
 def test_kmsg_and_the_process_scan_are_explicit_opt_ins() -> None:
     values = defaults()
     values["agent"]["kmsg"]["privileged"] = True
@@ -149,6 +167,8 @@ def test_every_host_path_and_capability_has_its_reason_in_the_security_doc() -> 
     values = defaults()
     values["agent"]["kmsg"]["privileged"] = True
     values["agent"]["processScan"]["enabled"] = True
+    values["devicePlugin"]["enabled"] = True
+    values["agent"]["podResources"]["enabled"] = True
     pods = [o["spec"]["template"]["spec"] for o in by_kind("DaemonSet", values)
             + by_kind("Deployment") + [evidence()]]
     paths = {v["hostPath"]["path"] for p in pods for v in p.get("volumes", []) if "hostPath" in v}
@@ -184,3 +204,42 @@ def test_the_agent_can_be_scraped_with_its_node_label_and_is_not_by_default(
     assert endpoint["port"] in port_names or objects[0]["spec"]["ports"][0]["name"] == "metrics"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in (
         endpoint["relabelings"])
+
+
+def device_plugins(enabled: bool = True) -> list[dict[str, Any]]:
+    values = defaults()
+    values["devicePlugin"]["enabled"] = enabled
+    return [o for o in render("device-plugin.yaml", values) if o["kind"] == "DaemonSet"]
+
+
+def test_the_per_node_device_plugin_is_an_opt_in() -> None:
+    assert device_plugins(enabled=False) == []
+    assert render("device-plugin.yaml") == []
+
+
+@pytest.mark.parametrize(("gpus", "isolated"), [(4, "1"), (8, "0"), (8, "7")])
+def test_a_node_gpuguard_labels_for_one_isolated_gpu_gets_a_plugin_without_it(
+    gpus: int, isolated: str
+) -> None:
+    card = gpu_isolation.IsolatedGpu("GPU-bad", "", isolated, datetime(2026, 1, 1, tzinfo=UTC),
+                                     "xid-48", capacity=gpus)
+    labels = gpu_isolation.plugin_labels((card,))
+    (plugin,) = [d for d in device_plugins()
+                 if d["spec"]["template"]["spec"]["nodeSelector"] == labels]
+    (container,) = plugin["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    visible = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert isolated not in visible
+    assert len(visible) == gpus - 1
+    assert env["DEVICE_ID_STRATEGY"] == "uuid"
+
+
+def test_the_device_plugin_has_no_capability_no_token_and_only_the_kubelet_socket_dir() -> None:
+    for plugin in device_plugins():
+        pod = plugin["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert pod["automountServiceAccountToken"] is False
+        assert [v["hostPath"]["path"] for v in pod["volumes"]] == [
+            "/var/lib/kubelet/device-plugins"]

@@ -37,7 +37,8 @@ def node(
     ready: bool = True,
 ) -> fleet.Node:
     annotations = {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries) or ""}
-    labels = {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"} if label else {}
+    held = entries or (entry(),)
+    labels = {k: v for k, v in gpu_isolation.plugin_labels(held).items() if v} if label else {}
     return fleet.Node("gpu-node-a", boot, capacity, allocatable,
                       annotations=annotations | (marks or {}), labels=labels,
                       conditions={"Ready": "True" if ready else "False"})
@@ -100,7 +101,8 @@ def test_a_held_report_marks_the_boot_the_fault_and_labels_the_node() -> None:
             annotation_keys.GPU_ISOLATED: done.annotations[annotation_keys.GPU_ISOLATED] or ""})
     )
     assert (written.applied_boot, written.confirmed, written.plugin) == ("boot-1", True, "")
-    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding"}
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
+                           gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
 
 
 @pytest.mark.parametrize(
@@ -142,17 +144,102 @@ def test_a_return_goes_through_the_card_history(
     assert (plan.step is Step.HELD) == (CARD in plan.refused)
 
 
-def test_the_last_return_removes_every_mark_and_the_label() -> None:
+def undo_report(remap_pending: bool | None = False) -> str:
+    gpu = {"uuid": CARD, "compute_mode": "DEFAULT", "excluded": False,
+           "remap_pending": remap_pending}
+    return json.dumps({"gpus": [gpu]})
+
+
+def burnin_report(passed: bool) -> str:
+    check = {"check": "throughput", "status": "PASS" if passed else "FAIL",
+             "evidence": "GPU 0: 51% of expected"}
+    return json.dumps({"passed": passed, "checks": [check]})
+
+
+def with_marks(the_node: fleet.Node, done: policy.Applied) -> fleet.Node:
+    annotations = {k: v for k, v in (the_node.annotations | done.annotations).items() if v}
+    labels = {k: v for k, v in (the_node.labels | done.labels).items() if v}
+    return fleet.Node(the_node.name, the_node.boot_id, the_node.gpu_capacity,
+                      the_node.gpu_allocatable, annotations=annotations, labels=labels,
+                      conditions=the_node.conditions)
+
+
+def returning_node() -> fleet.Node:
+    """Undo done: compute mode Default, the card's burn-in next."""
     the_node = node(applied(), marks={annotation_keys.GPU_RETURN: CARD})
     plan = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
     assert plan is not None
-    message = json.dumps({"gpus": [{"uuid": CARD, "compute_mode": "DEFAULT", "excluded": False}]})
-    done = policy.after_return(the_node, plan, message)
-    assert done.ok
+    assert plan.step is Step.RETURN
+    done = policy.after_return(the_node, plan, undo_report())
+    assert done.reason is policy.Reason.GPU_RETURN_CHECKED
+    assert done.labels == {}  # still not advertised during its burn-in
+    return with_marks(the_node, done)
+
+
+def test_a_returning_gpu_is_burnt_in_alone_and_then_every_mark_goes() -> None:
+    the_node = returning_node()
+    plan = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
+    assert plan is not None
+    assert (plan.step, plan.uuids) == (Step.BURNIN, (CARD,))
+    done = policy.after_burnin(the_node, plan, True, burnin_report(passed=True))
+    assert done.reason is policy.Reason.GPU_RETURNED
     assert done.annotations == {annotation_keys.GPU_ISOLATED: None,
                                 annotation_keys.GPU_RETURN: None,
                                 annotation_keys.GPU_REQUEST: None}
-    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
+    assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: None,
+                           gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: None}
+
+
+@pytest.mark.parametrize(("succeeded", "message"), [
+    (False, burnin_report(passed=False)), (True, burnin_report(passed=False)), (False, None)])
+def test_a_failed_burn_in_holds_the_gpu_and_applies_it_again(
+    succeeded: bool, message: str | None
+) -> None:
+    the_node = returning_node()
+    plan = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
+    assert plan is not None
+    done = policy.after_burnin(the_node, plan, succeeded, message)
+    assert done.reason is policy.Reason.GPU_RETURN_FAILED
+    assert done.annotations[annotation_keys.GPU_RETURN] is None  # asked again after a repair
+    held = with_marks(the_node, done)
+    (card,) = gpu_isolation.read(held)
+    assert not card.returning
+    again = policy.plan(held, [fault_line(3)], [plugin_pod()])
+    assert again is not None
+    assert again.step is Step.APPLY  # compute mode PROHIBITED again
+
+
+def test_a_pending_or_failed_row_remap_refuses_the_return() -> None:
+    the_node = node(applied(), marks={annotation_keys.GPU_RETURN: CARD})
+    plan = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
+    assert plan is not None
+    done = policy.after_return(the_node, plan, undo_report(remap_pending=True))
+    assert done.reason is policy.Reason.GPU_RETURN_FAILED
+    assert "row remap" in done.detail
+    again = policy.plan(with_marks(the_node, done), [fault_line(3)], [plugin_pod()])
+    assert again is not None
+    assert again.step is Step.APPLY
+
+
+def test_a_second_return_after_a_failed_one_runs_a_new_undo_job() -> None:
+    the_node = node(applied(), marks={annotation_keys.GPU_RETURN: CARD})
+    first = policy.plan(the_node, [fault_line(3)], [plugin_pod()])
+    reapplied = entry().applied("boot-1", NOW, f"{PLUGIN}#0", confirmed=True)
+    later = node(reapplied, marks={annotation_keys.GPU_RETURN: CARD})
+    second = policy.plan(later, [fault_line(3)], [plugin_pod()])
+    assert first is not None
+    assert second is not None
+    assert first.key != second.key
+
+
+def test_a_replaced_card_leaves_the_list_without_a_burn_in() -> None:
+    the_node = node(applied(), marks={annotation_keys.GPU_RETURN: f"replaced:{CARD}"})
+    plan = policy.plan(the_node, [fault_line(30), fault_line(20), fault_line(3)], [plugin_pod()])
+    assert plan is not None
+    absent = json.dumps({"gpus": [{"uuid": CARD, "compute_mode": "absent", "excluded": False}]})
+    done = policy.after_return(the_node, plan, absent)
+    assert done.reason is policy.Reason.GPU_RETURNED
+    assert done.annotations[annotation_keys.GPU_ISOLATED] is None
 
 
 def test_a_card_waiting_past_the_rma_deadline_is_overdue() -> None:

@@ -178,16 +178,30 @@ def test_the_breaker_counts_an_unconfirmed_gpu_isolation(
     assert state.state.recent_unconfirmed == counted
 
 
-def test_a_pod_on_the_isolated_gpu_is_reported_not_evicted() -> None:
+def pod_held(namespace: str, pod: str, uuid: str = "GPU-card-1") -> fleet.MetricSample:
+    labels = {"node": "gpu-node-a", "uuid": uuid, "namespace": namespace, "pod": pod,
+              "container": "main"}
+    return fleet.MetricSample(names.GPU_POD, labels, 1.0, NOW)
+
+
+@pytest.mark.parametrize(("kubelet", "said"), [
+    ((), "pods on it (dcgm-exporter): ml/train-0: left running, not evicted"),
+    ((pod_held("ml", "train-0"), pod_held("ml", "train-1"), pod_held("x", "y", "GPU-other")),
+     "pods on it (kubelet PodResources): ml/train-0, ml/train-1: left running, not evicted"),
+], ids=["dcgm-labels", "kubelet-pod-resources"])
+def test_the_pods_on_the_isolated_gpu_are_reported_not_evicted(
+    kubelet: tuple[fleet.MetricSample, ...], said: str
+) -> None:
     labels = {"Hostname": "gpu-node-a", "gpu": "1", "UUID": "GPU-card-1",
               "pci_bus_id": "00000000:2A:00.0", "namespace": "ml", "pod": "train-0"}
     samples = (
         fleet.MetricSample(names.DCGM_XID_LAST, labels, 94.0, NOW),
         fleet.MetricSample(names.GPU_LOSS_HELD, {"node": "gpu-node-a"}, 1.0, NOW),
+        *kubelet,
     )
     snapshot = fleet.FleetSnapshot(NOW, nodes=(node(),), samples=samples)
     (action,) = isolate.decide(snapshot, Classifier(), DEFAULTS).actions
     assert action.kind is decisions.ActionKind.ISOLATE_GPU
-    assert "pod ml/train-0 is on it: left running, not evicted" in action.detail
+    assert said in action.detail
     (entry,) = json.loads(action.annotations[annotation_keys.GPU_ISOLATED])
     assert entry["pci"] == PCI  # dcgm-exporter's spelling, normalised

@@ -47,7 +47,8 @@ def isolate(w: world.World, tmp_path: Path, *, label: bool = True) -> host.Repor
     bad = node(w).gpu(1).uuid
     report = host.apply(job_commands.SimulatedDriver(node(w)), [bad], tmp_path)
     if label:
-        labels = {annotation_keys.DEVICE_PLUGIN_LABEL: "excluding"}
+        labels = {annotation_keys.DEVICE_PLUGIN_LABEL: "excluding",
+                  annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
         w.store.merge_patch("Node", "", "gpu-node-a", {"metadata": {"labels": labels}})
     return report
 
@@ -128,7 +129,8 @@ def test_undo_puts_the_gpu_back(tmp_path: Path) -> None:
     step(w, 1)
     bad = node(w).gpu(1).uuid
     report = host.undo(job_commands.SimulatedDriver(node(w)), [bad], tmp_path)
-    labels = {annotation_keys.DEVICE_PLUGIN_LABEL: None}
+    labels = {annotation_keys.DEVICE_PLUGIN_LABEL: None,
+              annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL: None}
     w.store.merge_patch("Node", "", "gpu-node-a", {"metadata": {"labels": labels}})
     step(w, 1)
     assert report.ok

@@ -309,6 +309,7 @@ EVERY_KIND = """
 {at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
 {at: 38m, host_config: {node: 0, ip_vs_persisted: false}}
 {at: 39m, rollout: {name: drv, driver: "580.159.03", waves: [1]}}
+{at: 40m, gpu_slow: {node: 1, gpu: 6, share: 0.5}}
 """
 
 

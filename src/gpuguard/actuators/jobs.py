@@ -133,24 +133,34 @@ def burnin_job(
     namespace: str = "gpuguard",
     runtime_class: str | None = None,
     inspected: str | None = None,
+    uuid: str | None = None,
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
     Named per isolation, boot, reset, inspection and mode (``model.restore.burnin_key``), so
     a burn-in that failed is run again only after another power cycle, reset or inspection;
     the boot ID it tests is in the ``gpuguard.io/boot-id`` annotation. No host path: the GPUs
-    come from the device plugin.
+    come from the device plugin — but for ``uuid``, one isolated GPU that the device plugin
+    no longer offers: then the NVIDIA runtime gives it that GPU alone
+    (``NVIDIA_VISIBLE_DEVICES=<uuid>``, ``compute,utility``), and the Job does not carry the
+    node's burn-in label (the onboarding gate's smoke test is a whole node's burn-in).
     """
     command = ["gpuguard", "burnin", "--summary-file", "/dev/termination-log"]
     command += ["--expected-gpus", str(gpus)]
     command += ["--mode", BURNIN_MODE_FLAG[mode]]
     if reason and reason.startswith("xid-"):
         command += ["--reason", reason]
+    env = BURNIN_ENV
+    if uuid:
+        command += ["--uuid", uuid]
+        env = env | {"NVIDIA_VISIBLE_DEVICES": uuid,
+                     "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    gpu_request = {} if uuid else {"nvidia.com/gpu": str(gpus)}
     container = {
         "name": "burnin",
         "image": image,
         "command": command,
-        "env": _env(BURNIN_ENV),
+        "env": _env(env),
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -160,16 +170,17 @@ def burnin_job(
             "capabilities": {"drop": ["ALL"]},
         },
         "resources": {
-            "requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": str(gpus)},
-            "limits": {"memory": "32Gi", "nvidia.com/gpu": str(gpus)},
+            "requests": {"cpu": "2", "memory": "8Gi", **gpu_request},
+            "limits": {"memory": "32Gi", **gpu_request},
         },
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     }
     key = restore_model.burnin_key(isolated_at, boot_id, mode, reset_done, inspected)
     job = _job(JobKind.BURNIN, node, key, namespace, container, [], runtime_class)
-    job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
-    job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node
+    if not uuid:
+        job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
+        job["spec"]["template"]["metadata"]["labels"][BURNIN_NODE_LABEL] = node
     job["metadata"]["annotations"] = {
         annotation_keys.ISOLATED_AT: isolated_at,
         annotation_keys.BOOT_ID: boot_id,

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from gpuguard.agent import exporter, gpu_processes, journal, position
+from gpuguard.agent import exporter, gpu_processes, journal, podresources, position
 from gpuguard.agent.checks import result
+from gpuguard.errors import SourceError
 from gpuguard.kernlog import parse
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class AgentConfig:
     check_interval_s: float = 300.0
     poll_interval_s: float = 1.0
     process_scan_budget_s: float = gpu_processes.BUDGET_S
+    pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)
 
 
 class Agent:
@@ -68,6 +70,10 @@ class Agent:
         self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
+        self.pods = (
+            None if config.pod_resources is None
+            else podresources.KubeletPodResources(config.pod_resources)
+        )
         self.registry: CollectorRegistry = exporter.registry_for(self.collector)
         self._run_checks = run_checks
         self._wall = wall
@@ -103,9 +109,19 @@ class Agent:
         self._last_check_start = started = self._monotonic()
         results = self._run_checks()
         self.collector.processes = self.scan_processes()
+        if self.pods is not None:
+            self.collector.pod_devices = self.read_pods(self.pods)
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
         return cycle
+
+    def read_pods(self, pods: podresources.KubeletPodResources) -> exporter.PodDevices:
+        """Which pods hold which GPUs; unreadable says so (``readable`` 0), never "none"."""
+        try:
+            return exporter.PodDevices(True, pods.list())
+        except SourceError as e:
+            log.warning("pods on GPUs unknown: %s", e)
+            return exporter.PodDevices(False, ())
 
     def scan_processes(self) -> gpu_processes.ProcessReport:
         found = gpu_processes.scan(

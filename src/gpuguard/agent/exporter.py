@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuguard.agent import gpu_processes
+from gpuguard.agent import gpu_processes, podresources
 from gpuguard.agent.checks import nvidia, result
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
@@ -33,6 +33,7 @@ from gpuguard.model import metric_names as names
 
 XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
 CardKey = tuple[str, str]  # pci, uuid
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 
 
 def _base(name: str) -> str:
@@ -111,6 +112,14 @@ class Tally:
 
 
 @dataclass(frozen=True, slots=True)
+class PodDevices:
+    """The kubelet's answer on which containers hold which devices (``agent.podresources``)."""
+
+    readable: bool
+    uses: tuple[podresources.DeviceUse, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CheckCycle:
     """One run of the conformance checks: results, when it ended, how long it took."""
 
@@ -127,6 +136,7 @@ class AgentCollector(Collector):
         self.tally = tally
         self.cycle: CheckCycle | None = None
         self.processes: gpu_processes.ProcessReport | None = None
+        self.pod_devices: PodDevices | None = None  # None: the PodResources opt-in is off
         self.kernel_log_readable = True
 
     def collect(self) -> Iterator[Metric]:
@@ -135,6 +145,8 @@ class AgentCollector(Collector):
             yield from self._checks(self.cycle)
         if self.processes is not None:
             yield from self._processes(self.processes)
+        if self.pod_devices is not None:
+            yield from self._pods(self.pod_devices)
 
     def _kernel_log(self) -> Iterator[Metric]:
         snapshot = self.tally.as_json()
@@ -219,6 +231,27 @@ class AgentCollector(Collector):
         )
         complete.add_metric([self.node], int(found.complete))
         yield from (counts, complete)
+
+
+    def _pods(self, found: PodDevices) -> Iterator[Metric]:
+        """1 per GPU a container holds (the kubelet's device ID: the GPU UUID under the NVIDIA
+        plugin's ``deviceIDStrategy: uuid``); gpuguard names these pods when it isolates a GPU."""
+        held = GaugeMetricFamily(
+            names.GPU_POD,
+            "1 for each GPU a pod's container holds, from the kubelet's PodResources API.",
+            labels=["node", "uuid", "namespace", "pod", "container"],
+        )
+        for use in found.uses:
+            if use.resource == GPU_RESOURCE:
+                for device in use.device_ids:
+                    held.add_metric([self.node, device, use.namespace, use.pod, use.container], 1)
+        readable = GaugeMetricFamily(
+            names.POD_RESOURCES_READABLE,
+            "1 when the kubelet's PodResources API answered at the last check cycle.",
+            labels=["node"],
+        )
+        readable.add_metric([self.node], int(found.readable))
+        yield from (held, readable)
 
 
 def nvml_mismatch(results: Iterable[result.CheckResult]) -> int | None:

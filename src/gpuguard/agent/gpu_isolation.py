@@ -6,12 +6,14 @@
   GPU fail, inside containers and for jobs started on the host outside Kubernetes. NVML: "not
   persistent across reboots and always resets to Default" — so it is re-applied after every
   boot (and after a GPU reset);
-- the host's exclusion list (``/etc/gpuguard/excluded-gpus``, one UUID a line), which the
-  per-node device-plugin instance reads for its visible devices; it is a file on disk, so it
-  outlives a reboot.
+- the host's exclusion list (``/etc/gpuguard/excluded-gpus``, one UUID a line): the host's
+  record of what is isolated, for a person on the node (the device plugin that leaves the GPU
+  out is chosen by node labels, docs/gpu-isolation.md); a file on disk, it outlives a reboot.
 
-``undo`` reverses both for the listed GPUs. Each returns a report (JSON on one line, the Job's
-termination message): per GPU what was applied, the compute mode read back afterwards, and
+``undo`` reverses both for the listed GPUs and reads each one's row-remap state (a pending
+remap is applied only by a GPU reset, a failed one needs the card replaced: NVIDIA's row
+remapping documentation), one of the return checks. Each returns a report (JSON on one line,
+the Job's termination message): per GPU what was applied, the compute mode read back afterwards, and
 whether the host's kernel log shows a hardware Xid for that card (which confirms the fault for
 the breaker, docs/breaker.md#gpu-isolations). Nothing here decides what to isolate.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -55,6 +57,10 @@ class GpuControl(Protocol):
 
     def write_excluded(self, uuids: set[str]) -> None: ...
 
+    def remap_pending(self, uuid: str) -> bool | None:
+        """A row remap pending or failed on the GPU (None: the card has no row remapping)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class GpuReport:
@@ -63,6 +69,7 @@ class GpuReport:
     excluded: bool
     kernel_fault: bool  # a hardware Xid for this card is in the host's kernel log
     error: str = ""
+    remap_pending: bool | None = None  # undo only: a row remap pending or failed (None: n/a)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +131,22 @@ def _run(action: str, control: GpuControl, uuids: Sequence[str], root: Path, mod
         excluded, notes = set(), [*notes, str(e)]
     gpus = tuple(_gpu(u, modes.get(u, missing), u in excluded, u in faulty, errors.get(u, ""))
                  for u in uuids)
+    if mode == DEFAULT:
+        gpus = tuple(_with_remap(control, g, notes) for g in gpus)
     return Report(action, gpus, tuple(notes))
+
+
+def _with_remap(control: GpuControl, gpu: GpuReport, notes: list[str]) -> GpuReport:
+    """The GPU's row-remap state; unreadable counts as pending (an unknown state never
+    returns a card)."""
+    if gpu.compute_mode == ABSENT:
+        return gpu
+    try:
+        pending = control.remap_pending(gpu.uuid)
+    except HostError as e:
+        notes.append(f"row-remap state not read: {e}")
+        pending = True
+    return replace(gpu, remap_pending=pending)
 
 
 def _gpu(uuid: str, mode: str, excluded: bool, faulty: bool, error: str) -> GpuReport:
@@ -178,6 +200,16 @@ class NvidiaSmi:
             self._file.write_text("".join(f"{u}\n" for u in sorted(uuids)), encoding="utf-8")
         except OSError as e:
             raise HostError(f"cannot write {self._file}: {e.strerror}") from e
+
+    def remap_pending(self, uuid: str) -> bool | None:
+        query = "--query-remapped-rows=remapped_rows.pending,remapped_rows.failure"
+        out = self._smi(["-i", uuid, query, "--format=csv,noheader"]).strip()
+        values = [v.strip().lower() for v in out.split(",")]
+        if any(v in ("yes", "1", "true") for v in values):
+            return True
+        if values and all(v in ("no", "0", "false") for v in values):
+            return False
+        return None  # [N/A]: a card without row remapping (pre-Ampere, some GeForce)
 
     def _smi(self, args: list[str]) -> str:
         result = self._runner.run(["nvidia-smi", *args], timeout_s=SMI_TIMEOUT_S)

@@ -78,6 +78,10 @@ StateDirOption = Annotated[
 IntervalOption = Annotated[str, typer.Option(help="How often the host checks run, e.g. 5m.")]
 PortOption = Annotated[int, typer.Option(help="Port for /metrics and /healthz.")]
 HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
+PodResourcesOption = Annotated[
+    Path | None,
+    typer.Option(help="The kubelet's PodResources socket: export which pods hold each GPU."),
+]
 
 
 def agent(
@@ -96,6 +100,7 @@ def agent(
     timeout: check_cli.TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
     driver_version: check_cli.DriverOption = None,
     kernel_version: check_cli.KernelOption = None,
+    pod_resources: PodResourcesOption = None,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
@@ -127,7 +132,9 @@ def agent(
         driver_version=driver_version,
         kernel_version=kernel_version,
     )
-    config = daemon.AgentConfig(name, root, state_dir, _interval(check_interval))
+    config = daemon.AgentConfig(
+        name, root, state_dir, _interval(check_interval), pod_resources=pod_resources
+    )
     run = functools.partial(
         running.run_checks, root, check_settings, commands.SubprocessRunner(), False
     )

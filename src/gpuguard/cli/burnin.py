@@ -87,6 +87,10 @@ ReasonOption = Annotated[
 DcgmTimeoutOption = Annotated[
     str, typer.Option(help="Hard limit for dcgmi diag -r 4 before it counts as UNKNOWN.")
 ]
+UuidOption = Annotated[
+    str | None,
+    typer.Option(help="Burn in only this GPU (GPU-...): an isolated GPU before it returns."),
+]
 SummaryOption = Annotated[
     bool,
     typer.Option("--summary", help="Compact JSON <= 4000 bytes for the termination message."),
@@ -103,6 +107,7 @@ def burnin(
     mode: ModeOption = burnin_policy.Mode.AUTO,
     reason: ReasonOption = None,
     dcgm_timeout: DcgmTimeoutOption = "60m",
+    uuid: UuidOption = None,
     fmt: output.FormatOpt = output.Format.TABLE,
     json_output: output.JsonAlias = False,
     summary: SummaryOption = False,
@@ -124,6 +129,7 @@ def burnin(
         expected_gpus=expected_gpus,
         floor=floor,
         dcgm_timeout_s=_seconds(dcgm_timeout, "--dcgm-timeout"),
+        uuid=uuid,
     )
     try:
         result = running.run(request, running.Environment())

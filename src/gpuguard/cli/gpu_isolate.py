@@ -1,6 +1,8 @@
 """``gpuguard gpu-isolate apply|undo``: what the pinned GPU-isolation Job runs on a node
 (docs/gpu-isolation.md).
 
+``taint-rule`` prints the DRA route's DeviceTaintRule for one GPU (for kubectl apply).
+
 Applies (or removes) compute mode PROHIBITED and the host's exclusion list for the given
 GPU UUIDs, reads both back, and prints the report (one JSON line); ``--summary-file`` writes
 it where Kubernetes reads the Job's result (``/dev/termination-log``). Exit 0 when every GPU
@@ -9,6 +11,7 @@ ended in the wanted state, 1 otherwise, 2 on a bad flag.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -18,12 +21,14 @@ import typer
 from gpuguard.agent import commands
 from gpuguard.agent import gpu_isolation as host
 from gpuguard.cli import output
+from gpuguard.errors import InputError
+from gpuguard.policy import gpu_route
 
 HELP = """Take GPUs out on this host (apply) or put them back (undo).
 
 \b
   apply   nvidia-smi -i UUID -c PROHIBITED, and UUID added to
-          /etc/gpuguard/excluded-gpus (read by the per-node device plugin)
+          /etc/gpuguard/excluded-gpus (the host's record of isolated GPUs)
   undo    nvidia-smi -i UUID -c DEFAULT, and UUID removed from that list
 
 Run by gpuguard's GPU-isolation Job with the host's /etc/gpuguard mounted at
@@ -75,3 +80,44 @@ def undo(
     uuid: UuidOption, root: RootOption = Path("/"), summary_file: SummaryFileOption = None
 ) -> None:
     _run(host.undo, uuid, root, summary_file)
+
+
+SlicesOption = Annotated[
+    Path,
+    typer.Option(exists=True, dir_okay=False,
+                 help="`kubectl get resourceslices -o json` saved to a file."),
+]
+
+
+@app.command("taint-rule", help="Print the DRA DeviceTaintRule that keeps one GPU out.")
+def taint_rule(
+    node: Annotated[str, typer.Option(help="The node the GPU is on.")],
+    uuid: Annotated[str, typer.Option(help="The isolated GPU's UUID (GPU-...).")],
+    slices: SlicesOption,
+    effect: Annotated[
+        gpu_route.Effect, typer.Option(help="NoSchedule, or NoExecute to evict its pods too.")
+    ] = gpu_route.Effect.NO_SCHEDULE,
+    api_version: Annotated[
+        str, typer.Option(help="resource.k8s.io/v1 (Kubernetes 1.37) or v1beta2 (1.36).")
+    ] = gpu_route.API_VERSIONS[0],
+    fmt: output.FormatOpt = output.Format.YAML,
+) -> None:
+    """The device is resolved from the slices by its ``uuid`` attribute, so run it again
+    after the DRA driver republishes (docs/gpu-isolation.md#dra). Apply it with kubectl;
+    delete it to undo."""
+    if api_version not in gpu_route.API_VERSIONS:
+        raise typer.BadParameter(f"one of {', '.join(gpu_route.API_VERSIONS)}",
+                                 param_hint="--api-version")
+    try:
+        data = json.loads(slices.read_text(encoding="utf-8"))
+        items = data.get("items", []) if isinstance(data, dict) else []
+    except (OSError, ValueError) as e:
+        raise InputError(f"--slices {slices}: not a ResourceSlice list: {e}") from e
+    device = gpu_route.resolve(gpu_route.slice_devices(items), node, uuid)
+    if device is None:
+        raise InputError(
+            f"no {gpu_route.DRA_DRIVER} device with uuid {uuid} on {node} in {slices}"
+        )
+    manifest = gpu_route.taint_rule(device, effect=effect, api_version=api_version)
+    if not output.emit(manifest, fmt):
+        output.emit(manifest, output.Format.YAML)

@@ -17,7 +17,7 @@ from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError, SourceError
 from gpuguard.model import fleet, gpu_isolation
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import lifecycle
+from gpuguard.policy import gpu_route, lifecycle
 
 ConfigOpt = Annotated[
     Path | None,
@@ -208,7 +208,17 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "phantom_gpus": _phantoms(name, result),
         "gpu_isolation": _gpu_isolation(name, node, result),
         "change": change_step.explain(node, result.changes),
+        "gpu_route": _route(node),
     }
+
+
+def _route(node: fleet.Node | None) -> dict[str, str] | None:
+    """How a GPU of this node would be kept out, by its cluster type (docs/gpu-isolation.md);
+    from its labels: ResourceSlices are not read here (gpuguard gpu-isolate taint-rule)."""
+    if node is None or not node.gpu_capacity:
+        return None
+    found = gpu_route.route(node)
+    return {"route": str(found.route), "why": found.why, "gpuguard_does": found.built}
 
 
 def _gpu_isolation(
@@ -223,7 +233,8 @@ def _gpu_isolation(
     return {
         "gpus": [
             {"gpu": e.index, "uuid": e.uuid, "mechanism": e.mechanism, "fault": e.fault,
-             "applied_boot": e.applied_boot[:8], "confirmed": e.confirmed}
+             "applied_boot": e.applied_boot[:8], "confirmed": e.confirmed,
+             "returning": e.returning}
             for e in entries
         ],
         "step": str(step.step) if step else None,
@@ -283,6 +294,10 @@ def _print_explanation(data: dict[str, Any]) -> None:
                 f"{gpu['mechanism']}, applied on boot {gpu['applied_boot'] or '-'}"
             )
         con.print(f"  now: {isolated['step']}: {isolated['detail']}", highlight=False)
+    route = data["gpu_route"]
+    if route:
+        con.print(f"- GPU route: {route['route']} ({route['why']}): {route['gpuguard_does']}",
+                  highlight=False)
     checklist = data["return_checklist"]
     if checklist:
         done = "" if checklist["done"] == "-" else f"; {checklist['done']}"

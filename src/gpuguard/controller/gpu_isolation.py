@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.catalog import xid as xid_catalog
@@ -141,12 +141,21 @@ class GpuIsolation:
             return None
         return Outcome(node.name, plan.step, f"device plugin {plan.plugin}: {plan.detail}")
 
-    def _run_job(self, node: fleet.Node, plan: policy.Plan, now: datetime) -> Outcome | None:
+    def _manifest(self, node: fleet.Node, plan: policy.Plan) -> dict[str, Any]:
+        if plan.step is Step.BURNIN:
+            (uuid,) = plan.uuids
+            return job_specs.burnin_job(
+                node.name, plan.key, node.boot_id, gpus=1, mode="matmul", image=self.image,
+                namespace=self.namespace, runtime_class=self.runtime_class, uuid=uuid,
+            )
         action = "apply" if plan.step is Step.APPLY else "undo"
-        manifest = job_specs.gpu_isolation_job(
+        return job_specs.gpu_isolation_job(
             node.name, plan.key, action=action, uuids=plan.uuids, image=self.image,
             namespace=self.namespace, runtime_class=self.runtime_class,
         )
+
+    def _run_job(self, node: fleet.Node, plan: policy.Plan, now: datetime) -> Outcome | None:
+        manifest = self._manifest(node, plan)
         name = manifest["metadata"]["name"]
         try:
             result = self.jobs.result(name)
@@ -166,11 +175,14 @@ class GpuIsolation:
     ) -> Outcome | None:
         if plan.step is Step.APPLY:
             applied = policy.after_apply(node, plan, result.message, now)
+        elif plan.step is Step.BURNIN:
+            succeeded = result.state is job_model.JobState.SUCCEEDED
+            applied = policy.after_burnin(node, plan, succeeded, result.message)
         else:
             applied = policy.after_return(node, plan, result.message)
         if not applied.ok:
             return self._failed(node, plan, applied.detail or result.detail, now)
-        reason = _reason(plan)
+        reason = applied.reason or _reason(plan)
         action = decisions.Action(
             kind=decisions.ActionKind.ANNOTATE,
             node=node.name,

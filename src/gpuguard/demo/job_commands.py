@@ -2,8 +2,9 @@
 
 ``gpuguard evidence`` is the real collector, reading the node's host tree (the simulator
 writes it) mounted at ``--root``. ``gpuguard burnin`` is the real burn-in (timing, checks,
-report) over the node's simulated GPUs: each GPU still on the bus runs at a fixed share of its
-model's expected throughput, so a GPU that did not come back is missing from the count. The
+report) over the node's simulated GPUs: each GPU still on the bus runs at its share of its
+model's expected throughput (``gpu_slow`` lowers it), so a GPU that did not come back is
+missing from the count; ``--uuid`` burns in that GPU alone. The
 result is what the container writes to its termination message. Host programs (journalctl,
 nvidia-smi, dcgmi) do not exist in a host tree, as on a host without them.
 """
@@ -22,8 +23,6 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
 from gpuguard.policy import burnin
 from gpuguard.sim import state, world
-
-HEALTHY_SHARE = 0.9  # of the model's expected dense throughput
 
 
 class NoHostPrograms:
@@ -47,7 +46,8 @@ class SimulatedGpus:
     def matmul_tflops(
         self, device: hardware.DeviceInfo, size: int, dtype: gpu_models.Dtype, d: float
     ) -> float:
-        return (self.table.expected(device.name, dtype) or 100.0) * HEALTHY_SHARE
+        share = next(g.throughput_share for g in self.node.gpus if g.index == device.index)
+        return (self.table.expected(device.name, dtype) or 100.0) * share
 
     def pattern_errors(self, device: hardware.DeviceInfo, fraction: float) -> int:
         return 0
@@ -57,7 +57,7 @@ class SimulatedGpus:
 class SimulatedDriver:
     """The isolation Job's GpuControl on a simulated node: ``nvidia-smi -c`` sets the GPU's
     compute mode (a GPU off the bus does not answer), and the host's exclusion list is the
-    node's (what the per-node device-plugin instance reads at its start)."""
+    node's record of isolated GPUs."""
 
     node: state.SimNode
 
@@ -75,6 +75,12 @@ class SimulatedDriver:
 
     def write_excluded(self, uuids: set[str]) -> None:
         self.node.excluded_uuids = set(uuids)
+
+    def remap_pending(self, uuid: str) -> bool | None:
+        gpu = next((g for g in self._attached() if g.uuid == uuid), None)
+        if gpu is None:
+            raise host_isolation.HostError(f"nvidia-smi -i {uuid}: No devices were found")
+        return gpu.row_remap_pending > 0
 
     def _attached(self) -> list[state.SimGpu]:
         """GPUs the driver answers for: on the bus, not excluded at module load."""
@@ -101,6 +107,7 @@ def _burnin(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
         xid=burnin.parse_reason(flags.get("--reason")),
         duration_s=0.01,
         size=64,
+        uuid=flags.get("--uuid"),
     )
     env = running.Environment(
         load_backend=lambda _: SimulatedGpus(node, table),

@@ -29,6 +29,7 @@ GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (mode
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
+DEVICE_PLUGIN_VISIBLE_LABEL = PREFIX + "device-plugin-visible"  # node label: its GPU indices
 
 PER_ISOLATION = (
     REASON,

@@ -21,8 +21,13 @@ from gpuguard.model import annotation_keys, fleet, pci, timestamps
 KEY = annotation_keys.GPU_ISOLATED
 DEVICE_PLUGIN_LABEL = annotation_keys.DEVICE_PLUGIN_LABEL
 DEVICE_PLUGIN_EXCLUDING = "excluding"
-"""The label value that selects the per-node device-plugin instance which advertises every GPU
-but the ones the isolation Job listed on the host (docs/gpu-isolation.md#host-drivers)."""
+"""The label value that moves the node off the cluster's device-plugin DaemonSet onto one of
+the chart's per-node instances (docs/gpu-isolation.md#what-the-cluster-runs-host-driver-route)."""
+DEVICE_PLUGIN_VISIBLE_LABEL = annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL
+"""Which of the chart's instances: the GPU indices it sees, joined by ``-`` (``0-2-3``). A
+DaemonSet's environment is the same on every node and the NVIDIA container runtime reads
+``NVIDIA_VISIBLE_DEVICES`` when it creates the container, so the per-node subset must come
+from a DaemonSet per subset, selected by this label."""
 
 
 DEVICE_PLUGIN_PODS = ("nvidia-device-plugin", "gpuguard-device-plugin")
@@ -58,6 +63,7 @@ class IsolatedGpu:
     confirmed: bool = False  # the isolation Job found the fault in the host's kernel log
     applied_at: datetime | None = None  # the last verified application
     plugin: str = ""  # the device-plugin pod (name#restarts) that last advertised without it
+    returning: bool = False  # compute mode back to Default for its burn-in; still not advertised
 
     @property
     def mechanisms(self) -> tuple[Mechanism, ...]:
@@ -73,6 +79,10 @@ class IsolatedGpu:
             plugin=plugin,
             confirmed=self.confirmed or confirmed,
         )
+
+    def held_again(self) -> IsolatedGpu:
+        """Back to held after a return that did not pass: applied again at the next tick."""
+        return replace(self, returning=False, applied_boot="")
 
     def to_json(self) -> dict[str, object]:
         applied = timestamps.format_utc(self.applied_at) if self.applied_at else None
@@ -114,6 +124,7 @@ def _entry(item: object) -> IsolatedGpu | None:
             confirmed=bool(item.get("confirmed", False)),
             applied_at=timestamps.parse_utc(str(item.get("applied_at") or "")),
             plugin=str(item.get("plugin", "")),
+            returning=item.get("returning") is True,
         )
         entry.mechanisms  # noqa: B018 - an unknown mechanism makes the entry unreadable
     except (TypeError, ValueError):
@@ -140,6 +151,26 @@ def expected_capacity(entries: tuple[IsolatedGpu, ...]) -> int | None:
     """The GPU count the node should advertise with its isolated GPUs excluded."""
     before = max((e.capacity for e in entries), default=0)
     return before - len(entries) if before else None
+
+
+def visible_indices(entries: tuple[IsolatedGpu, ...]) -> str | None:
+    """The value of the visible-devices label: the node's GPU indices (NVML order, the same
+    indices ``NVIDIA_VISIBLE_DEVICES`` takes) without the isolated ones; None when the
+    capacity or an index is unknown (no instance can be chosen)."""
+    before = max((e.capacity for e in entries), default=0)
+    if not before or not all(e.index.isdigit() for e in entries):
+        return None
+    out = {int(e.index) for e in entries}
+    return "-".join(str(i) for i in range(before) if i not in out) or None
+
+
+def plugin_labels(entries: tuple[IsolatedGpu, ...]) -> dict[str, str | None]:
+    """The node labels that select the per-node device plugin for ``entries`` (both removed
+    when none is left, or when no instance fits: the cluster's plugin comes back)."""
+    visible = visible_indices(entries) if entries else None
+    if visible is None:
+        return {DEVICE_PLUGIN_LABEL: None, DEVICE_PLUGIN_VISIBLE_LABEL: None}
+    return {DEVICE_PLUGIN_LABEL: DEVICE_PLUGIN_EXCLUDING, DEVICE_PLUGIN_VISIBLE_LABEL: visible}
 
 
 def unexplained_missing(node: fleet.Node) -> int:

@@ -72,6 +72,8 @@ GPU_ISOLATED = "gpuguard_gpu_isolated"  # labels: node, gpu, uuid; value: unix t
 GPU_ISOLATION_OVERDUE = "gpuguard_gpu_isolation_overdue"  # node, gpu, uuid: 1 past rma_deadline
 GPU_PROCESSES = "gpuguard_gpu_processes"  # agent: processes holding {node,gpu,pci,uuid} open
 GPU_PROCESS_SCAN_COMPLETE = "gpuguard_gpu_process_scan_complete"  # agent: 1/0 per node
+GPU_POD = "gpuguard_gpu_pod"  # agent (PodResources): 1 per {node,uuid,namespace,pod,container}
+POD_RESOURCES_READABLE = "gpuguard_pod_resources_readable"  # agent: 1/0 per node (opt-in)
 
 # Derived series the guard's Prometheus source fetches once per tick (constant query count),
 # stored in FleetSnapshot.samples under these names.

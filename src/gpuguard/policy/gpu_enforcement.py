@@ -11,7 +11,10 @@ So each tick, for every node serving with isolated GPUs, ``plan`` says what to d
   should (a device-plugin restart re-advertised one) — the isolation Job runs again;
 - **return** the GPUs a person asked back (``gpuguard.io/gpu-return``) once their card history
   allows it (a card with a replacement asked is held unless the request says it was replaced:
-  ``replaced:GPU-...``);
+  ``replaced:GPU-...``): the undo Job puts compute mode back to Default and reads the card's
+  row-remap state; then
+- **burnin** that GPU alone (still not advertised: its node labels keep it out of the device
+  plugin) — it returns only when the burn-in passes, else it is held again;
 - **held** otherwise: verified on this boot, the node advertises what it should.
 
 ``after_apply`` and ``after_return`` turn the isolation Job's report into the node's new marks.
@@ -38,6 +41,7 @@ REPLACED = "replaced:"
 class Step(StrEnum):
     APPLY = "apply"
     RETURN = "return"
+    BURNIN = "burnin"  # a returning GPU's own burn-in
     RECORD = "record"  # the device plugin restarted with the exclusion: remember that pod
     HELD = "held"
     WAIT = "wait"
@@ -65,17 +69,22 @@ def plan(
     if not node.ready:
         return Plan(node.name, Step.WAIT, (), "", "node not Ready: applied when it is back")
     plugin = gpu_isolation.plugin_stamp(pods)
+    burning = [e for e in entries if e.returning]
+    if burning:
+        card = burning[0]
+        key = f"burnin/{card.uuid}/{node.boot_id}/{_stamp([card])}"
+        detail = f"return asked: burn-in of GPU {card.index} ({card.uuid}) alone"
+        return Plan(node.name, Step.BURNIN, (card.uuid,), key, detail, {}, plugin)
     returning, refused = _returns(node, entries, ledger)
     if returning:
         uuids = tuple(sorted(returning))
-        key = f"undo/{','.join(uuids)}/{node.boot_id}"
+        stamp = _stamp([e for e in entries if e.uuid in returning])
+        key = f"undo/{','.join(uuids)}/{node.boot_id}/{stamp}"
         return Plan(node.name, Step.RETURN, uuids, key, "return asked", refused, plugin)
     uuids = tuple(e.uuid for e in entries)
     why = _stale(node, entries, plugin)
     if why:
-        last = max((e.applied_at for e in entries if e.applied_at), default=None)
-        stamp = last.isoformat() if last else "never"
-        key = f"apply/{','.join(uuids)}/{node.boot_id}/{stamp}"
+        key = f"apply/{','.join(uuids)}/{node.boot_id}/{_stamp(entries)}"
         return Plan(node.name, Step.APPLY, uuids, key, why, refused, plugin)
     expected = gpu_isolation.expected_capacity(entries)
     detail = (
@@ -84,6 +93,13 @@ def plan(
     )
     step = Step.RECORD if plugin and any(not e.plugin for e in entries) else Step.HELD
     return Plan(node.name, step, uuids, "", detail, refused, plugin)
+
+
+def _stamp(entries: Iterable[gpu_isolation.IsolatedGpu]) -> str:
+    """The last application among ``entries``: a Job key per application, so a step that ran
+    before a re-application runs again after it."""
+    last = max((e.applied_at for e in entries if e.applied_at), default=None)
+    return last.isoformat() if last else "never"
 
 
 def _stale(
@@ -102,10 +118,10 @@ def _stale(
             f"the device plugin advertises {node.gpu_allocatable} GPUs, expected {expected}: "
             "it restarted without the exclusion"
         )
-    if via_plugin and node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) != (
-        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    ):
-        return f"the node lost its label {gpu_isolation.DEVICE_PLUGIN_LABEL}"
+    if via_plugin:
+        for key, value in gpu_isolation.plugin_labels(entries).items():
+            if node.labels.get(key) != value:
+                return f"the node lost its label {key}={value}"
     seen = {e.plugin for e in entries if e.plugin}
     if plugin and seen and plugin not in seen:
         return f"the device plugin restarted ({plugin}): a GPU reset or operand restart"
@@ -156,6 +172,7 @@ class Applied:
     annotations: dict[str, str | None]
     labels: dict[str, str | None]
     detail: str
+    reason: Reason | None = None  # the Event's reason where the step does not imply it
 
 
 def after_apply(
@@ -167,9 +184,11 @@ def after_apply(
         return Applied(False, {}, {}, problem)
     current = gpu_isolation.read(node)
     plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in current)
-    labelled = node.labels.get(gpu_isolation.DEVICE_PLUGIN_LABEL) == (
-        gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    )
+    labels = gpu_isolation.plugin_labels(current)
+    if plugin and labels[gpu_isolation.DEVICE_PLUGIN_LABEL] is None:
+        return Applied(False, {}, {}, "no per-node device plugin fits: a GPU's index or the "
+                       "node's GPU count is unknown")
+    labelled = all(node.labels.get(k) == v for k, v in labels.items())
     # A new label restarts the plugin: its new pod is recorded once it runs (Step.RECORD).
     stamp = plan_.plugin if labelled or not plugin else ""
     entries = tuple(
@@ -178,9 +197,6 @@ def after_apply(
         else e
         for e in current
     )
-    labels: dict[str, str | None] = {
-        gpu_isolation.DEVICE_PLUGIN_LABEL: gpu_isolation.DEVICE_PLUGIN_EXCLUDING
-    }
     return Applied(
         True,
         {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)},
@@ -236,18 +252,83 @@ def _request(
 
 
 def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
-    """The node's marks once the undo Job put the returned GPUs back."""
-    _, problem = _report(message, plan_.uuids, want_mode="DEFAULT", excluded=False)
+    """The node's marks once the undo Job ran: the GPUs go to their burn-in when compute mode
+    is back to Default and no row remap is pending (or failed); otherwise they are held again
+    (applied at the next tick) and the return request is dropped, with why."""
+    gpus, problem = _report(message, plan_.uuids, want_mode="DEFAULT", excluded=False)
+    pending = [u for u in plan_.uuids if gpus.get(u, {}).get("remap_pending") is True]
+    if pending:
+        problem = (f"row remap pending or failed on {', '.join(pending)}: a GPU reset applies "
+                   "a pending remap; a failed remap needs the card replaced")
     if problem:
-        return Applied(False, {}, {}, problem)
-    left = tuple(e for e in gpu_isolation.read(node) if e.uuid not in plan_.uuids)
+        return _held_again(node, plan_.uuids, f"GPU {', '.join(plan_.uuids)} stays out: {problem}")
+    asked = gpu_isolation.return_requested(node)
+    gone = tuple(u for u in plan_.uuids if f"{REPLACED}{u}" in asked)  # left the host
+    testing = tuple(u for u in plan_.uuids if u not in gone)
+    if not testing:
+        return _removed(node, gone, f"GPU {', '.join(gone)} replaced: off the list")
+    entries = tuple(
+        replace(e, returning=True) if e.uuid in testing else e
+        for e in gpu_isolation.read(node) if e.uuid not in gone
+    )
+    return Applied(
+        True,
+        {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)},
+        {},
+        f"GPU {', '.join(testing)}: card history allows a return, no row remap pending, "
+        "compute mode Default; its own burn-in runs next (still not advertised)",
+        Reason.GPU_RETURN_CHECKED,
+    )
+
+
+def after_burnin(node: fleet.Node, plan_: Plan, succeeded: bool, message: str | None) -> Applied:
+    """The node's marks once the returning GPU's burn-in ended: back in service when it passed
+    (the node labels now let the device plugin advertise it), held again when it did not."""
+    passed, why = _burnin_result(succeeded, message)
+    if not passed:
+        return _held_again(node, plan_.uuids, f"GPU {', '.join(plan_.uuids)} stays out: "
+                           f"its burn-in failed ({why})")
+    return _removed(node, plan_.uuids,
+                    f"GPU {', '.join(plan_.uuids)} back in service: its burn-in passed ({why})")
+
+
+def _removed(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
+    """The marks without ``uuids``; the last one removes the request and the plugin labels."""
+    left = tuple(e for e in gpu_isolation.read(node) if e.uuid not in uuids)
+    done = {*uuids, *(f"{REPLACED}{u}" for u in uuids)}
+    asked = sorted(gpu_isolation.return_requested(node) - done)
     annotations: dict[str, str | None] = {
         annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(left),
-        annotation_keys.GPU_RETURN: None,
+        annotation_keys.GPU_RETURN: ",".join(asked) if left and asked else None,
         **({} if left else {annotation_keys.GPU_REQUEST: None}),
     }
-    labels: dict[str, str | None] = {} if left else {gpu_isolation.DEVICE_PLUGIN_LABEL: None}
-    return Applied(True, annotations, labels, f"GPU {', '.join(plan_.uuids)} back in service")
+    via_plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in left)
+    labels = gpu_isolation.plugin_labels(left if via_plugin else ())
+    return Applied(True, annotations, labels, detail, Reason.GPU_RETURNED)
+
+
+def _held_again(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
+    entries = tuple(e.held_again() if e.uuid in uuids else e for e in gpu_isolation.read(node))
+    annotations: dict[str, str | None] = {
+        annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries),
+        annotation_keys.GPU_RETURN: None,
+    }
+    return Applied(True, annotations, {}, detail, Reason.GPU_RETURN_FAILED)
+
+
+def _burnin_result(succeeded: bool, message: str | None) -> tuple[bool, str]:
+    """Whether the burn-in passed, and its failed checks (or its checks' count)."""
+    try:
+        data = json.loads(message or "")
+        checks = [c for c in data.get("checks", []) if isinstance(c, dict)]
+        passed = data["passed"] is True
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False, f"no burn-in report: {(message or '')[:200]!r}"
+    failed = [f"{c.get('check')}: {c.get('evidence', '')}" for c in checks
+              if c.get("status") != decisions.CheckStatus.PASS]
+    if passed and succeeded:
+        return True, f"{len(checks)} checks passed"
+    return False, "; ".join(failed) or "the Job failed"
 
 
 def _report(

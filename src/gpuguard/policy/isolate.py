@@ -351,18 +351,31 @@ def _isolate_gpu(
         evidence=(*candidate.evidence, *scope.evidence),
         annotations={annotation_keys.GPU_ISOLATED: value or ""},
         detail=f"GPU {fault.gpu} ({fault.uuid}) out, the node keeps serving: {scope.detail}"
-        f"{_pods_on(fault)}",
+        f"{_pods_on(fault, node.name, snapshot.samples)}",
     )
 
 
-def _pods_on(fault: xid_signals.HardwareXid) -> str:
-    """The pod dcgm-exporter maps to the faulty GPU, reported, never evicted: it keeps its
-    context (compute mode PROHIBITED stops only new ones) until it ends or a person moves it."""
-    labels = fault.evidence.labels
-    pod = labels.get("pod", "")
-    if not pod:
+def _pods_on(
+    fault: xid_signals.HardwareXid, node: str, samples: tuple[fleet.MetricSample, ...]
+) -> str:
+    """The pods on the faulty GPU, reported, never evicted: each keeps its context (compute
+    mode PROHIBITED stops only new ones) until it ends or a person moves it. The kubelet's
+    PodResources answer (the agent's ``gpuguard_gpu_pod``) is exact; without it, the pod
+    dcgm-exporter maps to the GPU."""
+    held = sorted({
+        f"{s.labels.get('namespace', '')}/{s.labels['pod']}"
+        for s in samples
+        if s.name == names.GPU_POD and s.labels.get("node") == node and fault.uuid
+        and s.labels.get("uuid") == fault.uuid and s.labels.get("pod")
+    })
+    source = "kubelet PodResources"
+    if not held:
+        labels = fault.evidence.labels
+        pod = labels.get("pod", "")
+        held, source = ([f"{labels.get('namespace', '')}/{pod}"] if pod else []), "dcgm-exporter"
+    if not held:
         return ""
-    return f"; pod {labels.get('namespace', '')}/{pod} is on it: left running, not evicted"
+    return f"; pods on it ({source}): {', '.join(held)}: left running, not evicted"
 
 
 def _cordon(

@@ -50,6 +50,8 @@ The world's rules (deterministic):
   Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
   the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
+- ``gpu_slow``: a degraded card (clocks held down, a weak memory stack): a matmul on it reaches
+  ``share`` of its model's dense throughput, which a burn-in measures; it lasts.
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
   ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
@@ -396,7 +398,16 @@ def _restart_device_plugin(w: Stage, node: state.SimNode) -> None:
 def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
     if gpu.uuid in node.nvreg_active:
         return False
-    return node.plugin_instance != EXCLUDING_INSTANCE or gpu.uuid not in node.excluded_uuids
+    kind, _, visible = node.plugin_instance.partition(":")
+    # The chart's instance runs with NVIDIA_VISIBLE_DEVICES=<its indices>: the NVIDIA runtime
+    # gives it only those GPUs (k8s-device-plugin issues #81, #197).
+    return kind != EXCLUDING_INSTANCE or str(gpu.index) in visible.split("-")
+
+
+def on_gpu_slow(w: Stage, p: scenario.GpuSlowPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    gpu.throughput_share = p.share
+    w.record("gpu_slow", node.name, f"GPU {gpu.index}: matmul at {p.share:.0%} of expected")
 
 
 def on_nvreg_exclude(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
@@ -717,4 +728,5 @@ REACTIONS: Mapping[str, Reaction] = {
     "nvreg_exclude": on_nvreg_exclude,
     "host_config": on_host_config,
     "rollout": on_rollout,
+    "gpu_slow": on_gpu_slow,
 }

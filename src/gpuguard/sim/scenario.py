@@ -157,6 +157,12 @@ class HostJobPayload(GpuPayload):
     name: Annotated[str, pydantic.Field(min_length=1)] = "host-docker-job"
 
 
+class GpuSlowPayload(GpuPayload):
+    """A degraded card: its matmul runs at ``share`` of the model's dense throughput."""
+
+    share: Annotated[float, pydantic.Field(gt=0, le=1)] = 0.5
+
+
 class PrometheusDownPayload(_Strict):
     duration: Duration
 
@@ -229,6 +235,7 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "nvreg_exclude": GpuPayload,
     "host_config": HostConfigPayload,
     "rollout": RolloutPayload,
+    "gpu_slow": GpuSlowPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------

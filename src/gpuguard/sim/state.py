@@ -47,6 +47,7 @@ class SimGpu:
     uncorrectable_remapped_rows: int = 0
     correctable_remapped_rows: int = 0
     row_remap_pending: int = 0
+    throughput_share: float = 0.9  # of the model's dense throughput a matmul reaches (gpu_slow)
     row_remap_failure: int = 0
     phantom: bool = False
     link_width: int = 16
@@ -96,10 +97,11 @@ class SimNode:
     booted_at: datetime | None = None  # kernel uptime stamps count from here
     exporter_down_until: datetime | None = None  # exporter_down: dcgm-exporter does not answer
     # Per-GPU advertising (docs/gpu-isolation.md): which device-plugin instance runs on the
-    # node — "cluster" (the cluster's DaemonSet: every GPU on the bus) or "excluding" (the
-    # per-node instance selected by the node label gpuguard.io/device-plugin=excluding,
-    # whose visible devices leave out the UUIDs listed on the host) — and that host list
-    # (/etc/gpuguard/excluded-gpus: on disk, so it outlives a reboot).
+    # node — "cluster" (the cluster's DaemonSet: every GPU on the bus) or "excluding:0-2-3"
+    # (the chart's per-node instance selected by the node labels
+    # gpuguard.io/device-plugin=excluding and gpuguard.io/device-plugin-visible=0-2-3, which
+    # sees those GPU indices) — and the host's list of isolated UUIDs that the isolation Job
+    # writes (/etc/gpuguard/excluded-gpus: on disk, so it outlives a reboot).
     plugin_instance: str = "cluster"
     excluded_uuids: set[str] = field(default_factory=set)
     host_jobs: dict[str, int] = field(default_factory=dict)  # running host jobs -> GPU index

@@ -206,15 +206,21 @@ class World:
 
     def _follow_labels(self) -> None:
         """Node labels written since the last step move the node between the cluster's
-        device-plugin DaemonSet and the per-node instance that the label
-        ``gpuguard.io/device-plugin=excluding`` selects (docs/gpu-isolation.md#host-drivers:
-        the cluster runs both, with node selectors that split on the label)."""
+        device-plugin DaemonSet and the chart's per-node instances (the cluster's has the
+        affinity ``gpuguard.io/device-plugin DoesNotExist``; each of the chart's selects
+        ``gpuguard.io/device-plugin=excluding`` and one ``gpuguard.io/device-plugin-visible``
+        value, deploy/helm/gpuguard/templates/device-plugin.yaml). A value no instance has
+        leaves the node without a plugin."""
         if self.store.resource_version == self._labels_seen:
             return
         for node in self.nodes:
             labels = self.store.get("Node", "", node.name)["metadata"].get("labels") or {}
             value = labels.get(annotation_keys.DEVICE_PLUGIN_LABEL)
-            instance = "cluster" if value != reactions.EXCLUDING_INSTANCE else value
+            visible = labels.get(annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL, "")
+            instance = (
+                "cluster" if value != reactions.EXCLUDING_INSTANCE
+                else f"{reactions.EXCLUDING_INSTANCE}:{visible}"
+            )
             reactions.select_device_plugin(self, node, instance)
         self._labels_seen = self.store.resource_version
 

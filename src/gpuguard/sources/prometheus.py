@@ -79,6 +79,7 @@ class QueryPlan:
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
             names.DCGM_NODE_NEWEST: node_freshness_query(),
             names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
+            names.GPU_POD: names.GPU_POD,  # the agent's PodResources opt-in; absent: dcgm labels
         } | freshness_queries()
 
 

@@ -34,6 +34,7 @@ class BurninRequest:
     min_max: float = burnin.SEED_MIN_MAX_RATIO
     dcgm_timeout_s: float = dcgm.DEFAULT_TIMEOUT_S
     memory_fraction: float = DEFAULT_MEMORY_FRACTION
+    uuid: str | None = None  # burn in this GPU alone (an isolated GPU on its way back)
 
 
 def load_backend(kind: hardware.DeviceKind) -> hardware.Backend:
@@ -65,7 +66,7 @@ def _matmul(request: BurninRequest, env: Environment) -> report.BurninReport:
         return backend.matmul_tflops(device, request.size, request.dtype, request.duration_s)
 
     deadline = request.duration_s + HANG_GRACE_S
-    results = measuring.on_every_device(backend.devices(), work, deadline)
+    results = measuring.on_every_device(_devices(backend, request), work, deadline)
     verdict = burnin.evaluate(
         results,
         request.expected_gpus,
@@ -97,7 +98,7 @@ def _memory(request: BurninRequest, env: Environment) -> report.BurninReport:
         backend = env.load_backend(request.device)
     except hardware.BackendUnavailable as e:
         return _no_memory_test(request, str(e))
-    results = _pattern_test(backend, request.memory_fraction)
+    results = _pattern_test(backend, _devices(backend, request), request.memory_fraction)
     memory_test = _pattern_check(results, request.memory_fraction)
     verdict = burnin.evaluate_memory(len(results), request.expected_gpus, results, memory_test)
     note = (
@@ -108,14 +109,23 @@ def _memory(request: BurninRequest, env: Environment) -> report.BurninReport:
     return _report(request, burnin.Mode.MEMORY, backend.kind, results, fractions, verdict, note)
 
 
-def _pattern_test(backend: hardware.Backend, fraction: float) -> list[burnin.GpuResult]:
+def _devices(backend: hardware.Backend, request: BurninRequest) -> list[hardware.DeviceInfo]:
+    """The GPUs to burn in: every one, or the one ``--uuid`` names (none if it is not here:
+    the GPU-count check then fails)."""
+    found = backend.devices()
+    return [d for d in found if d.uuid == request.uuid] if request.uuid else found
+
+
+def _pattern_test(
+    backend: hardware.Backend, devices: list[hardware.DeviceInfo], fraction: float
+) -> list[burnin.GpuResult]:
     def work(device: hardware.DeviceInfo) -> float:
         mismatches = backend.pattern_errors(device, fraction)
         if mismatches:
             raise hardware.DeviceError(f"{mismatches} words read back wrong in the pattern test")
         return 0.0
 
-    results = measuring.on_every_device(backend.devices(), work, PATTERN_DEADLINE_S)
+    results = measuring.on_every_device(devices, work, PATTERN_DEADLINE_S)
     return [replace(result, tflops=None) for result in results]
 
 

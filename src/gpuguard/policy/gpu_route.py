@@ -1,0 +1,150 @@
+"""Which route keeps an isolated GPU out on a node's cluster type, and the DRA route's
+``DeviceTaintRule`` (docs/gpu-isolation.md#cluster-types). Pure: no I/O, no clock.
+
+- **DRA**: the node publishes ResourceSlices of NVIDIA's DRA driver (``gpu.nvidia.com``). A
+  ``DeviceTaintRule`` taints the device whose ``uuid`` attribute is the card's: ``NoSchedule``
+  keeps new claims off it, ``NoExecute`` also evicts the pods using it (KEP-5055; GA in
+  Kubernetes 1.37, beta behind ``DRADeviceTaintRules`` in 1.36 with ``v1beta2``). Rules select
+  by driver, pool and device *name*, so the name is resolved again from the slices at every
+  reconcile (NVIDIA's driver names devices ``gpu-N``; a renumbering moves the name).
+- **GPU Operator**: the operator labels the GPU nodes it manages ``nvidia.com/gpu.deploy.*``
+  (its operands' switches); its device plugin runs privileged, so the per-node plugin of the
+  host-driver route does not hold there (gpu-operator issue #1388).
+- **device plugin with host drivers**: otherwise; the route gpuguard builds (compute mode
+  PROHIBITED + the chart's per-node plugin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from gpuguard.model import fleet, timestamps
+
+DRA_DRIVER = "gpu.nvidia.com"
+OPERATOR_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+TAINT_KEY = "gpuguard.io/gpu-isolated"
+API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")  # GA (1.37), beta (1.36)
+
+
+class Route(StrEnum):
+    DEVICE_PLUGIN = "device-plugin"
+    GPU_OPERATOR = "gpu-operator"
+    DRA = "dra"
+
+
+class Effect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """One device of a ResourceSlice: what a DeviceTaintRule selects it by, and its UUID."""
+
+    driver: str
+    pool: str
+    device: str
+    node: str
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    route: Route
+    why: str
+    built: str  # what gpuguard does on this route
+
+
+def route(node: fleet.Node, devices: Iterable[SliceDevice] = ()) -> RouteDecision:
+    """The node's cluster type, first match wins: DRA, GPU Operator, host drivers."""
+    gpus = [d for d in devices if d.node == node.name and d.driver == DRA_DRIVER]
+    if gpus:
+        return RouteDecision(
+            Route.DRA, f"{len(gpus)} {DRA_DRIVER} devices in its ResourceSlices",
+            "compute mode PROHIBITED; the DeviceTaintRule is built (gpuguard gpu-isolate "
+            "taint-rule) but not applied by gpuguard",
+        )
+    operator = sorted(k for k in node.labels if k.startswith(OPERATOR_LABEL_PREFIX))
+    if operator:
+        return RouteDecision(
+            Route.GPU_OPERATOR, f"GPU Operator labels: {', '.join(operator[:3])}",
+            "compute mode PROHIBITED only: the operator route (drain, module option) is not "
+            "built, and its privileged device plugin sees every GPU",
+        )
+    return RouteDecision(
+        Route.DEVICE_PLUGIN, "no GPU Operator labels, no NVIDIA DRA devices known",
+        "compute mode PROHIBITED and the chart's per-node device plugin without the GPU",
+    )
+
+
+def slice_devices(slices: Iterable[Mapping[str, Any]]) -> tuple[SliceDevice, ...]:
+    """The devices of ResourceSlice objects (any served version: ``spec.driver``,
+    ``spec.pool.name``, ``spec.nodeName``, ``spec.devices[].name`` and the ``uuid`` string
+    attribute); malformed entries are skipped, a device without a UUID too."""
+    found = []
+    for item in slices:
+        spec = item.get("spec")
+        if not isinstance(spec, Mapping):
+            continue
+        pool = spec.get("pool")
+        head = (str(spec.get("driver", "")), str(pool.get("name", "")) if isinstance(
+            pool, Mapping) else "", str(spec.get("nodeName") or ""))
+        for device in spec.get("devices") or ():
+            uuid = _uuid(device)
+            if uuid and isinstance(device, Mapping) and device.get("name"):
+                found.append(SliceDevice(head[0], head[1], str(device["name"]), head[2], uuid))
+    return tuple(found)
+
+
+def _uuid(device: object) -> str:
+    if not isinstance(device, Mapping):
+        return ""
+    # v1beta1 nests attributes under ``basic``; v1beta2 and v1 have them on the device
+    attributes = device.get("attributes") or (device.get("basic") or {}).get("attributes")
+    value = attributes.get("uuid") if isinstance(attributes, Mapping) else None
+    text = value.get("string") if isinstance(value, Mapping) else None
+    return str(text) if text else ""
+
+
+def resolve(devices: Iterable[SliceDevice], node: str, uuid: str) -> SliceDevice | None:
+    """The node's NVIDIA DRA device with that UUID now (None: not published)."""
+    return next(
+        (d for d in devices if d.node == node and d.driver == DRA_DRIVER and d.uuid == uuid),
+        None,
+    )
+
+
+def rule_name(node: str, uuid: str) -> str:
+    """A DNS subdomain per node and card (at most 253 characters)."""
+    return f"gpuguard-{node}-{uuid.lower()}"[:253].rstrip(".-")
+
+
+def taint_rule(
+    device: SliceDevice,
+    *,
+    effect: Effect = Effect.NO_SCHEDULE,
+    at: datetime | None = None,
+    api_version: str = API_VERSIONS[0],
+) -> dict[str, Any]:
+    """The DeviceTaintRule that keeps claims off ``device`` (and, ``NoExecute``, evicts the
+    pods using it). ``timeAdded`` is left to the API server unless ``at`` is given."""
+    taint: dict[str, Any] = {"key": TAINT_KEY, "value": device.uuid, "effect": str(effect)}
+    if at is not None:
+        taint["timeAdded"] = timestamps.format_utc(at)
+    return {
+        "apiVersion": api_version,
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": rule_name(device.node, device.uuid),
+            "labels": {"app.kubernetes.io/part-of": "gpuguard"},
+        },
+        "spec": {
+            "deviceSelector": {"driver": device.driver, "pool": device.pool,
+                               "device": device.device},
+            "taint": taint,
+        },
+    }
