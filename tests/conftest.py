@@ -98,3 +98,11 @@ def sim_api(serve_store: ServeStore) -> SimApi:
 def demo_played_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpuguard demo`` shares each (scenario, settings) run of the session (tests.demo_runs)."""
     monkeypatch.setattr(harness, "play", demo_runs.play)
+
+
+@pytest.fixture(autouse=True)
+def _output_width_not_from_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI output does not follow the terminal that runs pytest (pytest-xdist's workers set
+    COLUMNS=80): a test that wants a width says so (``CliRunner(env={"COLUMNS": ...})``)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
