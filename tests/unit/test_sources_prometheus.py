@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -112,3 +113,18 @@ def test_an_absurd_freshness_time_is_a_source_error_not_a_crash() -> None:
 
     with pytest.raises(SourceError, match="is not a time"):
         source(answer).samples(AT)
+
+
+def test_the_hold_window_is_asked_at_a_whole_second_over_a_range_no_step_can_sit_on() -> None:
+    """Prometheus 2.x and 3.x differ only on a subquery step at exactly t - range
+    (model.subquery): a whole-second t and a range of the window plus 0.5 s never meet one."""
+    seen: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.params["query"], request.url.params["time"]))
+        return fleet_answers(1)(request)
+
+    source(handler).samples(AT - timedelta(milliseconds=300))
+    assert {float(t) for _, t in seen} == {AT.timestamp()}  # the next whole second
+    (held,) = [q for q, _ in seen if q.startswith("min_over_time(")]
+    assert held.endswith("[600500ms:30s])")

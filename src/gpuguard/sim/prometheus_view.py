@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.sim import exporters, state, world
 
@@ -66,9 +66,14 @@ class WorldPrometheus:
     _gpu_series: dict[SeriesKey, _Series] = field(default_factory=dict)
     targets: list[Target] = field(default_factory=list)
     """Other scrape targets (the demo's node agents): each returns its samples when scraped."""
+    left_open: bool = True
+    """Subquery ranges as Prometheus 3.x evaluates them, (t - range, t]; False: 2.x's
+    [t - range, t] (``model.subquery``)."""
 
-    def scrape(self) -> None:
-        """Record the world as the next scrape will see it (one scrape interval from now).
+    def scrape(self, *, found_after: timedelta = timedelta(0)) -> None:
+        """Record the world as a scrape finds it, stamped at the scrape: now, as Prometheus
+        stamps a scrape with its start, or ``found_after`` from now (the demo's scrape comes
+        one interval after a change, the slowest phase a live scrape can have).
 
         Call it whenever the world changed; between calls every series keeps its value, as
         the scrapes in between would have found it.
@@ -76,7 +81,7 @@ class WorldPrometheus:
         self._track_outage(self.world.now)
         if not self.world.prometheus_up:
             return
-        now = self.world.now + SCRAPE
+        now = self.world.now + found_after
         if self._first_scrape is None:
             self._first_scrape = now
         seen: set[SeriesKey] = set()
@@ -180,15 +185,31 @@ class WorldPrometheus:
             return ()
         out: list[fleet.MetricSample] = []
         for (metric, labels), series in self._gpu_series.items():
-            values = [v for t in scrapes if (v := series.at(t)) is not None]
             if metric == names.NODE_GPU_PODS_MAX:
-                out += [fleet.MetricSample(metric, dict(labels), max(values), at)] if values else []
+                out += self._pods_max(series, dict(labels), at, window)
                 continue
+            values = [v for t in scrapes if (v := series.at(t)) is not None]
             out += _window_stats(metric, dict(labels), values, series.at(scrapes[-1]), at)
             if series.at(at - window) is not None and metric == names.DCGM_GPU_UTIL:
                 out.append(fleet.MetricSample(names.GPU_SEEN_AT_WINDOW_START, dict(labels), 1, at))
         signature = (signature_lookback, util_min_pct, fb_used_max_mib)
         return tuple(out + self._signature_minutes(at, *signature))
+
+    def _pods_max(
+        self, series: _Series, labels: dict[str, str], at: datetime, window: timedelta
+    ) -> list[fleet.MetricSample]:
+        """``max_over_time((<GPU pods per node>)[window:30s])`` (``sources.gpu_metrics``)."""
+        steps = _subquery_steps(at, subquery.subquery_range(window), self.step, self.left_open)
+        values = [v for t in steps if (v := self._value_at(series, t)) is not None]
+        name = names.NODE_GPU_PODS_MAX
+        return [fleet.MetricSample(name, labels, max(values), at)] if values else []
+
+    def _value_at(self, series: _Series, when: datetime) -> float | None:
+        """An instant selector's value at ``when``: the last scrape within the 5 min lookback."""
+        scraped = self._last_scrape(when)
+        if scraped is None or when - scraped > timedelta(minutes=5):
+            return None
+        return series.at(scraped)
 
     def _scrapes(self, at: datetime, window: timedelta) -> list[datetime]:
         """Scrape instants in (at - window, at] with Prometheus up, oldest first."""
@@ -204,7 +225,8 @@ class WorldPrometheus:
     def _signature_minutes(
         self, at: datetime, lookback: timedelta, util_min: float, fb_max: float
     ) -> list[fleet.MetricSample]:
-        steps = _subquery_steps(at, lookback, timedelta(minutes=1))
+        range_ = subquery.subquery_range(lookback)
+        steps = _subquery_steps(at, range_, timedelta(minutes=1), self.left_open)
         out = []
         for (metric, labels), util in self._gpu_series.items():
             if metric != names.DCGM_GPU_UTIL or dict(labels).get("pod"):
@@ -314,7 +336,8 @@ class WorldPrometheus:
         return out
 
     def _loss_held(self, at: datetime) -> list[fleet.MetricSample]:
-        steps = _subquery_steps(at, self.hold_window, self.step)
+        range_ = subquery.subquery_range(self.hold_window)
+        steps = _subquery_steps(at, range_, self.step, self.left_open)
         out = []
         for node in self.world.nodes:
             losses = [self._loss(node.name, t) for t in steps]
@@ -325,15 +348,12 @@ class WorldPrometheus:
         return out
 
     def _loss(self, node: str, when: datetime) -> float | None:
-        scraped = self._last_scrape(when)
-        if scraped is None or when - scraped > timedelta(minutes=5):
-            return None
         labels = (("node", node),)
         capacity = self._series.get((names.KSM_NODE_CAPACITY, labels))
         allocatable = self._series.get((names.KSM_NODE_ALLOCATABLE, labels))
         if capacity is None or allocatable is None:
             return None
-        cap, alloc = capacity.at(scraped), allocatable.at(scraped)
+        cap, alloc = self._value_at(capacity, when), self._value_at(allocatable, when)
         return None if cap is None or alloc is None else cap - alloc
 
     def _check_fresh(self, at: datetime) -> None:
@@ -358,13 +378,17 @@ def _last_present(series: _Series, scraped: datetime) -> datetime | None:
     return series.times[i + 1] - SCRAPE if i >= 0 and series.values[i] is not None else None
 
 
-def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[datetime]:
-    """Prometheus evaluates ``[window:step]`` at step-aligned instants in (at - window, at]."""
+def _subquery_steps(
+    at: datetime, range_: timedelta, step: timedelta, left_open: bool
+) -> list[datetime]:
+    """The instants Prometheus evaluates ``expr[range_:step]`` at for a query at ``at``: the
+    multiples of ``step`` since the epoch in (at - range_, at] — in [at - range_, at] on
+    Prometheus 2.x (``left_open=False``; ``model.subquery``)."""
     seconds = step.total_seconds()
-    last = datetime.fromtimestamp(math.floor(at.timestamp() / seconds) * seconds, at.tzinfo)
+    t = datetime.fromtimestamp(math.floor(at.timestamp() / seconds) * seconds, at.tzinfo)
+    start = at - range_
     steps = []
-    t = last
-    while t > at - window:
+    while t > start or (t == start and not left_open):
         steps.append(t)
         t -= step
     return steps

@@ -30,7 +30,7 @@ from types import TracebackType
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, series
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.sources import prometheus
 
@@ -73,10 +73,12 @@ class GpuQueryPlan:
         return plan | {
             names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
             names.NODE_GPU_PODS_MAX: (
-                f"max_over_time(({ACTIVE_GPU_PODS})[{w}:{_duration(self.step)}])"
+                f"max_over_time(({ACTIVE_GPU_PODS})"
+                f"[{subquery.promql_range(self.window)}:{_duration(self.step)}])"
             ),
             names.PHANTOM_SIGNATURE_MINUTES: (
-                f"count_over_time(({signature})[{_duration(self.signature_lookback)}:1m])"
+                f"count_over_time(({signature})"
+                f"[{subquery.promql_range(self.signature_lookback)}:1m])"
             ),
             names.GPU_PROCESSES_MAX: (
                 f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{w}]))"
@@ -155,7 +157,8 @@ class GpuMetricsSource:
     def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
         try:
-            response = self._client.get(self._url, params={"query": promql, "time": at.timestamp()})
+            params: dict[str, str | float] = {"query": promql, "time": subquery.evaluation_time(at)}
+            response = self._client.get(self._url, params=params)
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
         series = prometheus.parse_answer(name, response.status_code, response.content, "vector")

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -64,7 +64,7 @@ class QueryPlan:
 
     def queries(self) -> dict[str, str]:
         look = _promql_duration(self.xid_lookback)
-        hold = _promql_duration(self.hold_window)
+        hold = subquery.promql_range(self.hold_window)
         step = _promql_duration(self.step)
         loss = (
             f"max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}})"
@@ -139,7 +139,7 @@ class PrometheusSource:
         self, name: str, promql: str, at: datetime
     ) -> list[tuple[dict[str, str], float, datetime]]:
         self.queries_issued += 1
-        params: dict[str, str | float] = {"query": promql, "time": at.timestamp()}
+        params: dict[str, str | float] = {"query": promql, "time": subquery.evaluation_time(at)}
         series = self._get(self._url, name, params, "vector")
         return [(labels, value, when) for labels, points in series for when, value in points]
 
@@ -171,7 +171,7 @@ class PrometheusSource:
         """The plan's series (and node states) at every step of [start, end], from range
         queries in chunks: a constant number of queries per chunk, not per instant."""
         chunk = step * _MAX_POINTS
-        cursor = start
+        cursor = datetime.fromtimestamp(subquery.evaluation_time(start), UTC)
         while cursor <= end:
             chunk_end = min(end, cursor + chunk - step)
             yield from self._history_chunk(cursor, chunk_end, step)
