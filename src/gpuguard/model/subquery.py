@@ -1,4 +1,4 @@
-"""Subquery windows that Prometheus 2.x and 3.x answer alike.
+"""Subquery and range-selector windows that Prometheus 2.x and 3.x answer alike.
 
 Prometheus evaluates a subquery ``expr[R:S]`` at time ``t`` at the instants that are multiples
 of ``S`` (counted from the Unix epoch) in the range that ends at ``t``. Whether an instant at
@@ -10,7 +10,10 @@ grid that is one step more on 2.x — a hold window that is held one tick earlie
 
 The guard asks at whole seconds (``sources.prometheus``) with a range of the window plus half
 a second: ``t - R`` then lies between two whole seconds, never on a step, and both versions
-evaluate the same steps, those in ``[t - window, t]``.
+evaluate the same steps, those in ``[t - window, t]``. Range selectors (``x[R]``) moved from
+closed to left-open in 3.0 too; with the same range, a sample stamped at a whole second is in
+on both when it is in ``[t - window, t]`` (scrapes are stamped in milliseconds, so one at
+exactly ``t - R`` is as rare as at any other millisecond).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
-from gpuguard.sim import exporters, state, world
+from gpuguard.sim import exporters, exposition, state, world
 
 SCRAPE = timedelta(seconds=15)
 FRESHNESS_KSM = "freshness kube-state-metrics"
@@ -64,6 +64,7 @@ class WorldPrometheus:
     _first_scrape: datetime | None = None
     _down: list[tuple[datetime, datetime | None]] = field(default_factory=list)
     _gpu_series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    _families: dict[str, list[exposition.Family]] = field(default_factory=dict)  # this scrape's
     targets: list[Target] = field(default_factory=list)
     """Other scrape targets (the demo's node agents): each returns its samples when scraped."""
     left_open: bool = True
@@ -82,6 +83,7 @@ class WorldPrometheus:
         if not self.world.prometheus_up:
             return
         now = self.world.now + found_after
+        self._families = {}
         if self._first_scrape is None:
             self._first_scrape = now
         seen: set[SeriesKey] = set()
@@ -118,29 +120,22 @@ class WorldPrometheus:
         }
         if node.down_until is not None or not exporters.exporter_up(node, self.world.now):
             return seen  # the exporter pod is down with its node, or does not answer
-        for gpu in node.gpus:
-            seen |= self._scrape_gpu(node, gpu, now)
+        for family in self._dcgm(node, now):
+            if family.name in _GUARD_FAMILIES:
+                seen |= {self._put(family.name, dict(s.labels), s.value, now)
+                         for s in family.samples}  # fmt: skip
         return seen
 
-    def _scrape_gpu(self, node: state.SimNode, gpu: state.SimGpu, now: datetime) -> set[SeriesKey]:
-        labels = {
-            node.hostname_label: node.name,
-            "gpu": str(gpu.index),
-            "UUID": gpu.uuid,
-            "pci_bus_id": exporters.dcgm_pci(gpu.pci),
-        }
-        seen = set()
-        if gpu.on_bus:
-            seen.add(self._put(names.DCGM_GPU_UTIL, labels, 0.0, now))
-        keeps = gpu.on_bus or node.dcgm_keeps_lost_gpu_xid
-        if gpu.xid_last is not None and keeps:
-            seen.add(self._put(names.DCGM_XID_LAST, labels, float(gpu.xid_last), now))
-        if node.xid_count_metric and keeps:
-            window = [code for when, code in gpu.xid_history if now - when < timedelta(minutes=5)]
-            for code in set(window):
-                counted = labels | {"xid": str(code)}
-                seen.add(self._put(names.DCGM_XID_COUNT, counted, window.count(code), now))
-        return seen
+    def _dcgm(self, node: state.SimNode, now: datetime) -> list[exposition.Family]:
+        """dcgm-exporter's families as its scrape at ``now`` reads them (the labels and the
+        Xid rules of ``sim.dcgm``, pod mapping included), computed once per scrape."""
+        if node.name not in self._families:
+            pods = exporters.pods_by_gpu(node, self.world.store, now)
+            families = exporters.dcgm_families(
+                node, pods, now, xid_count_metric=node.xid_count_metric
+            )
+            self._families[node.name] = list(families)
+        return self._families[node.name]
 
     def _scrape_telemetry(self, now: datetime) -> None:
         """Every GPU's busy/idle fields with dcgm-exporter's labels (pod mapping included),
@@ -151,8 +146,7 @@ class WorldPrometheus:
             seen.add(self._put_gpu(names.NODE_GPU_PODS_MAX, (("node", node.name),), held, now))
             if not exporters.exporter_up(node, now):
                 continue
-            pods = exporters.pods_by_gpu(node, self.world.store, now)
-            for family in exporters.dcgm_families(node, pods, now):
+            for family in self._dcgm(node, now):
                 if family.name in _TELEMETRY:
                     seen |= {self._put_gpu(family.name, s.labels, s.value, now)
                              for s in family.samples}  # fmt: skip
@@ -190,8 +184,10 @@ class WorldPrometheus:
                 continue
             values = [v for t in scrapes if (v := series.at(t)) is not None]
             out += _window_stats(metric, dict(labels), values, series.at(scrapes[-1]), at)
-            if series.at(at - window) is not None and metric == names.DCGM_GPU_UTIL:
-                out.append(fleet.MetricSample(names.GPU_SEEN_AT_WINDOW_START, dict(labels), 1, at))
+            seen = self._value_at(series, at - window)  # ``util offset <window>``
+            if seen is not None and metric == names.DCGM_GPU_UTIL:
+                name = names.GPU_SEEN_AT_WINDOW_START
+                out.append(fleet.MetricSample(name, dict(labels), seen, at))
         signature = (signature_lookback, util_min_pct, fb_used_max_mib)
         return tuple(out + self._signature_minutes(at, *signature))
 
@@ -212,11 +208,12 @@ class WorldPrometheus:
         return series.at(scraped)
 
     def _scrapes(self, at: datetime, window: timedelta) -> list[datetime]:
-        """Scrape instants in (at - window, at] with Prometheus up, oldest first."""
+        """Scrape instants in a range selector ``[window]`` at ``at`` with Prometheus up,
+        oldest first: those in [at - window, at] (the range ``model.subquery`` gives it)."""
         last = self._last_scrape(at)
         out = []
         t = last
-        while t is not None and t > at - window:
+        while t is not None and t > at - subquery.subquery_range(window):
             if not self._down_at(t):
                 out.append(t)
             t -= SCRAPE
@@ -302,12 +299,15 @@ class WorldPrometheus:
         return any(start <= at and (end is None or at < end) for start, end in self._down)
 
     def _last_scrape(self, at: datetime) -> datetime | None:
-        """The last scrape boundary at or before ``at`` with Prometheus up, if any."""
+        """The last scrape boundary at or before ``at`` with Prometheus up, if any: during an
+        outage, the last one before it (an instant selector looks back to it, 5 min at most)."""
         origin = self.world.origin
         boundary = origin + SCRAPE * math.floor((at - origin) / SCRAPE)
-        if self._first_scrape is None or boundary < self._first_scrape:
-            return None
-        return None if self._down_at(boundary) else boundary
+        while self._first_scrape is not None and boundary >= self._first_scrape:
+            if not self._down_at(boundary):
+                return boundary
+            boundary -= SCRAPE
+        return None
 
     def _instant(
         self, metric: str, name: str, when: datetime, stamp: datetime
@@ -328,7 +328,7 @@ class WorldPrometheus:
                 continue
             peak = max(
                 (v for t, v in zip(series.times, series.values, strict=True)
-                 if v is not None and at - self.xid_lookback < t <= at),
+                 if v is not None and at - subquery.subquery_range(self.xid_lookback) < t <= at),
                 default=None,
             )
             if peak:
@@ -395,6 +395,7 @@ def _subquery_steps(
 
 
 _TELEMETRY = frozenset(names.GPU_TELEMETRY)
+_GUARD_FAMILIES = frozenset({names.DCGM_GPU_UTIL, names.DCGM_XID_LAST, names.DCGM_XID_COUNT})
 
 
 def _window_stats(

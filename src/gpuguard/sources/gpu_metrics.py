@@ -45,6 +45,12 @@ ACTIVE_GPU_PODS = (
     f" * on (namespace, pod) group_left () max by (namespace, pod)"
     f' ({names.KSM_POD_PHASE}{{phase=~"Pending|Running"}}))'
 )
+# kube-state-metrics has no pod series on a node without GPU pods, so the sum has no element
+# for it: every node it reports GPU capacity for gets an explicit zero, and "no GPU pod on the
+# node" reads 0 (a phantom's own case: its job's pods are gone), never "unknown".
+NODE_GPU_PODS = (
+    f"({ACTIVE_GPU_PODS}) or (0 * max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}}))"
+)
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
 
@@ -60,9 +66,9 @@ class GpuQueryPlan:
     step: timedelta = timedelta(seconds=30)
 
     def queries(self) -> dict[str, str]:
-        w = _duration(self.window)
+        w, r = _duration(self.window), subquery.promql_range(self.window)
         plan = {
-            names.window_stat(metric, stat): _stat_query(metric, stat, w)
+            names.window_stat(metric, stat): _stat_query(metric, stat, r)
             for metric in METRICS
             for stat in names.WINDOW_STATS
         }
@@ -73,7 +79,7 @@ class GpuQueryPlan:
         return plan | {
             names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
             names.NODE_GPU_PODS_MAX: (
-                f"max_over_time(({ACTIVE_GPU_PODS})"
+                f"max_over_time(({NODE_GPU_PODS})"
                 f"[{subquery.promql_range(self.window)}:{_duration(self.step)}])"
             ),
             names.PHANTOM_SIGNATURE_MINUTES: (
@@ -81,7 +87,7 @@ class GpuQueryPlan:
                 f"[{subquery.promql_range(self.signature_lookback)}:1m])"
             ),
             names.GPU_PROCESSES_MAX: (
-                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{w}]))"
+                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{r}]))"
             ),
             FRESHNESS: f"max(timestamp({names.DCGM_GPU_UTIL}))",
         }

@@ -73,7 +73,10 @@ class QueryPlan:
         return {
             names.DCGM_XID_LAST: names.DCGM_XID_LAST,
             names.XID_LAST_24H_AGO: f"{names.DCGM_XID_LAST} offset {look}",
-            names.XID_COUNT_RECENT: f"max_over_time({names.DCGM_XID_COUNT}[{look}]) > 0",
+            names.XID_COUNT_RECENT: (
+                f"max_over_time({names.DCGM_XID_COUNT}[{subquery.promql_range(self.xid_lookback)}])"
+                " > 0"
+            ),
             names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
