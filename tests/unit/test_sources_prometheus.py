@@ -12,6 +12,8 @@ from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as names
 from tests.prometheus_answers import AT, PLAN, fleet_answers, source, vector
 
+MINUTE = timedelta(minutes=1)
+
 
 def test_reads_samples_at_the_given_instant() -> None:
     seen: list[str] = []
@@ -128,3 +130,20 @@ def test_the_hold_window_is_asked_at_a_whole_second_over_a_range_no_step_can_sit
     assert {float(t) for _, t in seen} == {AT.timestamp()}  # the next whole second
     (held,) = [q for q, _ in seen if q.startswith("min_over_time(")]
     assert held.endswith("[600500ms:30s])")
+
+
+def test_a_long_history_is_read_in_day_long_range_queries_each_instant_once() -> None:
+    ranges: list[tuple[float, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        start, end = float(request.url.params["start"]), float(request.url.params["end"])
+        ranges.append((start, end))
+        return httpx.Response(200, content=json.dumps(
+            {"status": "success", "data": {"resultType": "matrix", "result": []}}).encode())
+
+    instants = [at for at, _ in source(handler).history(AT, AT + timedelta(days=3), MINUTE)]
+    assert len(instants) == 3 * 1440 + 1
+    assert instants == sorted(set(instants))
+    spans = sorted({end - start for start, end in ranges})
+    assert max(spans) <= 86_400 - 60  # at most a day of 1-minute steps per query
+    assert len({start for start, _ in ranges}) == 4  # three full days and the last instant

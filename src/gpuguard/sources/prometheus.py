@@ -29,7 +29,11 @@ from gpuguard.model import metric_names as names
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
 FRESHNESS_KSM = "freshness kube-state-metrics"
 FRESHNESS_DCGM = "freshness dcgm-exporter"
-_MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in a range query
+# Steps per range query of a history: a day at the 1-minute tick. Prometheus refuses more
+# than 11,000 points per series, but a plan's subqueries over 10,000 steps outlast any sane
+# prometheus.timeout; a day's chunk answers in a fraction of it, and the query count stays
+# constant per chunk.
+_CHUNK_STEPS = 1_440
 
 
 class Plan(Protocol):
@@ -173,7 +177,7 @@ class PrometheusSource:
     ) -> Iterator[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]]:
         """The plan's series (and node states) at every step of [start, end], from range
         queries in chunks: a constant number of queries per chunk, not per instant."""
-        chunk = step * _MAX_POINTS
+        chunk = step * _CHUNK_STEPS
         cursor = datetime.fromtimestamp(subquery.evaluation_time(start), UTC)
         while cursor <= end:
             chunk_end = min(end, cursor + chunk - step)
