@@ -96,6 +96,7 @@ class QueryPlan:
             names.KSM_NODE_CAPACITY: f"{names.KSM_NODE_CAPACITY}{{{_GPU}}}",
             names.KSM_NODE_ALLOCATABLE: f"{names.KSM_NODE_ALLOCATABLE}{{{_GPU}}}",
             names.KSM_NODE_UNSCHEDULABLE: names.KSM_NODE_UNSCHEDULABLE,
+            names.KSM_NODE_ANNOTATIONS: names.KSM_NODE_ANNOTATIONS,
         }
 
 
