@@ -26,8 +26,6 @@ from gpuguard.model import metric_names as names
 from gpuguard.sim import exporters, exposition, state, world
 
 SCRAPE = timedelta(seconds=15)
-FRESHNESS_KSM = "freshness kube-state-metrics"
-FRESHNESS_DCGM = "freshness dcgm-exporter"
 _GPU = "nvidia.com/gpu"
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -359,13 +357,13 @@ class WorldPrometheus:
     def _check_fresh(self, at: datetime) -> None:
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=2):
-            raise SourceError(f"{FRESHNESS_KSM}: no recent scrape before {at.isoformat()}")
+            raise SourceError(f"{names.FRESHNESS_KSM}: no recent scrape before {at.isoformat()}")
         util = [
             s for (metric_name, _), s in self._series.items()
             if metric_name == names.DCGM_GPU_UTIL and s.at(scraped) is not None
         ]
         if not util:
-            raise SourceError(f"Prometheus has no series for {FRESHNESS_DCGM!r}")
+            raise SourceError(f"Prometheus has no series for {names.FRESHNESS_DCGM!r}")
 
 
 def _last_present(series: _Series, scraped: datetime) -> datetime | None:

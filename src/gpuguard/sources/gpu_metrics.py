@@ -35,7 +35,7 @@ from gpuguard.model import metric_names as names
 from gpuguard.sources import prometheus
 
 METRICS = names.GPU_TELEMETRY
-FRESHNESS = "freshness dcgm-exporter"
+FRESHNESS = names.FRESHNESS_DCGM
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
 # The alert rules' gpuguard:node_gpu_requests:active_pods: GPUs held by Pending/Running pods.
 ACTIVE_GPU_PODS = (
@@ -66,7 +66,7 @@ class GpuQueryPlan:
     step: timedelta = timedelta(seconds=30)
 
     def queries(self) -> dict[str, str]:
-        w, r = _duration(self.window), subquery.promql_range(self.window)
+        w, r = prometheus.promql_duration(self.window), subquery.promql_range(self.window)
         plan = {
             names.window_stat(metric, stat): _stat_query(metric, stat, r)
             for metric in METRICS
@@ -80,7 +80,7 @@ class GpuQueryPlan:
             names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
             names.NODE_GPU_PODS_MAX: (
                 f"max_over_time(({NODE_GPU_PODS})"
-                f"[{subquery.promql_range(self.window)}:{_duration(self.step)}])"
+                f"[{subquery.promql_range(self.window)}:{prometheus.promql_duration(self.step)}])"
             ),
             names.PHANTOM_SIGNATURE_MINUTES: (
                 f"count_over_time(({signature})"
@@ -89,16 +89,13 @@ class GpuQueryPlan:
             names.GPU_PROCESSES_MAX: (
                 f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{r}]))"
             ),
-            FRESHNESS: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+            FRESHNESS: prometheus.freshness_queries()[FRESHNESS],
         }
 
 
 def _stat_query(metric: str, stat: str, window: str) -> str:
     return metric if stat == "last" else f"{stat}_over_time({metric}[{window}])"
 
-
-def _duration(delta: timedelta) -> str:
-    return f"{int(delta.total_seconds())}s"
 
 
 @dataclass(frozen=True, slots=True)

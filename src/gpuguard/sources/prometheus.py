@@ -27,8 +27,6 @@ from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
-FRESHNESS_KSM = "freshness kube-state-metrics"
-FRESHNESS_DCGM = "freshness dcgm-exporter"
 # Steps per range query of a history: a day at the 1-minute tick. Prometheus refuses more
 # than 11,000 points per series, but a plan's subqueries over 10,000 steps outlast any sane
 # prometheus.timeout; a day's chunk answers in a fraction of it, and the query count stays
@@ -45,8 +43,8 @@ class Plan(Protocol):
 def freshness_queries() -> dict[str, str]:
     """The two queries every plan carries, so stale or missing data fails closed."""
     return {
-        FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
-        FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+        names.FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
+        names.FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
     }
 
 
@@ -67,9 +65,9 @@ class QueryPlan:
     step: timedelta = timedelta(seconds=30)
 
     def queries(self) -> dict[str, str]:
-        look = _promql_duration(self.xid_lookback)
+        look = promql_duration(self.xid_lookback)
         hold = subquery.promql_range(self.hold_window)
-        step = _promql_duration(self.step)
+        step = promql_duration(self.step)
         loss = (
             f"max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}})"
             f" - max by (node) ({names.KSM_NODE_ALLOCATABLE}{{{_GPU}}})"
@@ -106,7 +104,8 @@ def _recent_counter(metric: str, look: str) -> str:
     return f"(increase({metric}[{look}]) > 0) or (({metric} unless {metric} offset {look}) + 0)"
 
 
-def _promql_duration(delta: timedelta) -> str:
+def promql_duration(delta: timedelta) -> str:
+    """A duration in PromQL's syntax, in whole seconds (``600s``)."""
     return f"{int(delta.total_seconds())}s"
 
 
@@ -161,7 +160,7 @@ class PrometheusSource:
         return parse_answer(name, response.status_code, response.content, kind)
 
     def _check_fresh(self, samples: list[fleet.MetricSample], at: datetime) -> None:
-        for family in (FRESHNESS_KSM, FRESHNESS_DCGM):
+        for family in (names.FRESHNESS_KSM, names.FRESHNESS_DCGM):
             stamps = [s.value for s in samples if s.name == family]
             if not stamps:
                 raise SourceError(f"Prometheus has no series for {family!r}: refusing to decide")
