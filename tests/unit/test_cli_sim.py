@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli import main
@@ -63,6 +64,7 @@ def test_an_unknown_scenario_name_exits_2() -> None:
     assert "no such file or shipped scenario" in result.stderr
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_runs_given_scenarios_and_prints_figures() -> None:
     result = runner.invoke(main.app, ["demo", "--scenario", "mig-reconfig",
                                       "--scenario", "user-xid-storm"])

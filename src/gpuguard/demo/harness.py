@@ -246,7 +246,7 @@ def _drive(
             jobs_kubelet.step()
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
-            view.scrape()
+            view.scrape(found_after=prometheus_view.SCRAPE)
             activity.mark(w.now)
             out, healthy = _gpus_out(w)
             seen = current
@@ -254,7 +254,7 @@ def _drive(
             jobs_kubelet.step()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 
-    view.scrape()
+    view.scrape(found_after=prometheus_view.SCRAPE)
     played.run(step=STEP, on_step=on_step)
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuguard.model import timestamps
 from gpuguard.sim import state
 
 Obj = dict[str, Any]
@@ -49,7 +50,8 @@ SYSTEM_PODS = (
 
 
 def timestamp(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A Kubernetes object's time (``metav1.Time``), as gpuguard writes its own."""
+    return timestamps.format_utc(at)
 
 
 def pod_name(pod: SystemPod, node: str) -> str:
