@@ -7,6 +7,7 @@ import json
 import signal
 import tempfile
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -14,9 +15,12 @@ import typer
 
 from gpuguard.cli import failures, guard, output, sim
 from gpuguard.demo import live_prometheus
+from gpuguard.model import durations
+from gpuguard.model import settings as settings_model
 from gpuguard.sim import live, state
 
 _TICK_S = 0.2  # how often the world catches up with the clock
+_MIN_SCALED_HOLD = timedelta(minutes=1)  # two steps of the hold-window query (sources.prometheus)
 
 
 def serve(
@@ -70,7 +74,7 @@ def serve(
             emulation=emulation, prefer_emulation=sim_prometheus,
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
-            _announce(cluster, spec.name, as_json, config)
+            _announce(cluster, spec.name, as_json, settings, config)
             while True:
                 for entry in [] if as_json else happened:
                     _print_entry(entry)
@@ -93,21 +97,35 @@ _PROMETHEUS_KIND = {
 }
 
 
-def run_command(cluster: live.LiveCluster, config: Path | None) -> str:
-    """The ``gpuguard run`` to start against the live cluster: gpuguard keeps the wall clock
-    (--speed moves only the scenario), so it ticks every second and allows for the scenario's
-    compressed time in no other way (docs/design.md#architecture, sim serve)."""
-    settings = f" --config {config}" if config else ""
-    return (f"GPUGUARD_CONTROLLER__INTERVAL=1s gpuguard run{settings} "
-            f"--kubeconfig {cluster.kubeconfig} --prometheus-url {cluster.prometheus}")
+def run_command(
+    cluster: live.LiveCluster, settings: settings_model.GuardSettings, config: Path | None
+) -> str:
+    """The ``gpuguard run`` to start against the live cluster (docs/design.md#sim-serve).
+
+    gpuguard keeps the wall clock whatever --speed says: it ticks every second here. A real
+    Prometheus stamps wall time, so at --speed N the hold window is scaled to N times shorter
+    (at least two of the hold query's 30 s steps, so the window still holds points); the
+    simulator's own answers map each query to scenario time, so there the settings stay as
+    ``sim serve`` was given them (the queries must be the same text)."""
+    env = ["GPUGUARD_CONTROLLER__INTERVAL=1s"]
+    if cluster.prometheus_kind == live.REAL and cluster.speed > 1:
+        scaled = max(settings.isolation.hold_window / cluster.speed, _MIN_SCALED_HOLD)
+        env.append(f"GPUGUARD_ISOLATION__HOLD_WINDOW={durations.format_duration(scaled)}")
+    flags = [f"--config {config}"] if config else []
+    flags += [f"--kubeconfig {cluster.kubeconfig}", f"--prometheus-url {cluster.prometheus}"]
+    return " ".join([*env, "gpuguard run", *flags])
 
 
 def _announce(
-    cluster: live.LiveCluster, name: str, as_json: bool, config: Path | None
+    cluster: live.LiveCluster,
+    name: str,
+    as_json: bool,
+    settings: settings_model.GuardSettings,
+    config: Path | None,
 ) -> None:
     urls = cluster.urls()
     if cluster.prometheus:
-        urls["run"] = run_command(cluster, config)
+        urls["run"] = run_command(cluster, settings, config)
     if as_json:
         typer.echo(json.dumps(urls))
         return
