@@ -92,8 +92,7 @@ def _check_dir(folder: Path) -> None:
 
 _PROMETHEUS_KIND = {
     live.REAL: "a real prometheus scraping the exporters",
-    live.SIMULATED: "the simulator's own answers to gpuguard's queries (no prometheus binary "
-    "used; any other PromQL is refused)",
+    live.SIMULATED: "the simulator's own answers to gpuguard's queries; other PromQL is refused",
 }
 
 
@@ -140,7 +139,7 @@ def _announce(
     con.print(f"  kubeconfig:  {urls['kubeconfig']}")
     con.print(f"  exporters:   {urls['kube_state_metrics']}, dcgm-exporter per node")
     con.print("try:")
-    con.print(f"  kubectl --kubeconfig {urls['kubeconfig']} get nodes,events -w")
+    con.print(f"  kubectl --kubeconfig {urls['kubeconfig']} get nodes -w")
     if cluster.prometheus:
         con.print(f"  {urls['run']}")
     con.print("the world's timeline follows; Ctrl-C stops it")

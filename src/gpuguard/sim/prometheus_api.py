@@ -50,23 +50,23 @@ class PrometheusApi:
     url: str
 
 
-def handle(answers: Answers, method_path: str, params: Mapping[str, str]) -> tuple[int, Any]:
+def handle(answers: Answers, path: str, params: Mapping[str, str]) -> tuple[int, Any]:
     """(HTTP status, JSON body) for a request path and its parameters: the whole routing,
     testable without sockets."""
     try:
-        if method_path == "/api/v1/query":
+        if path == "/api/v1/query":
             at = _time(params.get("time"), answers.now(), "time")
             return 200, _success("vector", [_vector_item(s, at) for s in _ask(answers, params, at)])
-        if method_path == "/api/v1/query_range":
+        if path == "/api/v1/query_range":
             return 200, _success("matrix", _matrix(answers, params))
-        if method_path == "/api/v1/status/buildinfo":
+        if path == "/api/v1/status/buildinfo":
             return 200, {"status": "success", "data": {"version": VERSION, "revision": "",
                                                        "branch": "", "goVersion": ""}}
     except QueryRefused as e:
         return 400, {"status": "error", "errorType": "bad_data", "error": str(e)}
-    if method_path in ("/-/ready", "/-/healthy"):
+    if path in ("/-/ready", "/-/healthy"):
         return 200, "Prometheus Server is Ready.\n"
-    return 404, {"status": "error", "errorType": "not_found", "error": f"no {method_path}"}
+    return 404, {"status": "error", "errorType": "not_found", "error": f"no {path}"}
 
 
 def _ask(answers: Answers, params: Mapping[str, str], at: datetime) -> list[Sample]:
