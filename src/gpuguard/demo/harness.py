@@ -10,6 +10,7 @@ read the same inputs and decided the same as the last one.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -91,10 +92,17 @@ class _Activity:
         return any(start <= when for start, _ in self.windows)
 
 
+# The host trees and the agents' saved state are scratch that dies with the run: memory-backed
+# where the machine has it, so the agents' fsync of their position (as on a real node) and the
+# trees' many small files cost no disk flushes.
+_SCRATCH = Path("/dev/shm")
+
+
 def play(
     spec: scenario.Scenario, settings: settings_model.GuardSettings
 ) -> ScenarioRun:
-    with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-") as hosts:
+    scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-", dir=scratch) as hosts:
         return _play(spec, settings, Path(hosts))
 
 

@@ -49,6 +49,16 @@ class _Series:
         i = bisect.bisect_right(self.times, when) - 1
         return self.values[i] if i >= 0 else None
 
+    def seen_between(self, start: datetime, end: datetime) -> bool:
+        """Present at some time in (start, end] (``last_over_time(s[end - start])``)."""
+        lo, hi = bisect.bisect_right(self.times, start), bisect.bisect_right(self.times, end)
+        return self.at(start) is not None or any(v is not None for v in self.values[lo:hi])
+
+    def first_after(self, start: datetime) -> float | None:
+        """The first value present after ``start`` (where ``increase()`` starts counting)."""
+        i = bisect.bisect_right(self.times, start)
+        return next((v for v in self.values[i:] if v is not None), None)
+
 
 @dataclass
 class WorldPrometheus:
@@ -255,8 +265,9 @@ class WorldPrometheus:
         return tuple(out)
 
     def _recent(self, counter: str, name: str, at: datetime) -> list[fleet.MetricSample]:
-        """``(increase(c[look]) > 0) or ((c unless c offset look) + 0)`` (sources.prometheus):
-        the counter's growth over the Xid lookback, or its value if it was born inside it."""
+        """``(increase(c[look]) > 0) or ((c unless last_over_time(c[look] offset look)) + 0)``
+        (sources.prometheus): the counter's growth over the Xid lookback, or its value if it
+        was born inside it."""
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=5):
             return []
@@ -267,10 +278,30 @@ class WorldPrometheus:
             if now_value is None:
                 continue
             then = series.at(before) if before is not None else None
+            if then is None and before is not None:
+                then = self._after_gap(series, before)
             grown = now_value if then is None else now_value - then
             if then is None or grown > 0:
                 out.append(fleet.MetricSample(name, dict(labels), grown, at))
         return out
+
+    def newest_scrape(self, at: datetime, metric: str) -> datetime | None:
+        """``max(timestamp(metric))`` at ``at``: the last scrape that found the metric."""
+        scraped = self._last_scrape(at)
+        if scraped is None:
+            return None
+        found = any(name == metric and series.at(scraped) is not None
+                    for (name, _), series in self._series.items())
+        return scraped if found else None
+
+    def _after_gap(self, series: _Series, before: datetime) -> float | None:
+        """A series absent at the lookback's start but present in the lookback before it (a
+        gap, such as a node's reboot) was not born inside the lookback
+        (``unless last_over_time(c[look] offset look)``, sources.prometheus): its increase
+        counts from its first sample after the gap."""
+        if not series.seen_between(before - self.xid_lookback, before):
+            return None
+        return series.first_after(before)
 
     def _node_newest(
         self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str

@@ -256,8 +256,8 @@ class HostSettings(_Strict):
     packages_held: bool | None = None
     rke2_units: list[str] | None = None
     swap_enabled: bool | None = None
-    # gpuguard's node agent runs there (the demo runs the real one; default off, so the shipped
-    # incidents keep the exporter-only figures they were written with)
+    # gpuguard's node agent runs there (the demo runs the real one, as the chart's DaemonSet
+    # does on every GPU node; a scenario switches it off per node or fleet-wide)
     agent: bool | None = None
 
 
@@ -309,7 +309,7 @@ class NodeSpec:
     packages_held: bool = False
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
-    agent: bool = False
+    agent: bool = True
 
 
 @dataclass(frozen=True)

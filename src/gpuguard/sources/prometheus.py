@@ -101,8 +101,12 @@ class QueryPlan:
 
 def _recent_counter(metric: str, look: str) -> str:
     """Occurrences in the lookback, including a series born inside it (increase() alone
-    reads a new counter's first value as no increase)."""
-    return f"(increase({metric}[{look}]) > 0) or (({metric} unless {metric} offset {look}) + 0)"
+    reads a new counter's first value as no increase). Born means no sample in the lookback
+    before it: ``offset`` alone sees only Prometheus' 5 min before that instant, so a series
+    with a gap there (the node down for a reboot, its agent's counter kept) would read as new
+    and its old count as a new fault."""
+    born = f"{metric} unless last_over_time({metric}[{look}] offset {look})"
+    return f"(increase({metric}[{look}]) > 0) or (({born}) + 0)"
 
 
 def promql_duration(delta: timedelta) -> str:
