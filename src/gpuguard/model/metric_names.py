@@ -159,3 +159,4 @@ SHORT, LONG = "short", "long"  # the finding window and the persistence window
 def windowed(what: str, window: str) -> str:
     """The sample name of a derived interconnect series over the ``short``/``long`` window."""
     return f"{what} {window}"
+GPU_POD_MAPPING = "gpu pod mapping"  # per GPU: dcgm-exporter's series with its pod labels

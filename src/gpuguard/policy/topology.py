@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuguard.errors import InputError
-from gpuguard.model import decisions
+from gpuguard.model import decisions, fleet
+from gpuguard.model import metric_names as names
 
 KIND = "topology-mismatch"
 _GPU = re.compile(r"^GPU(\d+)$")
@@ -117,6 +119,24 @@ def _check_cell(cell: str, node: str, row: str, column: str) -> None:
 
 def _on(node: str) -> str:
     return f" on {node}" if node else ""
+
+
+def from_samples(samples: Iterable[fleet.MetricSample]) -> dict[str, NodeTopology]:
+    """Each node's matrix from the agent's series: ``gpuguard_gpu_link{node,gpu,peer,link}``
+    and ``gpuguard_gpu_numa_node{node,gpu,numa}`` (``agent.topology``)."""
+    links: dict[str, dict[tuple[int, int], str]] = defaultdict(dict)
+    numa: dict[str, dict[int, str]] = defaultdict(dict)
+    for s in samples:
+        node, gpu = s.labels.get("node", ""), s.labels.get("gpu", "")
+        if not node or not gpu.isdigit():
+            continue
+        if s.name == names.GPU_NVLINK_PEER and s.labels.get("peer", "").isdigit():
+            a, b = int(gpu), int(s.labels["peer"])
+            links[node][(min(a, b), max(a, b))] = s.labels.get("link", "")
+        elif s.name == names.GPU_NUMA_NODE and s.labels.get("numa"):
+            numa[node][int(gpu)] = s.labels["numa"]
+    return {node: NodeTopology(node, links.get(node, {}), numa.get(node, {}))
+            for node in sorted(set(links) | set(numa))}  # fmt: skip
 
 
 def mismatches(
