@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import partial
 
 from gpuguard.controller import failsafe, fault_history, phantom_watch
+from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
@@ -48,6 +49,7 @@ class TickResult:
     step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
     silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
     gpus: list[gpu_step.Outcome] = field(default_factory=list)
+    fleet_health: fleet_health_step.FleetHealth | None = None  # read-only findings
 
     @property
     def ok(self) -> bool:
@@ -72,6 +74,7 @@ class Guard:
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
+    fleet_health: fleet_health_step.FleetHealthWatch | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -119,6 +122,9 @@ class Guard:
             back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip
             result.returns = failsafe.guarded("restore", subject, errors, back, [])
+        if self.fleet_health is not None:
+            health = partial(self.fleet_health.run, result.at, may_write=may_write)
+            result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
 
     def _history(
         self,

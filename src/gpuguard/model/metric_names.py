@@ -160,3 +160,5 @@ def windowed(what: str, window: str) -> str:
     """The sample name of a derived interconnect series over the ``short``/``long`` window."""
     return f"{what} {window}"
 GPU_POD_MAPPING = "gpu pod mapping"  # per GPU: dcgm-exporter's series with its pod labels
+FLEET_FINDING = "gpuguard_fleet_health_finding"  # 1 per {kind, node, gpu} finding standing now
+NODE_PERSISTENTLY_UNHEALTHY = "gpuguard_node_persistently_unhealthy"  # 1 per node, persistent

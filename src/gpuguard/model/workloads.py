@@ -20,6 +20,8 @@ class OwnerRef:
     kind: str
     name: str
     controller: bool = False
+    api_version: str = ""
+    uid: str = ""  # kubectl describe finds an object's Events by its uid
 
 
 @dataclass(frozen=True, slots=True)

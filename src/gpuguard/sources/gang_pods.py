@@ -62,8 +62,13 @@ def workload_pod(obj: Mapping[str, Any]) -> workloads.WorkloadPod:
 
 
 def _owner(ref: Mapping[str, Any]) -> workloads.OwnerRef:
-    return workloads.OwnerRef(str(ref.get("kind", "")), str(ref.get("name", "")),
-                              bool(ref.get("controller")))  # fmt: skip
+    return workloads.OwnerRef(
+        kind=str(ref.get("kind", "")),
+        name=str(ref.get("name", "")),
+        controller=bool(ref.get("controller")),
+        api_version=str(ref.get("apiVersion", "")),
+        uid=str(ref.get("uid", "")),
+    )
 
 
 def _gpus(containers: Iterable[Mapping[str, Any]]) -> int:
