@@ -78,22 +78,34 @@ def test_a_pod_on_one_nvlink_pair_is_fine() -> None:
     assert topology.mismatches({"gpu-node-1": nvl_pairs()}, pods) == []
 
 
-def test_a_pod_across_pairs_is_a_mismatch_across_numa() -> None:
+def test_a_pod_across_nvlink_pairs_is_a_mismatch_on_both_counts() -> None:
     [finding] = topology.mismatches(
         {"gpu-node-1": nvl_pairs()}, {"gpu-node-1": {"ml/tp2": (1, 2)}}
     )
     assert finding.kind == "topology-mismatch"
     assert finding.reason is decisions.Reason.TOPOLOGY_MISMATCH
     assert finding.gpu == "1,2"
-    assert "cross NUMA nodes" in finding.detail
+    assert "not all joined by NVLink" in finding.detail
+    assert "across NUMA nodes" in finding.detail
     assert "GPU1-GPU2 SYS" in finding.detail
 
 
-def test_pcie_pair_within_one_numa_node_is_a_mismatch_without_nvlink() -> None:
-    [finding] = topology.mismatches(
-        {"gpu-node-1": read("rtx5090x2-phb.txt")}, {"gpu-node-1": {"ml/tp2": (0, 1)}}
-    )
-    assert "not all joined by NVLink" in finding.detail
+def test_a_pcie_only_node_is_judged_on_numa_alone() -> None:
+    topo = {"gpu-node-1": read("rtx4090x8-sys.txt")}
+    [finding] = topology.mismatches(topo, {"gpu-node-1": {"ml/tp2": (3, 4)}})
+    assert "NVLink" not in finding.detail.split("(")[0]
+    assert "across NUMA nodes" in finding.detail
+    same_zone = topology.mismatches(topo, {"gpu-node-1": {"ml/tp2": (0, 1)}})
+    pcie_pair = topology.mismatches({"gpu-node-1": read("rtx5090x2-phb.txt")},
+                                    {"gpu-node-1": {"ml/tp2": (0, 1)}})  # fmt: skip
+    assert same_zone == pcie_pair == []  # no better place on the node: not a mismatch
+
+
+def test_a_pod_larger_than_any_better_place_is_not_a_mismatch() -> None:
+    topo = {"gpu-node-1": read("rtx4090x8-sys.txt")}
+    assert topology.mismatches(topo, {"gpu-node-1": {"ml/all": tuple(range(8))}}) == []
+    tp4 = {"gpu-node-1": {"ml/tp4": (0, 1, 2, 3)}}
+    assert topology.mismatches({"gpu-node-1": nvl_pairs()}, tp4) == []
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,9 @@ def _figures(report: dict[str, Any]) -> Text:
         for node, seconds in report["time_to_return_s"].items()
     ]
     parts += [f"{node} still isolated, {why}" for node, why in report["held"].items()]
-    phantoms = report.get("findings", [])
+    phantoms = [f for f in report.get("findings", []) if "wasted_w" in f]
+    others = [f for f in report.get("findings", []) if "wasted_w" not in f]
+    parts += [f"{f['kind']} on {f['node'] or '-'}: {f['detail']}" for f in others]
     if phantoms:
         wasted = sum(f.get("wasted_w", 0.0) for f in phantoms)
         parts.append(

@@ -246,6 +246,7 @@ def _drive(
     view.scrape()
     played.run(step=STEP, on_step=on_step)
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
+    run.findings += demo_findings.fleet_health_findings(played, settings.fleet, played.now)
 
 
 Shown = dict[tuple[str, str], decisions.Finding]

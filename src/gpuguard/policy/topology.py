@@ -11,16 +11,20 @@ NIC rows and columns and the legend are skipped. Older drivers have no NUMA colu
 ``mismatches``: a pod holding several GPUs of a node where some pair of them is not joined by
 NVLink, or where they sit on different NUMA nodes (a ``SYS`` path or different NUMA affinity),
 runs every all-reduce of tensor parallelism over PCIe or the CPU interconnect: the same GPU
-count, much slower. That is a ``topology-mismatch`` finding. A node whose topology is unknown
-gives no finding (never a guess). Pure: text and mappings in, findings out.
+count, much slower. That is a ``topology-mismatch`` finding when the node had a better place
+for a pod of that size (that many GPUs all NVLink-joined, or all on one NUMA node): a PCIe-only
+node or a pod as large as the node is what it is, not a placement mistake. A node whose
+topology is unknown gives no finding (never a guess). Pure: text and mappings in, findings out.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
+import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuguard.errors import InputError
@@ -158,21 +162,31 @@ def mismatches(
 
 
 def _judge(topology: NodeTopology, pod: str, gpus: tuple[int, ...]) -> decisions.Finding | None:
+    """A finding only when the node had a better place for a pod of this size: GPUs all
+    NVLink-joined, or all on one NUMA node (an 8-GPU pod on an 8-GPU two-socket node, or a
+    2-GPU pod on a PCIe-only node, has none)."""
     if len(gpus) < 2:
         return None
     pairs = list(itertools.combinations(gpus, 2))
     paths = {pair: topology.link(*pair) for pair in pairs}
     if any(path is None for path in paths.values()):
         return None  # a GPU the matrix does not show: unknown, never a guess
-    slow = {pair: path for pair, path in paths.items() if path and not is_nvlink(path)}
+    slow = {pair: str(path) for pair, path in paths.items() if not is_nvlink(str(path))}
     zones = {topology.numa[g] for g in gpus if g in topology.numa}
-    cross_numa = len(zones) > 1 or CROSS_NUMA in slow.values()
-    if not slow and not cross_numa:
+    if all(g in topology.numa for g in gpus):
+        crosses = len(zones) > 1  # NUMA affinity says; SYS alone can mean sub-NUMA domains
+    else:
+        crosses = CROSS_NUMA in slow.values()
+    problems = []
+    if slow and _fits(topology, len(gpus), is_nvlink):
+        problems.append("not all joined by NVLink, though the node has that many that are")
+    if crosses and _fits(topology, len(gpus), lambda path: path != CROSS_NUMA, same_numa=True):
+        problems.append("across NUMA nodes, though one NUMA node has that many GPUs")
+    if not problems:
         return None
     shown = ", ".join(f"GPU{a}-GPU{b} {path}" for (a, b), path in sorted(slow.items())[:6])
-    problem = "cross NUMA nodes" if cross_numa else "not all joined by NVLink"
     detail = (
-        f"pod {pod} holds GPUs {list(gpus)} on {topology.node}: {problem} ({shown}"
+        f"pod {pod} holds GPUs {list(gpus)} on {topology.node}: {'; '.join(problems)} ({shown}"
         f"{'' if not zones else '; NUMA ' + ', '.join(sorted(zones))}). Collectives between "
         "them run over PCIe or the CPU interconnect; ask for GPUs on one NVLink domain "
         "(device plugin GetPreferredAllocation, Topology Manager single-numa-node)"
@@ -187,4 +201,23 @@ def _judge(topology: NodeTopology, pod: str, gpus: tuple[int, ...]) -> decisions
             for (a, b), path in sorted(slow.items())
         ),
         detail=detail,
+    )
+
+
+_MOST_SUBSETS = 20_000  # beyond this many GPU subsets, say nothing rather than search
+
+
+def _fits(
+    topology: NodeTopology, size: int, good: Callable[[str], bool], *, same_numa: bool = False
+) -> bool:
+    """Whether some ``size`` GPUs of the node are pairwise ``good`` (and on one NUMA node)."""
+    gpus = topology.gpus
+    if same_numa and topology.numa:
+        counts = collections.Counter(topology.numa.values())
+        return max(counts.values()) >= size
+    if math.comb(len(gpus), size) > _MOST_SUBSETS:
+        return False
+    return any(
+        all(good(topology.link(a, b) or "") for a, b in itertools.combinations(subset, 2))
+        for subset in itertools.combinations(gpus, size)
     )
