@@ -31,9 +31,11 @@ class WorkloadEvents:
     def record(
         self, namespace: str, about: workloads.OwnerRef, finding: decisions.Finding, now: datetime
     ) -> None:
-        event = workload_event(namespace, about, finding, now)
-        with api_errors.translated(f"recording an Event for {about.kind} {namespace}/{about.name}"):
-            self._client.create(event, namespace=namespace)
+        workload_namespace = namespace  # any namespace: the RBAC grant is cluster-wide
+        event = workload_event(workload_namespace, about, finding, now)
+        where = f"{about.kind} {workload_namespace}/{about.name}"
+        with api_errors.translated(f"recording an Event for {where}"):
+            self._client.create(event, namespace=workload_namespace)
 
 
 def workload_event(
