@@ -50,6 +50,11 @@ The world's rules (deterministic):
   Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
   the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
+- ``gang_job``: a job of several GPU pods placed as its scheduler would (``sim.gangs``): the
+  default scheduler pod by pod, Volcano all or nothing, Kueue admitted against free GPUs (else
+  gated) then pod by pod; placed pods run like workloads, the rest wait Unschedulable.
+- ``throttle``, ``nvlink_errors``, ``ib_flap``: clock-event reason bits, NVLink error counters
+  and InfiniBand link-downs over time, rendered by ``sim.fleet_view`` (docs/fleet-health.md).
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
   ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
