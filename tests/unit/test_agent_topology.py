@@ -8,10 +8,12 @@ from pathlib import Path
 
 from prometheus_client.samples import Sample
 
+from gpuguard.agent import daemon, journal
 from gpuguard.agent import topology as probe_module
 from gpuguard.model import fleet
 from gpuguard.model import metric_names as mn
 from gpuguard.policy import topology
+from gpuguard.sim import kernel_lines
 from tests.unit.hosttree import FakeRunner
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
@@ -72,3 +74,26 @@ def test_no_matrix_exports_read_zero_and_no_links() -> None:
     p.run(T0)
     samples = samples_of(p)
     assert [(s.name, s.value) for s in samples] == [(mn.GPU_TOPOLOGY_READ, 0.0)]
+
+
+def test_the_agent_reads_topology_in_its_check_cycle_and_stops_after_a_bus_loss(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    runner = FakeRunner(stdout=MATRIX.read_text())
+    probe_ = probe_module.TopologyProbe("gpu-node-1", runner, every=timedelta(0))
+    config = daemon.AgentConfig("gpu-node-1", tmp_path / "host", tmp_path / "state")
+    agent = daemon.Agent(config, lambda start: journal.FileFollower(log, start), list,
+                         topology=probe_)  # fmt: skip
+    agent.check_once()
+    link = {"node": "gpu-node-1", "gpu": "0", "peer": "1", "link": "NV12"}
+    assert agent.registry.get_sample_value(mn.GPU_NVLINK_PEER, link) == 1.0
+    with log.open("a") as f:
+        f.write(kernel_lines.xid("0000:99:00.0", 79) + "\n")
+    agent.follow_once()
+    agent.check_once()
+    assert len(runner.calls) == 1  # not run on a driver that lost a GPU
+    assert agent.registry.get_sample_value(mn.GPU_TOPOLOGY_READ, {"node": "gpu-node-1"}) == 0.0
+    assert agent.registry.get_sample_value(mn.GPU_NVLINK_PEER, link) == 1.0  # the last good one
+    agent.follower.close()
