@@ -153,3 +153,23 @@ def test_findings_wrapper_returns_one_finding_per_job() -> None:
     pods = [*job(LABELS, 1, 1), *job({"ray.io/cluster": "rc"}, 1, 1)]
     kinds = [f.kind for f in gang.findings(pods, NOW)]
     assert kinds == ["gang-partial-allocation", "gang-partial-allocation"]
+
+
+def test_a_multi_pod_job_on_the_default_scheduler_without_gang_marker_is_reported() -> None:
+    [found] = gang.not_gang_scheduled(job({"batch.kubernetes.io/job-name": "llm"}, 2, 0))
+    assert found.kind == "gang-scheduling-missing"
+    assert "ml/llm" in found.detail
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param(job(LABELS, 2, 0), id="volcano-marker"),
+        pytest.param(job({"kueue.x-k8s.io/pod-group-name": "x"}, 2, 0), id="kueue-marker"),
+        pytest.param(job({"job-name": "x"}, 1, 0), id="single-pod"),
+        pytest.param(job({"training.kubeflow.org/job-name": "x"}, 2, 0, scheduler="volcano"),
+                     id="operator-with-gang-scheduler"),
+    ],
+)
+def test_gang_scheduled_or_single_pod_jobs_are_not(pods: list[workloads.WorkloadPod]) -> None:
+    assert gang.not_gang_scheduled(pods) == []

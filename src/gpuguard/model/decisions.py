@@ -95,6 +95,7 @@ class Reason(StrEnum):
     # Scheduling and interconnect health (docs/fleet-health.md; policy.gang, policy.topology,
     # policy.interconnect): findings only, never an action on a workload
     GANG_PARTIAL_ALLOCATION = "gang-partial-allocation"
+    GANG_SCHEDULING_MISSING = "gang-scheduling-missing"
     TOPOLOGY_MISMATCH = "topology-mismatch"
     GPU_THROTTLED = "gpu-throttled"
     NVLINK_ERRORS = "nvlink-errors"

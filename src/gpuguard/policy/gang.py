@@ -31,6 +31,8 @@ from datetime import datetime, timedelta
 from gpuguard.model import decisions, workloads
 
 KIND = "gang-partial-allocation"
+MISSING_KIND = "gang-scheduling-missing"
+GANG_SYSTEMS = frozenset({"kubernetes-workload", "volcano", "coscheduling", "kueue"})
 DEFAULT_GRACE = timedelta(minutes=10)
 
 
@@ -212,3 +214,29 @@ def _kueue_total(members: Sequence[workloads.WorkloadPod]) -> int | None:
         if text.isdigit() and int(text) > 0:
             return int(text)
     return None
+
+
+def not_gang_scheduled(pods: Iterable[workloads.WorkloadPod]) -> list[decisions.Finding]:
+    """The configuration behind the deadlock (the research notes' GANG-0): a job of several GPU
+    pods placed by the default scheduler with no gang marker (no Workload API group, Volcano,
+    coscheduling or Kueue), so nothing keeps it from being placed in part. Medium: it deadlocks
+    only when the cluster is short of GPUs. One finding per job (``node`` empty)."""
+    jobs: dict[JobKey, list[workloads.WorkloadPod]] = defaultdict(list)
+    for pod in pods:
+        key = job_of(pod)
+        if key is not None and pod.gpu_request > 0 and not pod.finished:
+            jobs[key].append(pod)
+    found = []
+    for key, members in sorted(jobs.items(), key=lambda item: str(item[0])):
+        default = all(p.scheduler == "default-scheduler" for p in members)
+        if len(members) < 2 or key.system in GANG_SYSTEMS or not default:
+            continue
+        gpus = sum(p.gpu_request for p in members)
+        found.append(decisions.Finding(
+            kind=MISSING_KIND, node="", reason=decisions.Reason.GANG_SCHEDULING_MISSING,
+            evidence=(decisions.Evidence("pods", ", ".join(p.name for p in members[:8])),),
+            detail=f"job {key} ({key.system}): {len(members)} GPU pods ({gpus} GPUs) placed pod by "
+                   "pod by the default scheduler; use a gang scheduler (Volcano, coscheduling, "
+                   "Kueue with waitForPodsReady) so it is never placed in part",
+        ))  # fmt: skip
+    return found
