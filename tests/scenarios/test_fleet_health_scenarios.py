@@ -27,10 +27,14 @@ FALSE_POSITIVE_TRAPS = ("user-xid-storm", "small-compute-workload", "mig-reconfi
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[str, dict[str, Any]]:
+def runs() -> dict[str, harness.ScenarioRun]:
     """One demo run per scenario."""
-    return {name: score.scenario_report(harness.play(scenario.load_shipped(name), SETTINGS))
-            for name in OURS}  # fmt: skip
+    return {name: harness.play(scenario.load_shipped(name), SETTINGS) for name in OURS}
+
+
+@pytest.fixture(scope="module")
+def reports(runs: dict[str, harness.ScenarioRun]) -> dict[str, dict[str, Any]]:
+    return {name: score.scenario_report(run) for name, run in runs.items()}
 
 
 def kinds(report: dict[str, Any]) -> list[str]:
@@ -54,6 +58,18 @@ def test_the_default_scheduler_job_is_the_deadlock_not_the_gang_scheduled_ones(
     assert (gang["job"], gang["namespace"], gang["system"]) == ("llm-pretrain", "ml", "job")
     assert (gang["pods_bound"], gang["pods_pending"], gang["gpus_held"]) == (3, 1, 12)
     assert gang["gpu_hours"] == pytest.approx(12 * 31 / 60, abs=0.1)  # Pending from 2m to 33m
+
+
+def test_the_guard_told_the_stuck_job_once_with_an_event_on_its_owner(
+    runs: dict[str, harness.ScenarioRun],
+) -> None:
+    store = runs["gang-partial-allocation"].played.store
+    events = [e for e in store.list("Event", "ml") if e.get("reason") == "GangPartialAllocation"]
+    [event] = events  # once while it lasts; never for the gang-scheduled jobs that hold nothing
+    assert event["involvedObject"]["kind"] == "Job"
+    assert event["involvedObject"]["name"] == "llm-pretrain"
+    assert event["type"] == "Warning"
+    assert "12 GPUs" in event["message"]
 
 
 def test_the_split_pod_is_reported_and_the_paired_one_is_not(

@@ -82,9 +82,10 @@ def _gpu_samples(
         labels = _labels(node, gpu)
         for which, span in ((names.SHORT, window), (names.LONG, long_window)):
             name = names.windowed(names.THROTTLE_FRACTION, which)
-            steps = _steps(played, at, span)
+            steps = _steps(played, at, span) if gpu.clock_events else []
+            masks = [clock_events(gpu, t) for t in steps] if gpu.clock_events else []
             for reason, bit in names.CLOCK_EVENT_REASON_BITS.items():
-                share = sum(1 for t in steps if clock_events(gpu, t) & bit) / max(1, len(steps))
+                share = sum(1 for mask in masks if mask & bit) / max(1, len(steps))
                 yield fleet.MetricSample(name, labels | {"reason": reason}, share, at)
         name = names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT)
         for counter in NVLINK_COUNTERS:
