@@ -44,7 +44,6 @@ from gpuguard.sim import (
 from gpuguard.sources import gang_pods, kubernetes
 
 STEP = timedelta(seconds=15)
-GANG_CHECK_EVERY = timedelta(minutes=5)
 MARGIN = timedelta(minutes=2)
 
 
@@ -165,7 +164,6 @@ def _play(
                 metrics=None,
                 settings=settings.fleet,
                 events=workload_events.WorkloadEvents(client),
-                every=GANG_CHECK_EVERY,
             ),
         )
         try:
