@@ -310,6 +310,10 @@ EVERY_KIND = """
 {at: 38m, host_config: {node: 0, ip_vs_persisted: false}}
 {at: 39m, rollout: {name: drv, driver: "580.159.03", waves: [1]}}
 {at: 40m, gpu_slow: {node: 1, gpu: 6, share: 0.5}}
+{at: 41m, gang_job: {name: llm, pods: 2, gpus_per_pod: 8, scheduler: volcano}}
+{at: 41m, throttle: {node: 1, gpu: 1, reason: hw-thermal, duration: 5m}}
+{at: 41m, nvlink_errors: {node: 1, gpu: 1, rate: 3, duration: 5m}}
+{at: 41m, ib_flap: {node: 1, count: 2}}
 """
 
 

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuguard.agent import gpu_processes, podresources
+from gpuguard.agent import gpu_processes, podresources, topology
 from gpuguard.agent.checks import nvidia, result
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
@@ -138,6 +138,7 @@ class AgentCollector(Collector):
         self.processes: gpu_processes.ProcessReport | None = None
         self.pod_devices: PodDevices | None = None  # None: the PodResources opt-in is off
         self.kernel_log_readable = True
+        self.topology: topology.TopologyProbe | None = None  # opt-in: gpuguard agent --topology
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -147,6 +148,8 @@ class AgentCollector(Collector):
             yield from self._processes(self.processes)
         if self.pod_devices is not None:
             yield from self._pods(self.pod_devices)
+        if self.topology is not None:
+            yield from self.topology.families()
 
     def _kernel_log(self) -> Iterator[Metric]:
         snapshot = self.tally.as_json()

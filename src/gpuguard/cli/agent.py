@@ -18,6 +18,7 @@ import typer
 
 from gpuguard import errors, metrics_http
 from gpuguard.agent import commands, daemon, journal, position
+from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import running, settings
 from gpuguard.cli import check as check_cli
 from gpuguard.cli import failures
@@ -82,6 +83,11 @@ PodResourcesOption = Annotated[
     Path | None,
     typer.Option(help="The kubelet's PodResources socket: export which pods hold each GPU."),
 ]
+TopologyOption = Annotated[bool, typer.Option(
+    "--topology",
+    help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
+    "needs nvidia-smi in the container (the NVIDIA runtime class). docs/fleet-health.md",
+)]  # fmt: skip
 
 
 def agent(
@@ -101,6 +107,7 @@ def agent(
     driver_version: check_cli.DriverOption = None,
     kernel_version: check_cli.KernelOption = None,
     pod_resources: PodResourcesOption = None,
+    topology: TopologyOption = False,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
@@ -109,7 +116,8 @@ def agent(
     gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
     in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
     loses an Xid and its counters never go down. Never calls NVML or nvidia-smi; every check
-    has a hard timeout.
+    has a hard timeout. With --topology it also reads nvidia-smi topo -m every 6 h (never
+    while a GPU has fallen off the bus) and serves gpuguard_gpu_link and gpuguard_gpu_numa_node.
 
     \b
     Examples:
@@ -141,7 +149,10 @@ def agent(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        the_agent = daemon.Agent(config, follow, run)
+        probe = (
+            agent_topology.TopologyProbe(name, commands.SubprocessRunner()) if topology else None
+        )
+        the_agent = daemon.Agent(config, follow, run, topology=probe)
     except OSError as e:
         raise errors.InputError(f"--state-dir {state_dir}: {e.strerror or e}") from e
     stop = threading.Event()

@@ -17,6 +17,7 @@ from functools import partial
 
 from gpuguard.controller import change as change_step
 from gpuguard.controller import failsafe, fault_history, phantom_watch
+from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
@@ -50,6 +51,7 @@ class TickResult:
     silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
     gpus: list[gpu_step.Outcome] = field(default_factory=list)
     changes: list[change_step.Outcome] = field(default_factory=list)  # declared change rollouts
+    fleet_health: fleet_health_step.FleetHealth | None = None  # read-only findings
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,7 @@ class Guard:
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
     changes: change_step.Changes | None = None
+    fleet_health: fleet_health_step.FleetHealthWatch | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -125,6 +128,9 @@ class Guard:
         if self.changes is not None:
             roll = partial(self.changes.run, snapshot, result.at, may_write=may_write)
             result.changes = failsafe.guarded("change", subject, errors, roll, [])
+        if self.fleet_health is not None:
+            health = partial(self.fleet_health.run, result.at, may_write=may_write)
+            result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
 
     def _history(
         self,

@@ -97,6 +97,15 @@ class Reason(StrEnum):
     # Change rollouts (docs/change-management.md; policy.rollout)
     CHANGE_STEP = "change-step"
     CHANGE_FAILED = "change-failed"
+    # Scheduling and interconnect health (docs/fleet-health.md; policy.gang, policy.topology,
+    # policy.interconnect): findings only, never an action on a workload
+    GANG_PARTIAL_ALLOCATION = "gang-partial-allocation"
+    GANG_SCHEDULING_MISSING = "gang-scheduling-missing"
+    TOPOLOGY_MISMATCH = "topology-mismatch"
+    GPU_THROTTLED = "gpu-throttled"
+    NVLINK_ERRORS = "nvlink-errors"
+    PCIE_REPLAYS = "pcie-replays"
+    IB_LINK_FLAPPING = "ib-link-flapping"
 
 
 class ActionKind(StrEnum):
