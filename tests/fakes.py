@@ -156,6 +156,9 @@ class FakeChanges:
     def lock(self, kured_namespace: str, name: str) -> str | None:
         self.kured_asked.append((kured_namespace, name))
         return self.kured_lock
+
+
+@dataclass
 class FakeWorkloadPods:
     """The gang detector's pod source (``controller.fleet_health.PodSource``)."""
 
