@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import jobs, ledger, nodes, notify
+from gpuguard.actuators import eviction, jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import (
     fault_history,
@@ -145,6 +145,9 @@ def build_guard(
                 marker=writer,
                 catalog=catalog,
                 rma_deadline=guard_settings.gpu_isolation.rma_deadline,
+                evictor=(
+                    eviction.Evictor(client) if guard_settings.gpu_isolation.evict_pods else None
+                ),
                 image=c.image,
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,

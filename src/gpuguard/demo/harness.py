@@ -18,7 +18,7 @@ from typing import Any
 
 import lightkube
 
-from gpuguard.actuators import jobs, ledger
+from gpuguard.actuators import eviction, jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import fault_history, recovery, restore, tick
@@ -153,6 +153,7 @@ def _play(
                 marker=writer,
                 catalog=catalog,
                 rma_deadline=settings.gpu_isolation.rma_deadline,
+                evictor=eviction.Evictor(client) if settings.gpu_isolation.evict_pods else None,
                 image=settings.controller.image,
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,

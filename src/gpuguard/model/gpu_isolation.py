@@ -64,6 +64,7 @@ class IsolatedGpu:
     applied_at: datetime | None = None  # the last verified application
     plugin: str = ""  # the device-plugin pod (name#restarts) that last advertised without it
     returning: bool = False  # compute mode back to Default for its burn-in; still not advertised
+    evicted: bool = False  # the opt-in eviction of the pods on it is done (once per isolation)
 
     @property
     def mechanisms(self) -> tuple[Mechanism, ...]:
@@ -79,6 +80,9 @@ class IsolatedGpu:
             plugin=plugin,
             confirmed=self.confirmed or confirmed,
         )
+
+    def with_pods_evicted(self) -> IsolatedGpu:
+        return replace(self, evicted=True)
 
     def held_again(self) -> IsolatedGpu:
         """Back to held after a return that did not pass: applied again at the next tick."""
@@ -125,6 +129,7 @@ def _entry(item: object) -> IsolatedGpu | None:
             applied_at=timestamps.parse_utc(str(item.get("applied_at") or "")),
             plugin=str(item.get("plugin", "")),
             returning=item.get("returning") is True,
+            evicted=item.get("evicted") is True,
         )
         entry.mechanisms  # noqa: B018 - an unknown mechanism makes the entry unreadable
     except (TypeError, ValueError):
