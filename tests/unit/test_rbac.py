@@ -20,9 +20,10 @@ NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
     "pod_namespace": CLUSTER,  # the evicted pod's own namespace: any
 }
-CLUSTER_SCOPED = {"Node"}
+CLUSTER_SCOPED = {"Node", "DeviceTaintRule", "ResourceSlice"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
-          "Lease": "leases", "Event": "events", "Eviction": "pods/eviction"}
+          "Lease": "leases", "Event": "events", "Eviction": "pods/eviction",
+          "DeviceTaintRule": "devicetaintrules", "ResourceSlice": "resourceslices"}
 Use = tuple[str, str, str]  # (resource, verb, where)
 OPT_IN: dict[Use, tuple[str, ...]] = {  # a call made only when a setting is on: its value path
     ("pods/eviction", "create", CLUSTER): ("controller", "settings", "gpu_isolation",
@@ -193,4 +194,5 @@ def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
     assert ("events", "create", DEFAULT) in uses
     assert ("leases", "update", OWN) in uses
     assert ("pods", "list", CLUSTER) in uses
-    assert not {u for u in uses if u[1] in {"delete", "deletecollection"}}, "gpuguard never deletes"
+    deletes = {u for u in uses if u[1] in {"delete", "deletecollection"}}
+    assert deletes == {("devicetaintrules", "delete", CLUSTER)}, "gpuguard deletes only its taints"

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from gpuguard.actuators import eviction
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller.dra_taints import DraTaints
 from gpuguard.controller.recovery import JobsPort, LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import (
@@ -83,15 +84,17 @@ class GpuIsolation:
     rma_deadline: timedelta = timedelta(days=14)
     runtime_class: str | None = "nvidia"
     evictor: Evictor | None = None  # None: the pods on an isolated GPU are left running
+    dra: DraTaints | None = None  # the DRA route's DeviceTaintRules (None: not applied)
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, may_write: Callable[[], bool]
     ) -> list[Outcome]:
+        out = [Outcome(t.node, Step.HELD, t.detail, t.action)
+               for t in (self.dra.run(snapshot, may_write) if self.dra else ())]
         nodes = [n for n in snapshot.nodes if gpu_isolation.KEY in n.annotations]
         if not nodes:
-            return []
+            return out
         entries = self._ledger()
-        out = []
         for node in nodes:
             plan = policy.plan(node, entries, snapshot.pods_on(node.name))
             if plan is None:

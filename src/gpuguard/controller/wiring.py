@@ -13,9 +13,10 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import eviction, jobs, ledger, nodes, notify
+from gpuguard.actuators import dra, eviction, jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import (
+    dra_taints,
     fault_history,
     gpu_isolation,
     phantom_watch,
@@ -26,7 +27,7 @@ from gpuguard.controller import (
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation
+from gpuguard.policy import escalation, gpu_route
 from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
 
 
@@ -145,6 +146,10 @@ def build_guard(
                 marker=writer,
                 catalog=catalog,
                 rma_deadline=guard_settings.gpu_isolation.rma_deadline,
+                dra=dra_taints.DraTaints(
+                    dra.DeviceTaints(client), writer,
+                    gpu_route.Effect(guard_settings.gpu_isolation.dra_taint_effect),
+                ),
                 evictor=(
                     eviction.Evictor(client) if guard_settings.gpu_isolation.evict_pods else None
                 ),

@@ -30,6 +30,10 @@ DaemonSet's environment is the same on every node and the NVIDIA container runti
 from a DaemonSet per subset, selected by this label."""
 
 
+DRA_DRIVER = "gpu.nvidia.com"
+"""The driver name of NVIDIA's DRA driver (k8s-dra-driver-gpu) in ResourceSlices and
+DeviceTaintRules (docs/gpu-isolation.md#dra)."""
+
 DEVICE_PLUGIN_PODS = ("nvidia-device-plugin", "gpuguard-device-plugin")
 """Name prefixes of the device-plugin pods whose restarts make gpuguard re-apply (the NVIDIA
 chart's and the GPU Operator's ``nvidia-device-plugin-*``, the per-node instance's)."""

@@ -145,6 +145,12 @@ class GpuIsolationSettings(_Section):
         "a PodDisruptionBudget that forbids it makes gpuguard retry next tick, never force), "
         "once the GPU is held; false: they are named and left running.",
     )
+    dra_taint_effect: Literal["NoSchedule", "NoExecute"] = Field(
+        default="NoSchedule",
+        description="On clusters serving DRA DeviceTaintRules (resource.k8s.io/v1): "
+        "NoSchedule keeps new claims off the isolated GPU; NoExecute also evicts the pods "
+        "whose claims use it (tolerations aside).",
+    )
     rma_deadline: Duration = Field(
         default=timedelta(days=14),
         description="An isolated card waiting longer than this raises "

@@ -70,6 +70,11 @@ RESOURCES = (
     ResourceType("Lease",     "coordination.k8s.io", "v1", "leases", namespaced=True),
     ResourceType("PodDisruptionBudget", "policy",    "v1", "poddisruptionbudgets",
                  namespaced=True, has_status=True),
+    ResourceType("ResourceSlice", "resource.k8s.io", "v1", "resourceslices",
+                 namespaced=False, extra_fields=frozenset({"spec.driver", "spec.nodeName",
+                                                           "spec.pool.name"})),
+    ResourceType("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules",
+                 namespaced=False, has_status=True),
 )
 # fmt: on
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

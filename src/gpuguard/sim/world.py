@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpuguard.model import annotation_keys
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import hosts, kernel_lines, mirror, reactions, scenario, state, store
+from gpuguard.sim import dra, hosts, kernel_lines, mirror, reactions, scenario, state, store
 
 FAULT_KINDS = frozenset({"xid", "gpu_lost", "dbe"})
 INITIAL_UPTIME = timedelta(days=12)  # nodes have been up a while when a scenario starts
@@ -226,6 +226,8 @@ class World:
 
     def _create_objects(self, node: state.SimNode, index: int) -> None:
         self._mirror.create(node, index)
+        if self.scenario.dra:
+            dra.publish(self.store, node)
         self.log_kernel(node, [kernel_lines.boot_banner(node.kernel_release),
                                kernel_lines.module_loaded(node.driver_module)], at=node.booted_at)
         self.touch(node)
