@@ -21,6 +21,9 @@ fail with a Kubernetes ``Status``; ``sim_api.server.requests`` lists what was as
 Servers, their connections and any open watches are stopped at teardown; close your own
 lightkube clients (``with`` / ``async with``).
 
+``demo_played_once`` — ``gpuguard demo`` (``harness.play``) plays each (scenario, settings)
+once per session (``tests.demo_runs``), sharing the run with the modules that play it.
+
 Every test also fails if it opened or listed a path beside the repository (an audit hook,
 ``tests.selfcontained``): a clone with nothing beside it must pass.
 """
@@ -35,8 +38,9 @@ from dataclasses import dataclass
 import lightkube
 import pytest
 
+from gpuguard.demo import harness
 from gpuguard.sim import kubeapi, store
-from tests import selfcontained
+from tests import demo_runs, selfcontained
 
 sys.addaudithook(selfcontained.watch_reads)
 
@@ -88,3 +92,17 @@ def serve_store() -> Iterator[ServeStore]:
 def sim_api(serve_store: ServeStore) -> SimApi:
     """The simulator's Kubernetes API on loopback over an empty store; stopped at teardown."""
     return serve_store(store.ObjectStore())
+
+
+@pytest.fixture
+def demo_played_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpuguard demo`` shares each (scenario, settings) run of the session (tests.demo_runs)."""
+    monkeypatch.setattr(harness, "play", demo_runs.play)
+
+
+@pytest.fixture(autouse=True)
+def _output_width_not_from_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI output does not follow the terminal that runs pytest (pytest-xdist's workers set
+    COLUMNS=80): a test that wants a width says so (``CliRunner(env={"COLUMNS": ...})``)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

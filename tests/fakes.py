@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpuguard.actuators import ledger as ledger_store
+from gpuguard.errors import ConflictError
 from gpuguard.model import decisions, faults, fleet, jobs
 
 
@@ -103,3 +104,55 @@ class FakeLedger:
         if self.error:
             raise self.error
         self.lines.append(entry)
+
+
+@dataclass
+class FakeNodes:
+    """Nodes that take the change rollout's writes (``set_schedulable``) as the API server
+    would: annotations merged (None removes), the cordon set; ``conflicts`` answer 409 once."""
+
+    nodes: dict[str, fleet.Node] = field(default_factory=dict)
+    writes: list[tuple[str, dict[str, str | None], bool | None]] = field(default_factory=list)
+    events: list[decisions.Action] = field(default_factory=list)
+    conflicts: set[str] = field(default_factory=set)
+    notified: list[decisions.Action] = field(default_factory=list)
+
+    def set_schedulable(
+        self, node: fleet.Node, annotations: dict[str, str | None], unschedulable: bool | None
+    ) -> None:
+        if node.name in self.conflicts:
+            self.conflicts.discard(node.name)
+            raise ConflictError(f"patching Node {node.name}: Conflict (409)")
+        self.writes.append((node.name, dict(annotations), unschedulable))
+        current = self.nodes[node.name]
+        merged = {k: v for k, v in {**current.annotations, **annotations}.items() if v is not None}
+        cordon = current.unschedulable if unschedulable is None else unschedulable
+        self.nodes[node.name] = replace(current, annotations=merged, unschedulable=cordon)
+
+    def update(self, name: str, **changes: Any) -> None:
+        self.nodes[name] = replace(self.nodes[name], **changes)
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None:
+        self.events.append(action)
+
+    def notify(self, action: decisions.Action, now: datetime) -> None:
+        self.notified.append(action)
+
+    def snapshot(self, at: datetime, pods: tuple[fleet.Pod, ...] = ()) -> fleet.FleetSnapshot:
+        return fleet.FleetSnapshot(taken_at=at, nodes=tuple(self.nodes.values()), pods=pods)
+
+
+@dataclass
+class FakeChanges:
+    """Declared changes (``sources.changes.Declared``) and kured's lock annotation."""
+
+    declared: tuple[Any, ...] = ()
+    kured_lock: str | None = None
+    kured_asked: list[tuple[str, str]] = field(default_factory=list)
+
+    def changes(self) -> tuple[Any, ...]:
+        return self.declared
+
+    def lock(self, kured_namespace: str, name: str) -> str | None:
+        self.kured_asked.append((kured_namespace, name))
+        return self.kured_lock

@@ -1,38 +1,42 @@
 """The demo's Prometheus emulation (``sim.prometheus_view.WorldPrometheus``) held to a real
 Prometheus: the guard's query plan (``sources.prometheus.QueryPlan`` through
-``PrometheusSource``) must read the same samples from both.
+``PrometheusSource``) and the phantom plan (``sources.gpu_metrics.GpuQueryPlan`` through
+``GpuMetricsSource``) must read the same samples from both.
 
-Each scenario is played once; every 15 s the emulation scrapes the world and the history
-recorder takes the scrape a real Prometheus would have taken, which is backfilled into Debian's
-Prometheus (2.42). At every 30 s tick instant of the played span both answer the plan, compared
-per series (query name, node, GPU, Xid) — or both refuse (fail closed).
+Each scenario is played once, every 15 s, into the emulation and into a history recorder that
+takes the scrape a real Prometheus would have taken (dcgm-exporter, kube-state-metrics and,
+where nodes run it, gpuguard's agent — the demo's ``NodeAgents``); while the scenario's
+Prometheus is down nothing is recorded. All scenarios go into ONE history, each 26 h after the
+one before (beyond the 24 h lookback, so none reads another), backfilled into one Debian
+Prometheus (2.42). Both then answer at sampled instants: every 30 s tick around each event
+(its first 3 minutes and the hold window's end), every 5 minutes between, and 13 s after every
+fourth of those ticks (off the step grid). Answers are compared per series — or both refuse
+(fail closed). An instant inside an outage is one the real server could not have answered:
+there the emulation must refuse.
 
-One difference is by design and allowed: a scrape in the backfilled history is stamped at the
-instant it read the world, while the emulation shows a change from the next scrape on, as a
-live Prometheus that has not yet ingested the scrape under way would. So where the answers
-differ, the emulation's answer one scrape (15 s) later must equal the real one; anything else
-is a divergence.
-
-Not compared here: the Xid count metric, the agent's counters and Prometheus outages (no
-shipped scenario produces them), the phantom plan, and Prometheus 3.x. The hold window's
-subquery ``min_over_time(...[10m:30s])`` includes the step at exactly ``t - 10m`` on 2.x and
-not on 3.x; against the 2.42 tested here the emulation's one-scrape lag makes the answers
-agree, while on 3.x a GPU loss would read as held one tick (30 s) earlier than the demo says.
-A plan that excludes that step on both (``[599s:30s]``) would make the guard's decision
-independent of the Prometheus version.
+Both are fed the same scrapes, stamped when they read the world, so they must agree exactly.
+The hold window's subquery has the range ``model.subquery`` gives it, whose steps are the same
+on Prometheus 2.x (tested here: a step at exactly ``t - range`` is in) and 3.x (it is out);
+``tests/unit/test_sim_prometheus_view.py`` holds the emulation to both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from gpuguard.catalog import gpu_models
+from gpuguard.demo import agents
 from gpuguard.errors import SourceError
-from gpuguard.model import metric_names as mn
-from gpuguard.model import series
-from gpuguard.sim import clock, history, prometheus_view, scenario, store, world
+from gpuguard.model import fleet, series
+from gpuguard.model import settings as settings_model
+from gpuguard.policy import phantom
+from gpuguard.sim import clock, exposition, history, prometheus_view, scenario, store, world
+from gpuguard.sources import gpu_metrics
 from gpuguard.sources import prometheus as source
 from tests.integration import prometheus
 
@@ -40,80 +44,225 @@ pytestmark = pytest.mark.integration
 
 HOLD, LOOKBACK = timedelta(minutes=10), timedelta(hours=24)
 SCRAPE, TICK = timedelta(seconds=15), timedelta(seconds=30)
-COMPARED = frozenset({mn.DCGM_XID_LAST, mn.XID_LAST_24H_AGO, mn.XID_COUNT_RECENT, mn.GPU_LOSS_HELD})
-Answer = dict[tuple[str, str | None, str, str], float] | str
+APART = timedelta(hours=26)
+PHANTOM = settings_model.GuardSettings().phantom
+GPU_PLAN = gpu_metrics.GpuQueryPlan(window=PHANTOM.hold)
+AGENT_TARGET = {"job": "gpuguard-agent"}
+# A backfilled history has no staleness markers: a series that vanished (a GPU's series without
+# a pod, once its pod is mapped) is read for 5 more minutes. The phantom plan reads every GPU
+# series, at the instant and a window earlier (``offset``), so it is compared once the
+# scenario's start is that far behind both.
+LINGER = timedelta(minutes=5, seconds=15)
+
+XID_COUNT = """
+name: xid-count-metric
+xid_count_metric: true
+duration: 15m
+fleet: {nodes: [gpu-node-a, gpu-node-b], gpus_per_node: 4}
+events:
+  - {at: 2m, xid: {node: gpu-node-a, gpu: 1, xid: 13}}
+  - {at: 4m, xid: {node: gpu-node-a, gpu: 1, xid: 13}}
+  - {at: 5m, xid: {node: gpu-node-b, gpu: 2, xid: 79}}
+"""
+OUTAGE = """
+name: prometheus-outage
+duration: 20m
+fleet: {nodes: [gpu-node-a, gpu-node-b], gpus_per_node: 4}
+events:
+  - {at: 3m, xid: {node: gpu-node-b, gpu: 3, xid: 48}}
+  - {at: 3m, gpu_lost: {node: gpu-node-b, gpu: 3}}
+  - {at: 6m, prometheus_down: {duration: 4m}}
+  - {at: 8m, xid: {node: gpu-node-a, gpu: 0, xid: 79}}
+"""
+PHANTOM_NODES = """
+name: phantom-on-a-node-without-gpu-pods
+duration: 40m
+fleet: {nodes: [gpu-node-1, gpu-node-2], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}
+events:
+  - {at: 0s, phantom: {node: gpu-node-1, gpu: 1}}
+  - {at: 0s, workload: {node: gpu-node-1, gpus: [3], profile: training, name: train}}
+  - {at: 0s, phantom: {node: gpu-node-2, gpu: 0}}
+"""
+CASES = [  # (id, scenario: shipped name or text, played span, compare the phantom plan)
+    ("xid79-fast-path", "xid79-twice", timedelta(minutes=20), False),
+    ("dbe-through-the-hold-window", "ecc-dbe-five", timedelta(minutes=45), False),
+    ("user-xids", "user-xid-storm", timedelta(minutes=30), False),
+    ("allocatable-dips", "driver-upgrade-dip", timedelta(minutes=25), False),
+    ("xid-count-metric", XID_COUNT, timedelta(minutes=20), False),
+    ("agent-counters", "agent-guards-silent-exporter", timedelta(minutes=30), False),
+    ("prometheus-outage", OUTAGE, timedelta(minutes=20), False),
+    ("phantom-plan", PHANTOM_NODES, timedelta(minutes=40), True),
+]
+
+Answer = list[tuple[tuple[str, ...], float]] | str
 
 
-def answer(
-    reader: prometheus_view.WorldPrometheus | source.PrometheusSource, at: datetime
-) -> Answer:
-    """The compared samples by (name, node, GPU, Xid); ``"refused"`` when it fails closed."""
+@dataclass
+class Played:
+    """One scenario as the emulation saw it, and when its Prometheus was down."""
+
+    name: str
+    origin: datetime
+    until: timedelta
+    view: prometheus_view.WorldPrometheus
+    events: tuple[timedelta, ...]
+    phantom: bool
+    down: list[tuple[datetime, datetime]] = field(default_factory=list)
+
+    def instants(self) -> Iterator[datetime]:
+        """Every tick within 3 min of an event and around the hold window's end after it,
+        every 5 min between, and 13 s after every fourth of those (off the grid)."""
+        near = {
+            self.origin + at + offset
+            for at in self.events
+            for start, span in ((timedelta(0), timedelta(minutes=3)),
+                                (HOLD - timedelta(minutes=1), timedelta(minutes=2)))
+            for offset in _ticks(start, span)
+        }  # fmt: skip
+        regular = {self.origin + at for at in _ticks(TICK, self.until, every=timedelta(minutes=5))}
+        ticks = sorted(t for t in near | regular if self.origin < t <= self.origin + self.until)
+        yield from sorted(ticks + [t + timedelta(seconds=13) for t in ticks[::4]])
+
+    def down_at(self, at: datetime) -> bool:
+        return any(start <= at < end for start, end in self.down)
+
+
+def _ticks(start: timedelta, span: timedelta, every: timedelta = TICK) -> list[timedelta]:
+    first = (start // TICK) * TICK
+    return [first + every * i for i in range(int(span / every) + 1)]
+
+
+def key(s: fleet.MetricSample) -> tuple[str, ...]:
+    """A sample by name and what tells its series apart (not the scrape's job/instance)."""
+    labels = s.labels
+    return (s.name, series.node_of(labels) or "", series.gpu_of(labels) or "",
+            labels.get("xid", ""), labels.get("pci", ""), gpu_metrics.pod_of(labels) or "")
+
+
+def answer(read: object) -> Answer:
+    """The samples sorted by key; ``"refused"`` when the reader fails closed."""
     try:
-        samples = reader.samples(at)
+        samples = read() if callable(read) else ()
     except SourceError:
         return "refused"
-    return {
-        (
-            s.name,
-            series.node_of(s.labels),
-            series.gpu_of(s.labels),
-            s.labels.get("xid", ""),
-        ): s.value
-        for s in samples
-        if s.name in COMPARED
-    }
+    return sorted((key(s), round(s.value, 6)) for s in samples)
 
 
-def played(
-    name: str, until: timedelta, out: Path
-) -> tuple[datetime, prometheus_view.WorldPrometheus]:
-    """The scenario played from two days ago (on the tick grid) into the emulation and into
-    an OpenMetrics history at ``out``."""
-    now = datetime.now(UTC).replace(microsecond=0)
-    origin = now - timedelta(days=2)
-    origin -= timedelta(seconds=origin.timestamp() % TICK.total_seconds())
-    spec = scenario.load_shipped(name)
-    the_world = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(origin))
+def differ(emulated: Answer, answered: Answer) -> tuple[object, object]:
+    """What only the emulation and only Prometheus answered."""
+    if isinstance(emulated, str) or isinstance(answered, str):
+        return emulated, answered
+    return sorted(set(emulated) - set(answered)), sorted(set(answered) - set(emulated))
+
+
+def play(
+    case: tuple[str, str, timedelta, bool], origin: datetime, recorder: history.HistoryRecorder,
+    hosts: Path,
+) -> Played:
+    name, text, until, phantom = case
+    spec = scenario.load_shipped(text) if "\n" not in text else scenario.loads(text)
+    the_world = world.World.from_scenario(
+        spec, store.ObjectStore(), clock.SimClock(origin), hosts_root=hosts / name
+    )
     view = prometheus_view.WorldPrometheus(the_world, HOLD, LOOKBACK)
-    recorder = history.HistoryRecorder()
+    node_agents = agents.NodeAgents(the_world, hosts / name, hosts / f"{name}-state")
+    scraped: list[tuple[str, dict[str, str], float]] = []
+
+    def agent_target() -> Iterator[tuple[str, dict[str, str], float]]:
+        scraped[:] = [(n, dict(labels), v) for n, labels, v in node_agents.scrape()]
+        return iter(scraped)
+
+    view.targets.append(agent_target)
+    played = Played(name, origin, until, view, tuple(e.at for e in spec.events), phantom)
 
     def scrape(w: world.World) -> None:
-        view.scrape()
-        recorder.sample(w.nodes, w.store, w.clock.now())
+        view.scrape()  # scrapes the agents too (agent_target)
+        if not w.prometheus_up:  # a Prometheus that is down records nothing
+            played.down.append((w.now, w.now + SCRAPE))
+            return
+        recorder.sample(w.nodes, w.store, w.now)
+        for node in sorted({labels["node"] for _, labels, _ in scraped}):
+            families = [
+                exposition.Family(metric, "counter", "", tuple(
+                    exposition.Sample(tuple(sorted(labels.items())), value)
+                    for n, labels, value in scraped if n == metric and labels["node"] == node
+                ))
+                for metric in sorted({n for n, _, _ in scraped})
+            ]  # fmt: skip
+            recorder.add(families, AGENT_TARGET | {"instance": node}, w.now, up=True)
 
-    view.scrape()
-    the_world.run(step=SCRAPE, until=until, on_step=scrape)
-    recorder.write_openmetrics(out)
-    return origin, view
+    try:
+        scrape(the_world)
+        the_world.run(step=SCRAPE, until=until, on_step=scrape)
+    finally:
+        node_agents.close()
+    return played
 
 
-@pytest.mark.parametrize(
-    ("name", "until"),
-    [
-        pytest.param("xid79-twice", timedelta(minutes=20), id="xid79-fast-path"),
-        pytest.param("ecc-dbe-five", timedelta(minutes=60), id="dbe-through-the-hold-window"),
-        pytest.param("user-xid-storm", timedelta(minutes=40), id="user-xids"),
-        pytest.param("driver-upgrade-dip", timedelta(minutes=30), id="allocatable-dips"),
-        pytest.param("mig-reconfig", timedelta(minutes=30), id="mig-dips"),
-    ],
-)
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Played], str]]:
+    """Every case played into one history, backfilled into one Prometheus (its URL)."""
+    tmp = tmp_path_factory.mktemp("emulation")
+    now = datetime.now(UTC).replace(microsecond=0)
+    base = now - timedelta(days=2) - APART * len(CASES)
+    base -= timedelta(seconds=base.timestamp() % TICK.total_seconds())
+    recorder = history.HistoryRecorder()
+    plays = [play(case, base + APART * i, recorder, tmp / "hosts") for i, case in enumerate(CASES)]
+    recorder.write_openmetrics(tmp / "history.om")
+    with prometheus.from_openmetrics(tmp / "history.om", tmp) as prom:
+        yield plays, prom.url
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[case[0] for case in CASES])
 def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
-    name: str, until: timedelta, tmp_path: Path
+    fed: tuple[list[Played], str], index: int
 ) -> None:
-    origin, view = played(name, until, tmp_path / f"{name}.om")
-    divergences, lagged, compared = [], 0, 0
-    with prometheus.from_openmetrics(tmp_path / f"{name}.om", tmp_path) as prom:
-        real = source.PrometheusSource(prom.url, source.QueryPlan(HOLD, LOOKBACK))
-        at = origin + TICK
-        while at <= origin + until:
-            emulated, answered = answer(view, at), answer(real, at)
-            compared += 1
+    plays, url = fed
+    played = plays[index]
+    real = source.PrometheusSource(url, source.QueryPlan(HOLD, LOOKBACK))
+    gpus = gpu_metrics.GpuMetricsSource(url, GPU_PLAN)
+    divergences, compared = [], 0
+    for at in played.instants():
+        emulated = answer(lambda at=at: played.view.samples(at))
+        if played.down_at(at):
+            assert emulated == "refused", at - played.origin
+            continue
+        answered = answer(lambda at=at: real.samples(at))
+        compared += 1
+        if emulated != answered:
+            divergences.append((at - played.origin, "plan", *differ(emulated, answered)))
+        if played.phantom and at - played.origin > GPU_PLAN.window + LINGER:
+            emulated = answer(lambda at=at: window_samples(played.view, at))
+            answered = answer(lambda at=at: gpus.samples(at))
             if emulated != answered:
-                if answer(view, at + SCRAPE) != answered:
-                    divergences.append((at - origin, emulated, answered))
-                lagged += 1
-            at += TICK
-        real.close()
-    assert compared == until // TICK  # every tick instant of the played span
+                divergences.append((at - played.origin, "phantom", *differ(emulated, answered)))
+    real.close()
+    gpus.close()
+    assert compared >= played.until / timedelta(minutes=5)
     assert divergences == []
-    assert lagged <= 4  # only the instants where a change is being scraped
+
+
+def window_samples(
+    view: prometheus_view.WorldPrometheus, at: datetime
+) -> tuple[fleet.MetricSample, ...]:
+    """The emulation's answer to the phantom plan (``GPU_PLAN``)."""
+    return view.gpu_window_samples(
+        at, GPU_PLAN.window, signature_lookback=GPU_PLAN.signature_lookback,
+        util_min_pct=GPU_PLAN.util_min_pct, fb_used_max_mib=GPU_PLAN.fb_used_max_mib,
+    )  # fmt: skip
+
+
+def test_a_phantom_on_a_node_without_gpu_pods_is_found_through_prometheus(
+    fed: tuple[list[Played], str],
+) -> None:
+    """kube-state-metrics has no pod series for gpu-node-2: the plan's explicit zero per node
+    makes its GPU pods 0, not unknown, so its phantom is reported like gpu-node-1's."""
+    plays, url = fed
+    (played,) = [p for p in plays if p.phantom]
+    at = played.origin + played.until
+    with gpu_metrics.GpuMetricsSource(url, GPU_PLAN) as gpus:
+        readings = gpus.readings(at)
+    found = phantom.decide(readings.windows, PHANTOM, gpu_models.load_table(), at).phantoms
+    assert sorted((p.node, p.gpu) for p in found) == [("gpu-node-1", "1"), ("gpu-node-2", "0")]
+    pods = {w.node: w.node_gpu_pods for w in readings.windows}
+    assert pods["gpu-node-2"] == 0

@@ -10,6 +10,7 @@ import pytest
 from gpuguard.demo import harness, score
 from gpuguard.model import settings
 from gpuguard.sim import scenario, state
+from tests import demo_runs
 from tests.admission import IMAGE, failed_rules
 
 GUARD = settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__IMAGE": IMAGE})
@@ -63,7 +64,7 @@ def test_every_gpu_isolation_job_is_one_the_admission_policy_admits(
 
 @pytest.mark.parametrize("name", ["xid79-twice", "user-xid13-then-xid79"])
 def test_a_gpu_off_the_bus_still_cordons_the_node(name: str) -> None:
-    report = score.scenario_report(harness.play(scenario.load_shipped(name), GUARD))
+    report = score.scenario_report(demo_runs.play(name, GUARD))
     assert report["isolated"]
     assert report["gpu_isolated"] == []
 

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
-from gpuguard.demo import harness, score
+from gpuguard.demo import score
 from gpuguard.model import settings
-from gpuguard.sim import scenario
+from tests import demo_runs
 
 FALSE_POSITIVE_CASES = [
     "user-xid-storm",
@@ -25,7 +25,7 @@ FALSE_POSITIVE_CASES = [
 
 
 def report(name: str) -> dict[str, Any]:
-    run = harness.play(scenario.load_shipped(name), settings.GuardSettings())
+    run = demo_runs.play(name)
     return score.scenario_report(run)
 
 
@@ -70,7 +70,7 @@ def test_ecc_dbe_keeps_ten_times_fewer_healthy_gpus_out_than_a_node_cordon(
 ) -> None:
     gpu_level = ecc_gpu_level
     node_level = score.scenario_report(
-        harness.play(scenario.load_shipped("ecc-dbe-five"), NODE_ONLY)
+        demo_runs.play("ecc-dbe-five", NODE_ONLY)
     )
     assert node_level["isolated"] == ["gpu-node-a"]  # the node path: cordoned at the 1st DBE
     assert node_level["healthy_gpu_hours_out"] > 1000
@@ -84,6 +84,7 @@ def test_false_positive_scenarios_isolate_nothing(name: str) -> None:
     assert r["gpu_hours_out"] == 0
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_json_has_the_documented_shape() -> None:
     result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice", "--json"])
     assert result.exit_code == 0, result.output
@@ -95,6 +96,7 @@ def test_demo_json_has_the_documented_shape() -> None:
     assert all({"t", "kind", "node", "reason"} <= set(e) for e in s["timeline"])
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_prints_each_scenarios_figures_in_words() -> None:
     result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice"])
     assert result.exit_code == 0, result.output

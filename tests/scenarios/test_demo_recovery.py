@@ -10,14 +10,14 @@ import pytest
 
 from gpuguard.demo import harness, score
 from gpuguard.model import annotation_keys, settings
-from gpuguard.sim import scenario
+from tests import demo_runs
 from tests.admission import IMAGE, failed_rules
 
 
 @pytest.fixture(scope="module")
 def xid79_twice() -> harness.ScenarioRun:
     guard = settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__IMAGE": IMAGE})
-    return harness.play(scenario.load_shipped("xid79-twice"), guard)
+    return demo_runs.play("xid79-twice", guard)
 
 
 def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
@@ -31,9 +31,13 @@ def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
         (79, "0000:99:00.0", "power-cycle", "inspection"),
     ]
     assert len({line["uuid"] for line in lines}) == 1  # the same card
-    # each fall was also recorded when first seen, before any verdict, as the kernel said it
+    # each fall was also recorded when first seen, before any verdict: the Xid and, read by
+    # the agent, the kernel's "fallen off the bus" (one fault: the verdict lines escalate once)
     seen = [line for line in report["ledger"] if not line["verdict"]]
-    assert len(seen) == 2
+    falls: dict[float, set[str]] = {}
+    for line in seen:
+        falls.setdefault(line["t"], set()).add(line["fault"])
+    assert list(falls.values()) == [{"xid-79", "fallen_off_bus"}] * 2
 
 
 def test_the_evidence_job_is_pinned_and_admitted(xid79_twice: harness.ScenarioRun) -> None:
@@ -92,7 +96,7 @@ def test_the_same_card_failing_again_is_held_for_a_human_not_returned(
 def test_ecc_dbe_gets_the_reset_procedure_and_no_return_on_operand_restarts_alone() -> None:
     """The node path (GPU isolation off): the cordoned node's recovery."""
     node_only = settings.GuardSettings.model_validate({"gpu_isolation": {"enabled": False}})
-    run = harness.play(scenario.load_shipped("ecc-dbe-five"), node_only)
+    run = demo_runs.play("ecc-dbe-five", node_only)
     report = score.scenario_report(run)
     assert set(report["verdicts"]["gpu-node-a"]) == {"gpu-reset"}
     assert all(line["xid"] == 48 for line in report["ledger"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
@@ -16,6 +17,7 @@ from gpuguard.model import settings as settings_model
 from gpuguard.policy import utilization
 from gpuguard.sim import clock, prometheus_view, scenario, store, world
 from gpuguard.sources import gpu_metrics
+from tests import demo_runs
 
 SETTINGS = settings_model.GuardSettings()
 # The phantom incident's table: gpu-node-1: 1,3,4,5,7; gpu-node-2: 5,6; gpu-node-3: 3,5,6,7;
@@ -68,7 +70,7 @@ class Played:
 
 def test_phantom_14_of_32_finds_exactly_the_seeds_gpus_and_their_waste() -> None:
     report = score.scenario_report(
-        harness.play(scenario.load_shipped("phantom-14-of-32"), SETTINGS)
+        demo_runs.play("phantom-14-of-32", SETTINGS)
     )
     found = report["findings"]
     assert {(f["node"], f["gpu"]) for f in found} == SEED_PHANTOMS
@@ -81,6 +83,7 @@ def test_phantom_14_of_32_finds_exactly_the_seeds_gpus_and_their_waste() -> None
     assert max(f["gpu_hours"] for f in found) == 3.33
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_json_lists_phantom_findings() -> None:
     result = CliRunner().invoke(app, ["demo", "--scenario", "phantom-14-of-32", "--json"])
     assert result.exit_code == 0, result.output

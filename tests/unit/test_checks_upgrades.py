@@ -231,3 +231,24 @@ def test_dpkg_status_holds_and_states() -> None:
         ("a", True, True),
         ("b", False, False),
     ]
+
+
+INCIDENT = Path(__file__).resolve().parents[1] / "data" / "hosts" / "autoupdate-incident"
+
+
+@pytest.mark.parametrize(("driver", "kernel", "status", "named"), [
+    ("580.126.09", None, CheckStatus.FAIL, "nvidia-driver-580 580.159.03"),  # apt moved it
+    (None, "5.15.0-176-generic", CheckStatus.FAIL, "5.15.0-179-generic boot next"),
+    (None, "5.15.0-181-generic", CheckStatus.FAIL, "not installed"),
+    ("580.159.03", "5.15.0-179-generic", None, None),  # at the declared versions: pins decide
+])
+def test_package_pin_reports_drift_from_the_declared_versions(
+    driver: str | None, kernel: str | None, status: CheckStatus | None, named: str | None
+) -> None:
+    found = upgrades.check_package_pin(INCIDENT, driver, kernel)
+    if status is None:
+        assert found == upgrades.check_package_pin(INCIDENT)
+        return
+    assert found.status is status
+    assert "drift" in found.evidence
+    assert named in found.evidence

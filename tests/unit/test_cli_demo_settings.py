@@ -3,6 +3,7 @@ a fault the scenario expects it to isolate (scripts can trust its exit status)."
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
@@ -20,6 +21,7 @@ def test_demo_uses_the_environment_settings_and_fails_on_a_miss() -> None:
     assert line.startswith("error: the guard missed 1 fault(s)")
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_with_default_settings_exits_0() -> None:
     result = CliRunner(env={"COLUMNS": "200"}).invoke(
         app, ["demo", "--scenario", "user-xid13-then-xid79", "-o", "yaml"]

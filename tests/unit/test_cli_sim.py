@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
+import pytest
 from typer.testing import CliRunner
 
-from gpuguard.cli import main
+from gpuguard.cli import main, sim_serve
+from gpuguard.model import settings
+from gpuguard.sim import live
 
 runner = CliRunner()
 
@@ -63,6 +67,7 @@ def test_an_unknown_scenario_name_exits_2() -> None:
     assert "no such file or shipped scenario" in result.stderr
 
 
+@pytest.mark.usefixtures("demo_played_once")
 def test_demo_runs_given_scenarios_and_prints_figures() -> None:
     result = runner.invoke(main.app, ["demo", "--scenario", "mig-reconfig",
                                       "--scenario", "user-xid-storm"])
@@ -70,3 +75,26 @@ def test_demo_runs_given_scenarios_and_prints_figures() -> None:
     assert "figures" in result.stdout
     assert "mig-reconfig" in result.stdout
     assert "user-xid-storm" in result.stdout
+
+
+def served(kind: str, speed: float) -> live.LiveCluster:
+    """What ``run_command`` reads of a live cluster (no world needed for it)."""
+    return live.LiveCluster(
+        world=cast(Any, None), kubernetes="http://127.0.0.1:1", metrics=cast(Any, None),
+        prometheus="http://127.0.0.1:2", kubeconfig=Path("/tmp/kc"), speed=speed, started=0.0,
+        prometheus_kind=kind,
+    )
+
+
+def test_sim_serve_prints_gpuguard_run_on_the_wall_clock_with_a_scaled_hold_window() -> None:
+    guard = settings.GuardSettings()
+    command = sim_serve.run_command(served(live.REAL, 60), guard, None)
+    assert command == (
+        "GPUGUARD_CONTROLLER__INTERVAL=1s GPUGUARD_ISOLATION__HOLD_WINDOW=1m gpuguard run "
+        "--kubeconfig /tmp/kc --prometheus-url http://127.0.0.1:2"
+    )
+    slow = sim_serve.run_command(served(live.REAL, 2), guard, Path("my.yaml"))
+    assert slow.startswith("GPUGUARD_CONTROLLER__INTERVAL=1s GPUGUARD_ISOLATION__HOLD_WINDOW=5m ")
+    assert "--config my.yaml" in slow
+    # the simulator's own answers are in scenario time: the hold window stays as it was given
+    assert "HOLD_WINDOW" not in sim_serve.run_command(served(live.SIMULATED, 60), guard, None)

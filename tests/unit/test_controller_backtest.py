@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpuguard.controller import backtest
 from gpuguard.errors import SourceError
-from gpuguard.model import decisions, fleet, settings
+from gpuguard.model import annotation_keys, decisions, fleet, settings
 from gpuguard.model import metric_names as names
 
 T0 = datetime(2026, 9, 21, 5, 50, tzinfo=UTC)
@@ -110,3 +110,35 @@ def test_a_replayed_gpu_isolation_leaves_the_node_serving_for_the_rest_of_the_re
         (T0, "xid-48 (GPU 4)", decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS),
         (T0 + 5 * STEP, "xid-79", decisions.Reason.FAST_PATH),
     ]
+
+
+def held_loss_at(
+    minute: int, *, cordon_mark: bool
+) -> tuple[datetime, tuple[fleet.MetricSample, ...]]:
+    """gpu-node-b loses a GPU to an Xid 48 at minute 1 (isolated once the loss is held for the
+    hold window); the live guard cordoned it at minute 11, so the history shows the cordon —
+    with gpuguard's mark on kube_node_annotations, or without it (a person's cordon)."""
+    at, lost, cordoned = T0 + minute * STEP, minute >= 1, minute >= 11
+    node = {"node": "gpu-node-b"}
+    mark = {names.ksm_annotation_label(annotation_keys.ISOLATED_AT): "2026-09-21T06:01:00Z"}
+    samples = [
+        fleet.MetricSample(names.KSM_NODE_CAPACITY, node, 8, at),
+        fleet.MetricSample(names.KSM_NODE_ALLOCATABLE, node, 7 if lost else 8, at),
+        fleet.MetricSample(names.KSM_NODE_UNSCHEDULABLE, node, 1 if cordoned else 0, at),
+        fleet.MetricSample(names.GPU_LOSS_HELD, node, 1 if minute >= 11 else 0, at),
+    ]
+    if cordoned and cordon_mark:
+        samples.append(fleet.MetricSample(names.KSM_NODE_ANNOTATIONS, node | mark, 1, at))
+    if lost:
+        labels = {"Hostname": "gpu-node-b", "gpu": "4"}
+        samples.append(fleet.MetricSample(names.DCGM_XID_LAST, labels, 48, at))
+    return at, tuple(samples)
+
+
+def test_the_live_guards_own_cordon_in_the_history_is_replayed_not_taken_for_a_persons() -> None:
+    ours = [held_loss_at(m, cordon_mark=True) for m in range(15)]
+    report = backtest.replay(ours, Classifier(), settings.GuardSettings())
+    assert [(i.node, i.at) for i in report.isolations] == [("gpu-node-b", T0 + 11 * STEP)]
+    assert report.isolations[0].reason is decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS
+    persons = [held_loss_at(m, cordon_mark=False) for m in range(15)]
+    assert backtest.replay(persons, Classifier(), settings.GuardSettings()).isolations == []

@@ -359,3 +359,19 @@ def test_a_failed_burn_in_line_is_kept_but_not_counted_as_another_fault() -> Non
     assert escalation.card_fault_count(entries, CARD_A) == 1
     history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
     assert escalation.escalate(history) is Escalation.NONE
+
+
+def test_the_kernels_fallen_off_bus_and_xid79_of_one_fall_are_one_fault() -> None:
+    # The agent reports both for one fall; counting them apart would ask for an inspection of
+    # a card on its first fault.
+    kernel = dataclasses.replace(
+        line(timedelta(0), faults.Confirmation.KERNEL_LOG),
+        xid=None, kind=faults.FaultKind.FALLEN_OFF_BUS,
+    )
+    entries = [kernel, line(timedelta(0), faults.Confirmation.DEVICE_PLUGIN, xid=79),
+               line(timedelta(minutes=2), xid=79)]
+    assert len(escalation.occurrences(entries)) == 1
+    history = escalation.history_for(entries, CARD_A, "gpu-node-a", SLOT)
+    assert escalation.escalate(history) is Escalation.NONE
+    other_fault = line(timedelta(0), faults.Confirmation.DEVICE_PLUGIN, xid=48)
+    assert len(escalation.occurrences([kernel, other_fault])) == 2

@@ -96,3 +96,35 @@ def test_a_new_leader_does_not_record_what_the_ledger_already_holds() -> None:
         NOW - timedelta(days=3), "gpu-node-a", 48, "0000:2a:00.0", UUID, faults.Recorder.GPUGUARD
     )
     assert len(record([signal()], None, ledger=[old]).entries) == 1
+
+
+def kernel_fallen(*, count: float = 1.0) -> xid_signals.HardwareXid:
+    return signal(xid=None, source=Source.AGENT, count=count)
+
+
+def test_a_counter_back_in_sight_after_its_node_rebooted_is_not_a_new_fault() -> None:
+    # The agent keeps its count across the reboot; while the node was down the series was
+    # out of sight, so the previous tick did not see it.
+    first = record([signal(xid=79, source=Source.AGENT), kernel_fallen()], {})
+    lines = list(first.entries)
+    assert len(lines) == 2  # Xid 79 and the kernel's message, one occurrence (escalation)
+    assert fault_history.needs_ledger({"gpu-node-a": [kernel_fallen()]}, {})
+    back = record([signal(xid=79, source=Source.AGENT), kernel_fallen()], {}, ledger=lines)
+    assert back.entries == ()
+
+
+def test_a_counter_that_rose_while_out_of_sight_is_a_new_fault() -> None:
+    (line,) = record([signal(xid=79, source=Source.AGENT)], {}).entries
+    back = record([signal(xid=79, source=Source.AGENT, count=2)], {}, ledger=[line])
+    assert len(back.entries) == 1
+
+
+def test_the_kernels_fallen_off_bus_after_a_recorded_xid79_is_the_same_fault() -> None:
+    (line,) = record([signal(xid=79, source=Source.AGENT)], {}).entries
+    assert record([kernel_fallen()], {}, ledger=[line]).entries == ()
+
+
+def test_a_gauge_seen_again_after_it_cleared_needs_no_ledger_read() -> None:
+    first = record([signal()], {})
+    cleared = record([], first.seen)
+    assert not fault_history.needs_ledger({"gpu-node-a": [signal()]}, cleared.seen)

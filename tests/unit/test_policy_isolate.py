@@ -255,3 +255,21 @@ def test_kernel_fallen_off_bus_takes_the_fast_path() -> None:
     decision = decide([node("gpu-node-b", allocatable=7)], [sample])
     (action,) = decision.actions
     assert action.annotations[annotation_keys.REASON] == "fallen-off-bus"
+
+
+def test_xid79_and_the_kernels_fallen_off_bus_on_one_gpu_are_named_xid79_with_both_as_evidence(
+) -> None:
+    # Both from the agent, as on a node whose driver logged Xid 79 and "fallen off the bus"
+    # for GPU 4: the reason is the catalogue's code, the kernel message is its evidence.
+    fallen = fleet.MetricSample(
+        names.FALLEN_OFF_BUS_RECENT,
+        {"node": "gpu-node-b", "gpu": "4", "uuid": "GPU-1a2b", "pci": "0000:99:00.0"},
+        1.0,
+        NOW,
+    )
+    decision = decide([node("gpu-node-b", allocatable=7)], [fallen, agent_xids("gpu-node-b", 79)])
+    (action,) = decision.actions
+    assert action.annotations[annotation_keys.REASON] == "xid-79"
+    sources = [e.source for e in action.evidence]
+    assert names.XID_TOTAL_RECENT in sources
+    assert names.FALLEN_OFF_BUS_RECENT in sources

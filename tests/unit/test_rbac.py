@@ -19,11 +19,13 @@ CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
 NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
     "pod_namespace": CLUSTER,  # the evicted pod's own namespace: any
+    "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
 }
 CLUSTER_SCOPED = {"Node", "DeviceTaintRule", "ResourceSlice"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
           "Lease": "leases", "Event": "events", "Eviction": "pods/eviction",
-          "DeviceTaintRule": "devicetaintrules", "ResourceSlice": "resourceslices"}
+          "DeviceTaintRule": "devicetaintrules", "ResourceSlice": "resourceslices",
+          "DaemonSet": "daemonsets"}
 Use = tuple[str, str, str]  # (resource, verb, where)
 OPT_IN: dict[Use, tuple[str, ...]] = {  # a call made only when a setting is on: its value path
     ("pods/eviction", "create", CLUSTER): ("controller", "settings", "gpu_isolation",

@@ -307,7 +307,9 @@ EVERY_KIND = """
 {at: 35m, job_hang: {node: 1, job: burnin}}
 {at: 36m, host_job: {node: 1, gpu: 0}}
 {at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
-{at: 38m, gpu_slow: {node: 1, gpu: 6, share: 0.5}}
+{at: 38m, host_config: {node: 0, ip_vs_persisted: false}}
+{at: 39m, rollout: {name: drv, driver: "580.159.03", waves: [1]}}
+{at: 40m, gpu_slow: {node: 1, gpu: 6, share: 0.5}}
 """
 
 

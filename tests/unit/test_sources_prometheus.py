@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as names
 from tests.prometheus_answers import AT, PLAN, fleet_answers, source, vector
+
+MINUTE = timedelta(minutes=1)
 
 
 def test_reads_samples_at_the_given_instant() -> None:
@@ -112,3 +115,35 @@ def test_an_absurd_freshness_time_is_a_source_error_not_a_crash() -> None:
 
     with pytest.raises(SourceError, match="is not a time"):
         source(answer).samples(AT)
+
+
+def test_the_hold_window_is_asked_at_a_whole_second_over_a_range_no_step_can_sit_on() -> None:
+    """Prometheus 2.x and 3.x differ only on a subquery step at exactly t - range
+    (model.subquery): a whole-second t and a range of the window plus 0.5 s never meet one."""
+    seen: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.params["query"], request.url.params["time"]))
+        return fleet_answers(1)(request)
+
+    source(handler).samples(AT - timedelta(milliseconds=300))
+    assert {float(t) for _, t in seen} == {AT.timestamp()}  # the next whole second
+    (held,) = [q for q, _ in seen if q.startswith("min_over_time(")]
+    assert held.endswith("[600500ms:30s])")
+
+
+def test_a_long_history_is_read_in_day_long_range_queries_each_instant_once() -> None:
+    ranges: list[tuple[float, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        start, end = float(request.url.params["start"]), float(request.url.params["end"])
+        ranges.append((start, end))
+        return httpx.Response(200, content=json.dumps(
+            {"status": "success", "data": {"resultType": "matrix", "result": []}}).encode())
+
+    instants = [at for at, _ in source(handler).history(AT, AT + timedelta(days=3), MINUTE)]
+    assert len(instants) == 3 * 1440 + 1
+    assert instants == sorted(set(instants))
+    spans = sorted({end - start for start, end in ranges})
+    assert max(spans) <= 86_400 - 60  # at most a day of 1-minute steps per query
+    assert len({start for start, _ in ranges}) == 4  # three full days and the last instant

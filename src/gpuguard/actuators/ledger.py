@@ -63,7 +63,7 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import ConflictError, InputError
-from gpuguard.model import decisions, faults, pci
+from gpuguard.model import decisions, faults, pci, timestamps
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,6 @@ DEFAULT_SHARD_BYTES = 512 * 1024
 MAX_SHARD_BYTES = 768 * 1024  # room left for metadata and JSON framing under the 1 MiB limit
 UNKNOWN = "-"
 
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _LINE = re.compile(
     r"^(?P<at>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<fault>\S+) (?P<pci>\S+) (?P<uuid>\S+)"
     r" (?P<recorder>\S+)(?: (?P<verdict>\S+))?(?: (?P<confirmation>\S+))?$"
@@ -163,7 +162,7 @@ def format_line(entry: faults.LedgerEntry) -> str:
     if entry.at.tzinfo is None:
         raise InputError(f"ledger entry for {entry.node}: time {entry.at} has no timezone")
     columns = [
-        entry.at.astimezone(UTC).strftime(_TIME_FORMAT),
+        timestamps.format_utc(entry.at),
         fault_token(entry),
         entry.pci or UNKNOWN,
         entry.uuid or UNKNOWN,
@@ -281,10 +280,10 @@ def _check_node(node: str) -> None:
 
 
 def _parse_time(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text)  # the pattern already required ...SSZ
-    except ValueError as e:
-        raise InputError(f"bad time {text!r}") from e
+    at = timestamps.parse_utc(text)  # the pattern already required ...SSZ
+    if at is None:
+        raise InputError(f"bad time {text!r}")
+    return at
 
 
 def parse_fault(text: str) -> tuple[int | None, faults.FaultKind]:
@@ -340,7 +339,7 @@ def format_audit(record: AuditRecord) -> str:
     fields |= {"by": record.by, "why": record.why}
     # ASCII only: no character of "why" can split the line (str.splitlines splits on U+2028)
     text = json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
-    return f"{record.at.astimezone(UTC).strftime(_TIME_FORMAT)} audit {text}"
+    return f"{timestamps.format_utc(record.at)} audit {text}"
 
 
 def parse_audit_line(node: str, line: str) -> AuditRecord:
@@ -434,7 +433,7 @@ class Selector:
     def __str__(self) -> str:
         if self.line_id is not None:
             return f"id {self.line_id}"
-        when = self.at.astimezone(UTC).strftime(_TIME_FORMAT) if self.at else "?"
+        when = timestamps.format_utc(self.at) if self.at else "?"
         fault = f"xid-{self.xid}" if self.xid is not None else str(self.kind)
         return f"{self.node} {when} {fault}"
 

@@ -91,6 +91,18 @@ class NodeWriter:
         and removes the given annotations (``null`` deletes a key in a merge patch)."""
         self._patch(node.name, uncordon_patch(node, remove_annotations))
 
+    def set_schedulable(
+        self, node: fleet.Node, annotations: dict[str, str | None], unschedulable: bool | None
+    ) -> None:
+        """Annotations and, unless None, the cordon in one merge patch, conditional on what
+        was read (a change rollout's step, docs/change-management.md)."""
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": node.resource_version, "annotations": annotations}
+        }
+        if unschedulable is not None:
+            patch["spec"] = {"unschedulable": unschedulable}
+        self._patch(node.name, patch)
+
     def _patch(self, name: str, patch: dict[str, Any]) -> None:
         with api_errors.translated(f"patching Node {name}"):
             self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)
@@ -143,6 +155,7 @@ _WARNINGS = {
     decisions.Reason.BREAKER_RATE,
     decisions.Reason.BREAKER_LEVEL,
     decisions.Reason.ESCALATED,
+    decisions.Reason.CHANGE_FAILED,
 }
 
 

@@ -98,6 +98,8 @@ def agent(
     control_plane_version: check_cli.VersionOption = None,
     allowed_dns: check_cli.DnsOption = None,
     timeout: check_cli.TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
+    driver_version: check_cli.DriverOption = None,
+    kernel_version: check_cli.KernelOption = None,
     pod_resources: PodResourcesOption = None,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
@@ -127,6 +129,8 @@ def agent(
         control_plane_version=check_cli._control_plane(control_plane_version),
         allowed_dns=check_cli._allowed_dns(allowed_dns),
         check_timeout_s=timeout,
+        driver_version=driver_version,
+        kernel_version=kernel_version,
     )
     config = daemon.AgentConfig(
         name, root, state_dir, _interval(check_interval), pod_resources=pod_resources

@@ -138,6 +138,12 @@ VersionOption = Annotated[
 ]
 DnsOption = Annotated[str | None, typer.Option(help="Comma-separated CIDRs of allowed resolvers.")]
 FixOption = Annotated[bool, typer.Option("--fix", help="Repair ip_vs persistence/loading only.")]
+DriverOption = Annotated[
+    str | None, typer.Option(help="Declared NVIDIA driver (580.159.03): package-pin reports drift.")
+]
+KernelOption = Annotated[
+    str | None, typer.Option(help="Declared kernel release: package-pin reports drift from it.")
+]
 TimeoutOption = Annotated[
     float, typer.Option(min=0.1, help="Seconds each check may take before it is UNKNOWN.")
 ]
@@ -151,6 +157,8 @@ def check(
     fix: FixOption = False,
     fmt: output.FormatOpt = output.Format.TABLE,
     timeout: TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
+    driver_version: DriverOption = None,
+    kernel_version: KernelOption = None,
 ) -> None:
     require_dir(root, "--root")
     check_settings = settings.CheckSettings(
@@ -158,6 +166,8 @@ def check(
         control_plane_version=_control_plane(control_plane_version),
         allowed_dns=_allowed_dns(allowed_dns),
         check_timeout_s=timeout,
+        driver_version=driver_version,
+        kernel_version=kernel_version,
     )
     results = running.run_checks(root, check_settings, commands.SubprocessRunner(), fix=fix)
     if not output.emit([check.as_dict() for check in results], fmt):

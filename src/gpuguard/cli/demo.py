@@ -120,12 +120,26 @@ def _figures(report: dict[str, Any]) -> Text:
         f"GPU {g['gpu']} of {g['node']} isolated ({g['mechanism']}), the node serving"
         for g in report.get("gpu_isolated", [])
     ]
+    parts += [_rollout(r) for r in report.get("rollouts", [])]
     parts.append(
         f"false isolations {len(report['false_isolations'])}, missed {len(report['missed'])},"
         f" GPU-hours out {report['gpu_hours_out']:g}"
         f" (healthy {report.get('healthy_gpu_hours_out', 0):g})"
     )
     return Text.assemble(("figures: ", "bold"), "; ".join(parts))
+
+
+def _rollout(shown: dict[str, Any]) -> str:
+    """A declared change in words: its state, each wave's time, the most nodes out at once."""
+    waves = ", ".join(
+        f"wave {i + 1} ({len(w['nodes'])}/{w['size']}) {w['result']}"
+        + (f" in {sim.offset_text(w['took_s'])}" if w.get("took_s") is not None else "")
+        for i, w in enumerate(shown.get("waves", []))
+    )
+    stopped = shown.get("stopped_by")
+    why = f" by {stopped['node']}: {stopped['check']}" if stopped else ""
+    return (f"change {shown['name']} {shown['state']}{why}: {waves}; at most "
+            f"{shown.get('max_out', 0)} nodes out at once")
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import typer
 
 from gpuguard.cli import output, return_checklist
+from gpuguard.controller import change as change_step
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError, SourceError
 from gpuguard.model import fleet, gpu_isolation
@@ -206,6 +207,7 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "return_checklist": _checklist(name, result),
         "phantom_gpus": _phantoms(name, result),
         "gpu_isolation": _gpu_isolation(name, node, result),
+        "change": change_step.explain(node, result.changes),
         "gpu_route": _route(node),
     }
 
@@ -302,6 +304,19 @@ def _print_explanation(data: dict[str, Any]) -> None:
         title = f"return to pool: {checklist['step']} ({checklist['reason']}{done})"
         output.table(title, return_checklist.COLUMNS, return_checklist.rows(checklist))
         con.print(checklist["detail"], highlight=False, soft_wrap=True)
+    _print_change(data.get("change"))
+
+
+def _print_change(data: dict[str, Any] | None) -> None:
+    """The node's place in declared change rollouts (docs/change-management.md)."""
+    if data is None:
+        return
+    for row in data["rollout"]:
+        wave = f" wave {row['wave']}" if row["wave"] else ""
+        output.console.print(f"- change {row['change']}{wave}: {row['step']}: {row['reason']}",
+                             highlight=False)
+    if data["gpu_operator"]:
+        output.console.print(f"- {data['gpu_operator']}", highlight=False)
 
 
 def status(

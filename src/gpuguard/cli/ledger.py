@@ -24,7 +24,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import guard, output
 from gpuguard.controller import wiring
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
-from gpuguard.model import decisions, faults, pci
+from gpuguard.model import decisions, faults, pci, timestamps
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
 from gpuguard.sources import kubernetes
@@ -135,7 +135,7 @@ def _read(store: ledger_store.Ledger) -> ledger_store.LedgerRead:
 
 
 def _utc(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.format_utc(at)
 
 
 def _row(entry: faults.LedgerEntry) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from gpuguard.cli import (
     backtest,
     breaker,
     burnin,
+    change,
     check,
     demo,
     evidence,
@@ -72,6 +73,7 @@ app.add_typer(ledger.app, name="ledger")
 app.add_typer(breaker.app, name="breaker")
 app.add_typer(manifest.app, name="manifest")
 app.add_typer(gpu_isolate.app, name="gpu-isolate")
+app.add_typer(change.app, name="change")
 app.command("check")(check.check)
 app.command("evidence", short_help="Evidence on an isolated node and its repair verdict.")(
     evidence.evidence

@@ -7,15 +7,20 @@ import json
 import signal
 import tempfile
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpuguard.cli import failures, output, sim
+from gpuguard.cli import failures, guard, output, sim
+from gpuguard.demo import live_prometheus
+from gpuguard.model import durations
+from gpuguard.model import settings as settings_model
 from gpuguard.sim import live, state
 
 _TICK_S = 0.2  # how often the world catches up with the clock
+_MIN_SCALED_HOLD = timedelta(minutes=1)  # two steps of the hold-window query (sources.prometheus)
 
 
 def serve(
@@ -30,8 +35,15 @@ def serve(
         "--dir", help="Where to write the kubeconfig and Prometheus' data (default: a temp dir).",
     )] = None,
     with_prometheus: Annotated[bool, typer.Option(
-        "--prometheus/--no-prometheus", help="Run a real Prometheus scraping the exporters.",
+        "--prometheus/--no-prometheus",
+        help="Serve a Prometheus: the real one scraping the exporters where installed, else "
+        "the simulator's own answers to gpuguard's queries.",
     )] = True,
+    sim_prometheus: Annotated[bool, typer.Option(
+        "--sim-prometheus", help="Serve the simulator's own answers even where prometheus is "
+        "installed (they answer only gpuguard's queries, with the settings given here).",
+    )] = False,
+    config: guard.ConfigOpt = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON line with the URLs once ready, then nothing.",
     )] = False,
@@ -44,20 +56,25 @@ def serve(
     Watch gpuguard isolate a GPU that falls off the bus:
       gpuguard sim serve xid79-twice --speed 60
       kubectl --kubeconfig KUBECONFIG get nodes,events -A
-      gpuguard run --kubeconfig KUBECONFIG --prometheus-url PROMETHEUS
+      GPUGUARD_CONTROLLER__INTERVAL=1s gpuguard run --kubeconfig KUBECONFIG \\
+        --prometheus-url PROMETHEUS
+    (it prints that last command ready to paste)
     """
     spec = sim.load_or_exit(scenario_ref)
+    settings = guard.load_settings(config)
     with tempfile.TemporaryDirectory(prefix="gpuguard-sim-") as scratch:
         folder = workdir or Path(scratch)
         _check_dir(folder)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        emulation = live_prometheus.answers_for(settings, speed)
         with failures.listening("--port", port), live.serve(
-            spec, folder, speed=speed, kube_port=port, with_prometheus=with_prometheus
+            spec, folder, speed=speed, kube_port=port, with_prometheus=with_prometheus,
+            emulation=emulation, prefer_emulation=sim_prometheus,
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
-            _announce(cluster, spec.name, as_json)
+            _announce(cluster, spec.name, as_json, settings, config)
             while True:
                 for entry in [] if as_json else happened:
                     _print_entry(entry)
@@ -73,23 +90,58 @@ def _check_dir(folder: Path) -> None:
         raise typer.BadParameter(f"{folder}: {e.strerror or e}", param_hint="--dir") from e
 
 
-def _announce(cluster: live.LiveCluster, name: str, as_json: bool) -> None:
+_PROMETHEUS_KIND = {
+    live.REAL: "a real prometheus scraping the exporters",
+    live.SIMULATED: "the simulator's own answers to gpuguard's queries; other PromQL is refused",
+}
+
+
+def run_command(
+    cluster: live.LiveCluster, settings: settings_model.GuardSettings, config: Path | None
+) -> str:
+    """The ``gpuguard run`` to start against the live cluster (docs/design.md#sim-serve).
+
+    gpuguard keeps the wall clock whatever --speed says: it ticks every second here. A real
+    Prometheus stamps wall time, so at --speed N the hold window is scaled to N times shorter
+    (at least two of the hold query's 30 s steps, so the window still holds points); the
+    simulator's own answers map each query to scenario time, so there the settings stay as
+    ``sim serve`` was given them (the queries must be the same text)."""
+    env = ["GPUGUARD_CONTROLLER__INTERVAL=1s"]
+    if cluster.prometheus_kind == live.REAL and cluster.speed > 1:
+        scaled = max(settings.isolation.hold_window / cluster.speed, _MIN_SCALED_HOLD)
+        env.append(f"GPUGUARD_ISOLATION__HOLD_WINDOW={durations.format_duration(scaled)}")
+    flags = [f"--config {config}"] if config else []
+    flags += [f"--kubeconfig {cluster.kubeconfig}", f"--prometheus-url {cluster.prometheus}"]
+    return " ".join([*env, "gpuguard run", *flags])
+
+
+def _announce(
+    cluster: live.LiveCluster,
+    name: str,
+    as_json: bool,
+    settings: settings_model.GuardSettings,
+    config: Path | None,
+) -> None:
     urls = cluster.urls()
+    if cluster.prometheus:
+        urls["run"] = run_command(cluster, settings, config)
     if as_json:
         typer.echo(json.dumps(urls))
         return
     con = output.console
     con.print(output.bold(f"{name}: the simulated cluster is live"),
-              f" (scenario time x{cluster.speed:g})", sep="")
+              f" (scenario time x{cluster.speed:g}; gpuguard's own clock stays the wall clock)",
+              sep="")
     con.print(f"  kubernetes:  {urls['kubernetes']}")
-    con.print(f"  prometheus:  {urls['prometheus'] or '- (--no-prometheus)'}")
+    kind = _PROMETHEUS_KIND.get(cluster.prometheus_kind or "", "")
+    con.print(f"  prometheus:  {urls['prometheus'] or '- (--no-prometheus)'}"
+              + (f" ({kind})" if kind else ""))
     con.print(f"  kubeconfig:  {urls['kubeconfig']}")
     con.print(f"  exporters:   {urls['kube_state_metrics']}, dcgm-exporter per node")
     con.print("try:")
-    con.print(f"  kubectl --kubeconfig {urls['kubeconfig']} get nodes,events")
-    if urls["prometheus"]:
-        con.print(f"  gpuguard run --kubeconfig {urls['kubeconfig']} "
-                  f"--prometheus-url {urls['prometheus']}")
+    con.print(f"  kubectl --kubeconfig {urls['kubeconfig']} get nodes -w")
+    if cluster.prometheus:
+        con.print(f"  {urls['run']}")
     con.print("the world's timeline follows; Ctrl-C stops it")
 
 

@@ -4,8 +4,12 @@
 state comes from kube-state-metrics at each instant (the Kubernetes API cannot say what a
 node looked like last month); a node the replay isolates stays isolated (with gpuguard's
 annotations) for the rest of the replay, so it counts toward the breaker and is not
-isolated twice. A node cordoned in history counts as a human cordon: recorded history does
-not keep annotations. Instants without usable data are counted, never guessed.
+isolated twice. A node cordoned in history counts as a human cordon — unless kube-state-metrics
+exported gpuguard's annotations with it (``kube_node_annotations``, allow-listed) and they
+carry gpuguard's isolation mark: that cordon was the guard's own, which the replay decides
+for itself, so it replays as not cordoned (else the replay would read the live guard's cordon
+at the instant it isolates as a person's, and never isolate a hold-window case). Instants
+without usable data are counted, never guessed.
 """
 
 from __future__ import annotations
@@ -44,22 +48,26 @@ class BacktestReport:
 def nodes_at(samples: Iterable[fleet.MetricSample]) -> dict[str, fleet.Node]:
     """Nodes as kube-state-metrics saw them: GPU capacity, allocatable, cordon."""
     facts: dict[str, dict[str, float]] = {}
+    ours: set[str] = set()  # cordoned by gpuguard: its isolation mark was exported with them
     for sample in samples:
         node = sample.labels.get("node")
         if node and sample.name in _NODE_FACTS:
             facts.setdefault(node, {})[sample.name] = sample.value
+        if node and sample.name == names.KSM_NODE_ANNOTATIONS and sample.labels.get(_OUR_MARK):
+            ours.add(node)
     return {
         name: fleet.Node(
             name=name,
             boot_id="",
             gpu_capacity=int(f.get(names.KSM_NODE_CAPACITY, 0)),
             gpu_allocatable=int(f.get(names.KSM_NODE_ALLOCATABLE, 0)),
-            unschedulable=f.get(names.KSM_NODE_UNSCHEDULABLE, 0) > 0,
+            unschedulable=f.get(names.KSM_NODE_UNSCHEDULABLE, 0) > 0 and name not in ours,
         )
         for name, f in facts.items()
     }
 
 
+_OUR_MARK = names.ksm_annotation_label(annotation_keys.ISOLATED_AT)
 _NODE_FACTS = {names.KSM_NODE_CAPACITY, names.KSM_NODE_ALLOCATABLE, names.KSM_NODE_UNSCHEDULABLE}
 
 

@@ -49,7 +49,8 @@ class FaultHistory:
         if unchanged and not self._unwritten:
             return Outcome()
         try:
-            ledger = self.ledger.entries().entries if self._seen is None else []
+            needed = fault_history.needs_ledger(signals, self._seen)
+            ledger = [*self.ledger.entries().entries, *self._unwritten] if needed else []
         except GpuguardError as e:
             log.warning("fault history waits: the ledger cannot be read: %s", e)
             return Outcome()
@@ -61,6 +62,7 @@ class FaultHistory:
             tripped=tripped,
             now=snapshot.taken_at,
             lookback=self.lookback,
+            merge_window=self.merge_window,
         )
         self._seen = records.seen
         self._unwritten += records.entries

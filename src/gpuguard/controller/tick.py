@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
+from gpuguard.controller import change as change_step
 from gpuguard.controller import failsafe, fault_history, phantom_watch
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
@@ -48,6 +49,7 @@ class TickResult:
     step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
     silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
     gpus: list[gpu_step.Outcome] = field(default_factory=list)
+    changes: list[change_step.Outcome] = field(default_factory=list)  # declared change rollouts
 
     @property
     def ok(self) -> bool:
@@ -72,6 +74,7 @@ class Guard:
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
+    changes: change_step.Changes | None = None
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -119,6 +122,9 @@ class Guard:
             back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip
             result.returns = failsafe.guarded("restore", subject, errors, back, [])
+        if self.changes is not None:
+            roll = partial(self.changes.run, snapshot, result.at, may_write=may_write)
+            result.changes = failsafe.guarded("change", subject, errors, roll, [])
 
     def _history(
         self,

@@ -15,6 +15,7 @@ from lightkube.config.models import Cluster, User
 
 from gpuguard.actuators import dra, eviction, jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     dra_taints,
     fault_history,
@@ -28,7 +29,7 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation, gpu_route
-from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
+from gpuguard.sources import changes, gpu_metrics, kubernetes, prometheus, return_facts
 
 
 class SystemClock:
@@ -156,6 +157,13 @@ def build_guard(
                 image=c.image,
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
+            ),
+            changes=change_step.Changes(
+                source=changes.ChangeReader(client, c.namespace),
+                writer=writer,
+                checks=read(changes.ConformancePlan()),
+                kured=changes.KuredLock(client),
+                notifier=notifier,
             ),
         )
         yield guard, client

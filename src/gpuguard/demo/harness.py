@@ -10,6 +10,7 @@ read the same inputs and decided the same as the last one.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,10 +22,12 @@ import lightkube
 from gpuguard.actuators import dra, eviction, jobs, ledger
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller import change as change_step
 from gpuguard.controller import dra_taints, fault_history, recovery, restore, tick
 from gpuguard.controller import gpu_isolation as gpu_step
-from gpuguard.demo import agents, job_commands
+from gpuguard.demo import agents, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
+from gpuguard.demo import rollouts as rollout_view
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
 from gpuguard.model import restore as restore_model
 from gpuguard.model import settings as settings_model
@@ -41,7 +44,7 @@ from gpuguard.sim import (
     store,
     world,
 )
-from gpuguard.sources import kubernetes
+from gpuguard.sources import changes, kubernetes
 
 STEP = timedelta(seconds=15)
 MARGIN = timedelta(minutes=2)
@@ -68,6 +71,8 @@ class ScenarioRun:
     gpu_isolated_at: dict[str, datetime] = field(default_factory=dict)  # node/index -> first
     gpu_isolated: list[dict[str, Any]] = field(default_factory=list)  # still out at the end
     healthy_gpu_seconds_out: float = 0.0  # healthy GPUs made unavailable by gpuguard
+    rollouts: list[dict[str, Any]] = field(default_factory=list)  # declared changes (demo.rollouts)
+    rollout_watch: rollout_view.Watch = field(default_factory=rollout_view.Watch)
 
 
 @dataclass
@@ -87,10 +92,17 @@ class _Activity:
         return any(start <= when for start, _ in self.windows)
 
 
+# The host trees and the agents' saved state are scratch that dies with the run: memory-backed
+# where the machine has it, so the agents' fsync of their position (as on a real node) and the
+# trees' many small files cost no disk flushes.
+_SCRATCH = Path("/dev/shm")
+
+
 def play(
     spec: scenario.Scenario, settings: settings_model.GuardSettings
 ) -> ScenarioRun:
-    with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-") as hosts:
+    scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-", dir=scratch) as hosts:
         return _play(spec, settings, Path(hosts))
 
 
@@ -162,6 +174,12 @@ def _play(
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
             ),
+            changes=change_step.Changes(
+                source=changes.ChangeReader(client, namespace),
+                writer=writer,
+                checks=host_checks.HostChecks(played, hosts),
+                kured=changes.KuredLock(client),
+            ),
         )
         try:
             _drive(run, guard, view, settings, jobs_kubelet)
@@ -169,6 +187,7 @@ def _play(
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
     run.withheld = _withheld(run)
+    run.rollouts = run.rollout_watch.report()
     run.gpu_isolated = _gpu_isolated(run)
     return run
 
@@ -240,7 +259,7 @@ def _drive(
             jobs_kubelet.step()
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
-            view.scrape()
+            view.scrape(found_after=prometheus_view.SCRAPE)
             activity.mark(w.now)
             out, healthy = _gpus_out(w)
             seen = current
@@ -248,7 +267,7 @@ def _drive(
             jobs_kubelet.step()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 
-    view.scrape()
+    view.scrape(found_after=prometheus_view.SCRAPE)
     played.run(step=STEP, on_step=on_step)
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
 
@@ -271,6 +290,7 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
     for marking in result.marked:
         kind = "withheld" if marking.value is not None else "withheld_cleared"
         run.guard_timeline.append(_entry(t, marking.node, kind, marking.reason, marking.detail))
+    run.rollout_watch.saw(result.changes, t, run.guard_timeline)
     for action in result.applied:
         if action.kind is decisions.ActionKind.ISOLATE_GPU:
             _record_gpu_isolation(run, action, result.at, t)

@@ -34,6 +34,7 @@ def scenario_report(run: harness.ScenarioRun) -> dict[str, Any]:
         "withheld": run.withheld,
         "breaker": {"trips": run.trips},
         "findings": run.findings,
+        "rollouts": run.rollouts,
         "timeline": timeline(run),
     }
 

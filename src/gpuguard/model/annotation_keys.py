@@ -63,8 +63,16 @@ def is_gpuguard_key(key: str) -> bool:
     return key.startswith(PREFIX)
 
 
-FOR_PEOPLE = (HOLD, RESET_DONE, INSPECTED, GATE_REPORT, GPU_RETURN)
+FOR_PEOPLE = (HOLD, RESET_DONE, INSPECTED, GATE_REPORT, GPU_RETURN, PREFIX + "change-applied")
 """The keys people write (a hold, a done reset, an inspection, the gate's report written by
 `gpuguard gate` under a person's credentials, a request to return isolated GPUs). Every other
 ``gpuguard.io/`` key is gpuguard's own: the Node admission policy lets only gpuguard's service
-account write them."""
+account write them. ``change-applied`` is written by the tool that applies a declared change
+(or a person): gpuguard only reads it and checks the result itself
+(docs/change-management.md#who-writes-what)."""
+
+# Change management (docs/change-management.md): where a node stands in a declared change,
+# the request to the tool that applies it, and the tool's (or a person's) "done".
+CHANGE = PREFIX + "change"  # gpuguard's: JSON NodeMark (model.change)
+CHANGE_REQUESTED = PREFIX + "change-requested"  # gpuguard's: apply change NAME to this node
+CHANGE_APPLIED = PREFIX + "change-applied"  # the applying tool's or a person's: NAME done

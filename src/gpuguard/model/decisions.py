@@ -97,6 +97,9 @@ class Reason(StrEnum):
     RAYJOB_KEEPS_CLUSTER = "rayjob-keeps-cluster"
     SHORT_GRACE_PERIOD = "short-grace-period"
     NCCL_HANG_UNBOUNDED = "nccl-hang-unbounded"
+    # Change rollouts (docs/change-management.md; policy.rollout)
+    CHANGE_STEP = "change-step"
+    CHANGE_FAILED = "change-failed"
 
 
 class ActionKind(StrEnum):

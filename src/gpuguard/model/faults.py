@@ -19,6 +19,19 @@ class FaultKind(StrEnum):
     BURNIN_FAILED = "burnin_failed"  # the burn-in after a repair failed (or hung)
 
 
+# NVIDIA's Xid catalog: Xid 79 is "GPU has fallen off the bus", the code the driver logs with the
+# kernel's "NVRM: GPU at PCI:... has fallen off the bus." message. One event, two signals: the
+# ledger counts them as one occurrence (docs/design.md#isolation, the reason precedence).
+FALLEN_OFF_BUS_XID = 79
+
+
+def fault_identity(kind: FaultKind, xid: int | None) -> tuple[FaultKind, int | None]:
+    """What makes two ledger lines the same fault: Xid 79 and "fallen off the bus" are one."""
+    if kind is FaultKind.FALLEN_OFF_BUS or (kind is FaultKind.XID and xid == FALLEN_OFF_BUS_XID):
+        return FaultKind.FALLEN_OFF_BUS, FALLEN_OFF_BUS_XID
+    return kind, xid
+
+
 class Recorder(StrEnum):
     GPUGUARD = "gpuguard"
     MANUAL = "manual"

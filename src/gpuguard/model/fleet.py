@@ -68,6 +68,7 @@ class Node:
     isolation_writers: frozenset[str] | None = None
     """The field managers that own ``gpuguard.io/isolated-at`` in ``managedFields``; None when
     not read. Only gpuguard (``annotation_keys.FIELD_MANAGER``) writes it on a real isolation."""
+    kernel_version: str = ""  # status.nodeInfo.kernelVersion: the running kernel
 
     @property
     def ready(self) -> bool:

@@ -6,6 +6,8 @@ Alert rules, dashboards, sources and the simulator all use these.
 
 from __future__ import annotations
 
+import re
+
 # dcgm-exporter (see tests/data/reference/dcgm_exporter_counters.md)
 DCGM_XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the LAST Xid value, not a count
 DCGM_XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # optional: count per xid label in a window
@@ -81,6 +83,8 @@ XID_LAST_24H_AGO = "DCGM_FI_DEV_XID_ERRORS offset 24h"
 XID_COUNT_RECENT = "DCGM_EXP_XID_ERRORS_COUNT recent"  # sum over the lookback, per xid
 XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, per xid
 FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci
+FRESHNESS_KSM = "freshness kube-state-metrics"  # newest kube-state-metrics GPU capacity sample
+FRESHNESS_DCGM = "freshness dcgm-exporter"  # newest dcgm-exporter sample: stale data fails closed
 GPU_LOSS_HELD = "gpu loss held"  # min over the hold window of capacity - allocatable, per node
 DCGM_NODE_NEWEST = "dcgm newest sample"  # per node: unix time of its exporter's newest sample
 AGENT_NODE_NEWEST = "agent newest sample"  # per node: unix time of its agent's newest sample
@@ -105,6 +109,13 @@ GPU_SEEN_AT_WINDOW_START = "gpu seen at window start"  # DCGM_FI_DEV_GPU_UTIL of
 NODE_GPU_PODS_MAX = "node gpu pods max"  # most GPUs held by live pods on a node in the window
 PHANTOM_SIGNATURE_MINUTES = "phantom signature minutes"  # util >= 95 and FB < 100, 1-min steps
 GPU_PROCESSES_MAX = "gpu processes max"  # most processes the agent saw on a GPU in the window
+
+
+def ksm_annotation_label(key: str) -> str:
+    """The label a node annotation ``key`` gets on ``kube_node_annotations`` when
+    kube-state-metrics allow-lists it (``--metric-annotations-allowlist``): ``annotation_``
+    and the key with every character outside [a-zA-Z0-9_] as ``_``."""
+    return "annotation_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
 
 
 def window_stat(metric: str, stat: str) -> str:

@@ -28,7 +28,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, timestamps, withheld
+from gpuguard.model import (
+    annotation_keys,
+    change,
+    decisions,
+    fleet,
+    gpu_isolation,
+    timestamps,
+    withheld,
+)
 from gpuguard.model import settings as settings_model
 
 Reason = decisions.Reason
@@ -55,6 +63,7 @@ class Isolation:
     node: str
     at: datetime | None  # None: the mark is unreadable, counted as recent
     confirmed: bool
+    change: bool = False  # out for a declared change: counts in the level, never the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +151,8 @@ def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
         marks = node.annotations
         if not (node.unschedulable and annotation_keys.ISOLATED_AT in marks):
             out += _gpu_isolations(node)
+            if change.out_for_change(node):
+                out.append(Isolation(node.name, None, confirmed=False, change=True))
             continue
         at = timestamps.parse_utc(marks[annotation_keys.ISOLATED_AT])
         confirmed = annotation_keys.HOLD in marks or marks.get(annotation_keys.VERDICT) in {
@@ -200,7 +211,7 @@ def _state(
     limits = Limits.for_fleet(gpu_nodes, isolation)
     unconfirmed = [i for i in isolations if not i.confirmed]
     start = now - isolation.breaker_window
-    recent = [i for i in unconfirmed if i.at is None or i.at > start]
+    recent = [i for i in unconfirmed if not i.change and (i.at is None or i.at > start)]
     return BreakerState(
         gpu_nodes=gpu_nodes,
         limits=limits,

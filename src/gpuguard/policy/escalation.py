@@ -101,8 +101,10 @@ _Key = tuple[str, str | None, int | None, faults.FaultKind]
 
 
 def _key(entry: faults.LedgerEntry) -> _Key:
-    """Lines of one occurrence share node, card (UUID, else slot) and fault."""
-    return entry.node, entry.uuid or entry.pci, entry.xid, entry.kind
+    """Lines of one occurrence share node, card (UUID, else slot) and fault (Xid 79 and the
+    kernel's "fallen off the bus" are one fault: ``faults.fault_identity``)."""
+    kind, xid = faults.fault_identity(entry.kind, entry.xid)
+    return entry.node, entry.uuid or entry.pci, xid, kind
 
 
 def _line_order(entry: faults.LedgerEntry) -> tuple[datetime, str, str, str]:

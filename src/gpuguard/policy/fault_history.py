@@ -5,12 +5,16 @@ fault wherever it happens — on a serving node, on a node gpuguard already isol
 card, or the same card again), on a node a person cordoned, on a node whose fault the breaker
 withheld — when it is first seen, before anyone can uncordon the node and erase its marks.
 
-An occurrence is a signal (node, card, fault) present now that was absent at the previous tick,
-or whose counter rose (the agent's and dcgm-exporter's counts). With no previous tick (a new
-leader), a signal is new unless the ledger already holds the same fault on the same card within
-the lookback. Each line says how the fault was established: the kernel said the GPU fell off
-the bus, or the device plugin stopped offering a GPU on the node — unless the breaker tripped,
-which declares this tick's signals suspect — else it was only observed in metrics.
+An occurrence is a signal (node, card, fault) whose counter rose since the previous tick (the
+agent's and dcgm-exporter's counts), or a gauge's signal present now that was absent then. A
+counted signal absent at the previous tick, or any signal with no previous tick (a new leader),
+is new only where its count exceeds the occurrences the ledger already holds for that fault on
+that card within the lookback: a counter that was only out of sight (its node rebooted, the
+agent's count kept) is not a new fault, nor is the kernel's "fallen off the bus" beside an Xid
+79 already recorded (``faults.fault_identity``). ``needs_ledger`` says when that comparison
+needs the ledger read. Each line says how the fault was established: the kernel said the GPU
+fell off the bus, or the device plugin stopped offering a GPU on the node — unless the breaker
+tripped, which declares this tick's signals suspect — else it was only observed in metrics.
 
 The isolation line written later with the evidence verdict describes the same occurrence; the
 ledger's escalation counts the two as one (``policy.escalation``).
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuguard.model import faults, fleet, gpu_isolation, pci
-from gpuguard.policy import xid_signals
+from gpuguard.policy import escalation, xid_signals
 
 SignalKey = tuple[str, str, str]  # (node, card: uuid, else PCI, else GPU index, fault label)
 Seen = Mapping[SignalKey, float]
@@ -41,6 +45,19 @@ def seen_now(signals: Mapping[str, Sequence[xid_signals.HardwareXid]]) -> dict[S
     return {_key(s): _count(s) for node_signals in signals.values() for s in node_signals}
 
 
+def needs_ledger(
+    signals: Mapping[str, Sequence[xid_signals.HardwareXid]], previous: Seen | None
+) -> bool:
+    """Whether ``record`` compares a signal with the ledger this tick (see the docstring)."""
+    if previous is None:
+        return True
+    return any(
+        _key(s) not in previous and s.source is not xid_signals.XidSource.DCGM_GAUGE
+        for node_signals in signals.values()
+        for s in node_signals
+    )
+
+
 def record(
     signals: Mapping[str, Sequence[xid_signals.HardwareXid]],
     previous: Seen | None,
@@ -50,14 +67,16 @@ def record(
     tripped: bool,
     now: datetime,
     lookback: timedelta,
+    merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
 ) -> FaultRecords:
     """The ledger lines for this tick's new fault occurrences, and the signals seen."""
     seen = seen_now(signals)
     by_name = {n.name: n for n in nodes}
+    recent = [e for e in ledger if e.at >= now - lookback]
     entries = []
     for node_signals in signals.values():
         for signal in node_signals:
-            if not _is_new(signal, previous, ledger, now - lookback):
+            if not _is_new(signal, previous, recent, merge_window):
                 continue
             how = _confirmation(signal, by_name.get(signal.node), tripped)
             entries.append(_entry(signal, how, now))
@@ -67,13 +86,16 @@ def record(
 def _is_new(
     signal: xid_signals.HardwareXid,
     previous: Seen | None,
-    ledger: Sequence[faults.LedgerEntry],
-    since: datetime,
+    recent: Sequence[faults.LedgerEntry],
+    merge_window: timedelta,
 ) -> bool:
-    if previous is None:
-        return not any(_same_fault(e, signal) and e.at >= since for e in ledger)
-    before = previous.get(_key(signal))
-    return before is None or _count(signal) > before
+    before = previous.get(_key(signal)) if previous is not None else None
+    if before is not None:
+        return _count(signal) > before
+    if previous is not None and signal.source is xid_signals.XidSource.DCGM_GAUGE:
+        return True  # a gauge's repeat shows as absent, then present
+    same = [e for e in recent if _same_fault(e, signal)]
+    return len(escalation.occurrences(same, merge_window)) < _count(signal)
 
 
 def _confirmation(
@@ -111,7 +133,9 @@ def _entry(
 
 
 def _same_fault(entry: faults.LedgerEntry, signal: xid_signals.HardwareXid) -> bool:
-    if entry.node != signal.node or entry.xid != signal.xid:
+    kind = faults.FaultKind.FALLEN_OFF_BUS if signal.fallen_off_bus else faults.FaultKind.XID
+    same = faults.fault_identity(entry.kind, entry.xid) == faults.fault_identity(kind, signal.xid)
+    if entry.node != signal.node or not same:
         return False
     if signal.uuid and entry.uuid:
         return entry.uuid == signal.uuid

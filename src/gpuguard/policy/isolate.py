@@ -253,7 +253,7 @@ def _assess(
             return None, _finding(node, Reason.GPU_LOSS_WITHOUT_XID, (loss,))
         return None, None
     fault = _primary(signals, settings.isolation)
-    evidence = (fault.evidence, loss)
+    evidence = (*_fault_evidence(fault, signals), loss)
     if is_human_cordoned(node):
         return None, _finding(node, Reason.HUMAN_CORDON, evidence, fault)
     if not missing:
@@ -275,8 +275,24 @@ def _assess(
 def _primary(
     signals: list[xid_signals.HardwareXid], isolation: settings_model.IsolationSettings
 ) -> xid_signals.HardwareXid:
-    """The fault named in the annotations: a fast-path one first, then the lowest GPU."""
-    return min(signals, key=lambda s: (not _is_fast_path(s, isolation), s.gpu, s.xid or 0))
+    """The fault named in the annotations: a fast-path one first, then the lowest GPU, then on
+    that GPU a numbered Xid before the kernel's "fallen off the bus" message. Xid 79 *is* that
+    message's code, so where both are seen the reason is ``xid-79``: the catalogue entry
+    (``gpuguard xid explain 79``), the verdict and the ledger's Xid column name it whichever
+    source saw it, agent or dcgm-exporter (docs/design.md#isolation)."""
+    return min(
+        signals,
+        key=lambda s: (not _is_fast_path(s, isolation), s.gpu, s.fallen_off_bus, s.xid or 0),
+    )
+
+
+def _fault_evidence(
+    fault: xid_signals.HardwareXid, signals: list[xid_signals.HardwareXid]
+) -> tuple[decisions.Evidence, ...]:
+    """The named fault's evidence, then the other signals of its GPU (the kernel's "fallen off
+    the bus" message beside Xid 79), so the Event shows every source that saw it."""
+    same_gpu = (s for s in signals if s is not fault and s.gpu == fault.gpu)
+    return (fault.evidence, *(s.evidence for s in same_gpu))
 
 
 def _is_fast_path(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from gpuguard.model import annotation_keys, fleet
+from gpuguard.model import annotation_keys, change, fleet
 
 
 class LifecycleState(StrEnum):
@@ -17,12 +17,15 @@ class LifecycleState(StrEnum):
     ISOLATED = "isolated"
     CORDONED_BY_HUMAN = "cordoned-by-human"
     NOT_READY = "not-ready"
+    CHANGING = "changing"  # cordoned for a declared change (docs/change-management.md)
 
 
 def state_of(node: fleet.Node) -> LifecycleState:
     if node.unschedulable:
         if annotation_keys.ISOLATED_AT in node.annotations:
             return LifecycleState.ISOLATED
+        if change.out_for_change(node):
+            return LifecycleState.CHANGING
         return LifecycleState.CORDONED_BY_HUMAN
     if not node.ready:
         return LifecycleState.NOT_READY

@@ -40,6 +40,10 @@ one tree per node under ``<root>/<node-name>/`` so the same checks run against i
   while the GPU is on the bus; once it fell off, the port records a Surprise Down (``SDES 1``,
   ``TOTAL_ERR_FATAL 1``, ``aer_rootport_total_err_fatal`` 1). A power cycle clears them.
 - ``proc/sys/kernel/random/boot_id`` (the node's boot ID) and ``etc/hostname`` (its name)
+- ``proc/driver/nvidia/gpus/<pci>/information`` per GPU — ``Model``, ``GPU UUID``, ``Bus
+  Location`` and ``Device Minor`` (the ``/dev/nvidiaN`` number, here the GPU's index), the
+  fields the driver fills at load (the NVIDIA driver's ``procfs`` interface, nv-procfs.c in
+  NVIDIA's open-gpu-kernel-modules); the agent reads its ``gpu`` label from it
 """
 
 from __future__ import annotations
@@ -235,6 +239,19 @@ def _write_pci(tree: Path, gpu: state.SimGpu) -> None:
     _write(device / "max_link_width", f"{gpu.link_width_max}\n")
     _write(device / "current_link_speed", speed + "\n")
     _write(device / "max_link_speed", f"{gpu.link_speed_max_gts:.1f} GT/s PCIe\n")
+    _write_information(tree, gpu)
+
+
+def _write_information(tree: Path, gpu: state.SimGpu) -> None:
+    fields = {
+        "Model": gpu.model,
+        "GPU UUID": gpu.uuid,
+        "Bus Location": gpu.pci,
+        "Device Minor": str(gpu.index),
+    }
+    path = tree / "proc/driver/nvidia/gpus" / gpu.pci / "information"
+    if not path.exists():  # the driver fills it at load; nothing in it changes afterwards
+        _write(path, "".join(f"{key}: \t {value}\n" for key, value in fields.items()))
 
 
 def host_bridge(pci: str) -> str:

@@ -163,7 +163,7 @@ def _node_taints(node: Obj) -> Iterable[tuple[exposition.Labels, float]]:
 def _node_annotations(node: Obj) -> Iterable[tuple[exposition.Labels, float]]:
     annotations = node.get("metadata", {}).get("annotations") or {}
     kept = sorted(
-        ("annotation_" + sanitize(k), str(v))
+        (mn.ksm_annotation_label(k), str(v))
         for k, v in annotations.items()
         if k.startswith(ANNOTATION_ALLOWLIST)
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuguard.model import timestamps
 from gpuguard.sim import state
 
 Obj = dict[str, Any]
@@ -49,7 +50,8 @@ SYSTEM_PODS = (
 
 
 def timestamp(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A Kubernetes object's time (``metav1.Time``), as gpuguard writes its own."""
+    return timestamps.format_utc(at)
 
 
 def pod_name(pod: SystemPod, node: str) -> str:
@@ -57,6 +59,11 @@ def pod_name(pod: SystemPod, node: str) -> str:
         return pod.prefix + node
     digest = hashlib.sha1(f"{node}/{pod.component}".encode()).digest()
     return pod.prefix + "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
+
+
+GFD_DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
+"""gpu-feature-discovery's label of the loaded driver (relabelled when the driver changes:
+``sim.change_tool``)."""
 
 
 def node_object(node: state.SimNode, created: datetime, index: int) -> Obj:
@@ -76,6 +83,7 @@ def node_object(node: state.SimNode, created: datetime, index: int) -> Obj:
                 "nvidia.com/gpu.present": "true",
                 "nvidia.com/gpu.product": product,
                 "nvidia.com/gpu.count": str(len(node.gpus)),
+                GFD_DRIVER_LABEL: node.driver_module,
             },
             "annotations": {
                 "node.alpha.kubernetes.io/ttl": "0",

@@ -509,6 +509,8 @@ class _Watch:
         self._since = _resource_version(query.get("resourceVersion"))
         timeout_s = float(query.get("timeoutSeconds") or 0)
         self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+        self._tables = tables.wanted(handler.headers.get("Accept") or "")
+        self._columns_sent = False
 
     def run(self) -> None:
         """Stream events until the client leaves, the timeout passes or the server stops; then
@@ -558,9 +560,21 @@ class _Watch:
 
     def _send(self, event_type: str, obj: store.Obj) -> None:
         if obj.get("kind") != "Status":
-            obj = self._target.resource.decorate(obj)
+            obj = self._as_asked(self._target.resource.decorate(obj))
         line = json.dumps({"type": event_type, "object": obj}) + "\n"
         self._handler.send_chunk(line.encode())
+
+    def _as_asked(self, obj: store.Obj) -> store.Obj:
+        """The object, or (``Accept: ...;as=Table``, what ``kubectl get -w`` sends) a one-row
+        Table; as the API server does, only the first event carries the column definitions
+        (kubernetes apiserver ``endpoints/handlers/watch.go``: headers on the first object only)."""
+        if not self._tables:
+            return obj
+        table = tables.table(self._target.resource, obj)
+        if self._columns_sent:
+            del table["columnDefinitions"]
+        self._columns_sent = True
+        return table
 
     def _should_continue(self) -> bool:
         if self._handler.server.stopping.is_set() or self._handler.client_gone():

@@ -6,7 +6,10 @@ The scenario starts now: its ``start`` is moved to the wall clock so that what P
 stamps (wall time) and what the world shows agree. ``speed`` runs the scenario's events
 faster (60 = a minute of scenario per second); gpuguard's own clock stays the wall clock.
 Prometheus is the real one (Debian's ``prometheus`` package) when it is installed: the
-queries gpuguard sends are real PromQL, so only a real server answers them.
+queries gpuguard sends are real PromQL, so only a real server answers any of them. Without it
+(or when asked), the simulator serves its own answers over Prometheus' HTTP API
+(``sim.prometheus_api``): the caller passes the ``Emulation`` that knows gpuguard's queries,
+and it is scraped each time the world moves.
 """
 
 from __future__ import annotations
@@ -15,20 +18,41 @@ import dataclasses
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from gpuguard.errors import GpuguardError
-from gpuguard.sim import clock, kubeapi, metrics_server, scenario, state, store, world
+from gpuguard.sim import (
+    clock,
+    kubeapi,
+    metrics_server,
+    prometheus_api,
+    scenario,
+    state,
+    store,
+    world,
+)
+
+
+class Scraped(Protocol):
+    def scrape(self) -> None: ...
+
+
+# the answers to serve and what to scrape when the world moved, for a world and the lock held
+# while it moves
+Emulation = Callable[[world.World, threading.Lock], tuple[prometheus_api.Answers, Scraped]]
+REAL, SIMULATED = "prometheus", "simulator"  # which Prometheus is served
+_STEP = timedelta(seconds=15)  # how far the world moves between scrapes of the emulation
 
 SCRAPE_INTERVAL = "1s"  # fresh answers for a demo; a real cluster scrapes every 15-60 s
 _READY_TIMEOUT_S = 30.0
@@ -46,13 +70,22 @@ class LiveCluster:
     kubeconfig: Path
     speed: float
     started: float  # time.monotonic() when the scenario began
+    prometheus_kind: str | None = None  # REAL or SIMULATED; None without one
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    scraped: Scraped | None = None  # the emulation, scraped as the world moves
 
     def catch_up(self) -> list[state.TimelineEntry]:
         """Step the world to now (times ``speed``, at most to the scenario's end); the
         timeline entries that happened since the last call."""
         seen = len(self.world.timeline)
         scenario_time = timedelta(seconds=(time.monotonic() - self.started) * self.speed)
-        self.world.step_to(max(self.world.elapsed, min(scenario_time, self.world.end)))
+        target = max(self.world.elapsed, min(scenario_time, self.world.end))
+        with self.lock:
+            if self.scraped is None:
+                self.world.step_to(target)
+            else:
+                scraped = self.scraped
+                self.world.run(step=_STEP, until=target, on_step=lambda _: scraped.scrape())
         return self.world.timeline[seen:]
 
     @property
@@ -63,6 +96,7 @@ class LiveCluster:
         return {
             "kubernetes": self.kubernetes,
             "prometheus": self.prometheus,
+            "prometheus_kind": self.prometheus_kind,
             "kubeconfig": str(self.kubeconfig),
             "kube_state_metrics": self.metrics.ksm_url,
             "dcgm_exporter": {n.name: self.metrics.dcgm_url(n.name) for n in self.world.nodes},
@@ -87,8 +121,11 @@ def serve(
     host: str = "127.0.0.1",
     kube_port: int = 0,
     with_prometheus: bool = True,
+    emulation: Emulation | None = None,
+    prefer_emulation: bool = False,
 ) -> Iterator[LiveCluster]:
-    """Start everything, yield the live cluster, stop everything on exit."""
+    """Start everything, yield the live cluster, stop everything on exit. Prometheus: the real
+    one where installed (unless ``prefer_emulation``), else ``emulation``'s answers."""
     spec = starting_now(spec)
     objects = store.ObjectStore()
     played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
@@ -97,13 +134,22 @@ def serve(
         metrics = stack.enter_context(metrics_server.serve(played, host=host))
         config_path = workdir / "kubeconfig"
         config_path.write_text(kubeconfig(api.url, spec.name))
-        prom = None
-        if with_prometheus:
+        cluster = LiveCluster(played, api.url, metrics, None, config_path, speed, 0.0)
+        real = shutil.which("prometheus") is not None and not prefer_emulation
+        if with_prometheus and (real or emulation is None):
             config: dict[str, Any] = {"global": {"scrape_interval": SCRAPE_INTERVAL,
                                  "evaluation_interval": SCRAPE_INTERVAL}}
             config |= metrics_server.scrape_config(metrics.url, played.nodes)
-            prom = stack.enter_context(prometheus(config, workdir / "prometheus", host))
-        yield LiveCluster(played, api.url, metrics, prom, config_path, speed, time.monotonic())
+            cluster.prometheus = stack.enter_context(
+                prometheus(config, workdir / "prometheus", host))
+            cluster.prometheus_kind = REAL
+        elif with_prometheus and emulation is not None:
+            answers, cluster.scraped = emulation(played, cluster.lock)
+            cluster.scraped.scrape()
+            cluster.prometheus = stack.enter_context(prometheus_api.serve(answers, host)).url
+            cluster.prometheus_kind = SIMULATED
+        cluster.started = time.monotonic()
+        yield cluster
 
 
 def kubeconfig(server: str, name: str) -> str:

@@ -134,12 +134,7 @@ def _handler(world: MetricsWorld) -> type[httpserver.BaseHTTPRequestHandler]:
                 status, body = render_path(world, urlsplit(self.path).path)
             except Exception as e:  # the world must never take the server down
                 status, body = 500, f"render failed: {type(e).__name__}: {e}\n"
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, status, CONTENT_TYPE, body.encode())
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: Prometheus scrapes every second."""
@@ -147,15 +142,36 @@ def _handler(world: MetricsWorld) -> type[httpserver.BaseHTTPRequestHandler]:
     return Handler
 
 
+def reply(
+    handler: httpserver.BaseHTTPRequestHandler, status: int, content_type: str, data: bytes
+) -> None:
+    """Send one complete answer: status, type, length, body."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 @contextmanager
 def serve(world: MetricsWorld, host: str = "127.0.0.1", port: int = 0) -> Iterator[MetricsServer]:
     """Serve ``world``'s metric endpoints on ``host:port`` (0: a free port) until exit."""
-    httpd = httpserver.ThreadingHTTPServer((host, port), _handler(world))
+    with serving(_handler(world), host, port, "sim-metrics") as url:
+        yield MetricsServer(url)
+
+
+@contextmanager
+def serving(
+    handler: type[httpserver.BaseHTTPRequestHandler], host: str, port: int, name: str
+) -> Iterator[str]:
+    """Run ``handler`` on ``host:port`` (0: a free port) in a thread named ``name``; yields the
+    URL, stops the server on exit."""
+    httpd = httpserver.ThreadingHTTPServer((host, port), handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name="sim-metrics", daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
     thread.start()
     try:
-        yield MetricsServer(f"http://{host}:{httpd.server_port}")
+        yield f"http://{host}:{httpd.server_port}"
     finally:
         httpd.shutdown()
         httpd.server_close()

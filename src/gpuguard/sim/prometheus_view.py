@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
-from gpuguard.sim import exporters, state, world
+from gpuguard.sim import exporters, exposition, state, world
 
 SCRAPE = timedelta(seconds=15)
-FRESHNESS_KSM = "freshness kube-state-metrics"
-FRESHNESS_DCGM = "freshness dcgm-exporter"
 _GPU = "nvidia.com/gpu"
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -51,6 +49,16 @@ class _Series:
         i = bisect.bisect_right(self.times, when) - 1
         return self.values[i] if i >= 0 else None
 
+    def seen_between(self, start: datetime, end: datetime) -> bool:
+        """Present at some time in (start, end] (``last_over_time(s[end - start])``)."""
+        lo, hi = bisect.bisect_right(self.times, start), bisect.bisect_right(self.times, end)
+        return self.at(start) is not None or any(v is not None for v in self.values[lo:hi])
+
+    def first_after(self, start: datetime) -> float | None:
+        """The first value present after ``start`` (where ``increase()`` starts counting)."""
+        i = bisect.bisect_right(self.times, start)
+        return next((v for v in self.values[i:] if v is not None), None)
+
 
 @dataclass
 class WorldPrometheus:
@@ -64,11 +72,17 @@ class WorldPrometheus:
     _first_scrape: datetime | None = None
     _down: list[tuple[datetime, datetime | None]] = field(default_factory=list)
     _gpu_series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    _families: dict[str, list[exposition.Family]] = field(default_factory=dict)  # this scrape's
     targets: list[Target] = field(default_factory=list)
     """Other scrape targets (the demo's node agents): each returns its samples when scraped."""
+    left_open: bool = True
+    """Subquery ranges as Prometheus 3.x evaluates them, (t - range, t]; False: 2.x's
+    [t - range, t] (``model.subquery``)."""
 
-    def scrape(self) -> None:
-        """Record the world as the next scrape will see it (one scrape interval from now).
+    def scrape(self, *, found_after: timedelta = timedelta(0)) -> None:
+        """Record the world as a scrape finds it, stamped at the scrape: now, as Prometheus
+        stamps a scrape with its start, or ``found_after`` from now (the demo's scrape comes
+        one interval after a change, the slowest phase a live scrape can have).
 
         Call it whenever the world changed; between calls every series keeps its value, as
         the scrapes in between would have found it.
@@ -76,7 +90,8 @@ class WorldPrometheus:
         self._track_outage(self.world.now)
         if not self.world.prometheus_up:
             return
-        now = self.world.now + SCRAPE
+        now = self.world.now + found_after
+        self._families = {}
         if self._first_scrape is None:
             self._first_scrape = now
         seen: set[SeriesKey] = set()
@@ -113,29 +128,22 @@ class WorldPrometheus:
         }
         if node.down_until is not None or not exporters.exporter_up(node, self.world.now):
             return seen  # the exporter pod is down with its node, or does not answer
-        for gpu in node.gpus:
-            seen |= self._scrape_gpu(node, gpu, now)
+        for family in self._dcgm(node, now):
+            if family.name in _GUARD_FAMILIES:
+                seen |= {self._put(family.name, dict(s.labels), s.value, now)
+                         for s in family.samples}  # fmt: skip
         return seen
 
-    def _scrape_gpu(self, node: state.SimNode, gpu: state.SimGpu, now: datetime) -> set[SeriesKey]:
-        labels = {
-            node.hostname_label: node.name,
-            "gpu": str(gpu.index),
-            "UUID": gpu.uuid,
-            "pci_bus_id": exporters.dcgm_pci(gpu.pci),
-        }
-        seen = set()
-        if gpu.on_bus:
-            seen.add(self._put(names.DCGM_GPU_UTIL, labels, 0.0, now))
-        keeps = gpu.on_bus or node.dcgm_keeps_lost_gpu_xid
-        if gpu.xid_last is not None and keeps:
-            seen.add(self._put(names.DCGM_XID_LAST, labels, float(gpu.xid_last), now))
-        if node.xid_count_metric and keeps:
-            window = [code for when, code in gpu.xid_history if now - when < timedelta(minutes=5)]
-            for code in set(window):
-                counted = labels | {"xid": str(code)}
-                seen.add(self._put(names.DCGM_XID_COUNT, counted, window.count(code), now))
-        return seen
+    def _dcgm(self, node: state.SimNode, now: datetime) -> list[exposition.Family]:
+        """dcgm-exporter's families as its scrape at ``now`` reads them (the labels and the
+        Xid rules of ``sim.dcgm``, pod mapping included), computed once per scrape."""
+        if node.name not in self._families:
+            pods = exporters.pods_by_gpu(node, self.world.store, now)
+            families = exporters.dcgm_families(
+                node, pods, now, xid_count_metric=node.xid_count_metric
+            )
+            self._families[node.name] = list(families)
+        return self._families[node.name]
 
     def _scrape_telemetry(self, now: datetime) -> None:
         """Every GPU's busy/idle fields with dcgm-exporter's labels (pod mapping included),
@@ -146,8 +154,7 @@ class WorldPrometheus:
             seen.add(self._put_gpu(names.NODE_GPU_PODS_MAX, (("node", node.name),), held, now))
             if not exporters.exporter_up(node, now):
                 continue
-            pods = exporters.pods_by_gpu(node, self.world.store, now)
-            for family in exporters.dcgm_families(node, pods, now):
+            for family in self._dcgm(node, now):
                 if family.name in _TELEMETRY:
                     seen |= {self._put_gpu(family.name, s.labels, s.value, now)
                              for s in family.samples}  # fmt: skip
@@ -180,22 +187,41 @@ class WorldPrometheus:
             return ()
         out: list[fleet.MetricSample] = []
         for (metric, labels), series in self._gpu_series.items():
-            values = [v for t in scrapes if (v := series.at(t)) is not None]
             if metric == names.NODE_GPU_PODS_MAX:
-                out += [fleet.MetricSample(metric, dict(labels), max(values), at)] if values else []
+                out += self._pods_max(series, dict(labels), at, window)
                 continue
+            values = [v for t in scrapes if (v := series.at(t)) is not None]
             out += _window_stats(metric, dict(labels), values, series.at(scrapes[-1]), at)
-            if series.at(at - window) is not None and metric == names.DCGM_GPU_UTIL:
-                out.append(fleet.MetricSample(names.GPU_SEEN_AT_WINDOW_START, dict(labels), 1, at))
+            seen = self._value_at(series, at - window)  # ``util offset <window>``
+            if seen is not None and metric == names.DCGM_GPU_UTIL:
+                name = names.GPU_SEEN_AT_WINDOW_START
+                out.append(fleet.MetricSample(name, dict(labels), seen, at))
         signature = (signature_lookback, util_min_pct, fb_used_max_mib)
         return tuple(out + self._signature_minutes(at, *signature))
 
+    def _pods_max(
+        self, series: _Series, labels: dict[str, str], at: datetime, window: timedelta
+    ) -> list[fleet.MetricSample]:
+        """``max_over_time((<GPU pods per node>)[window:30s])`` (``sources.gpu_metrics``)."""
+        steps = _subquery_steps(at, subquery.subquery_range(window), self.step, self.left_open)
+        values = [v for t in steps if (v := self._value_at(series, t)) is not None]
+        name = names.NODE_GPU_PODS_MAX
+        return [fleet.MetricSample(name, labels, max(values), at)] if values else []
+
+    def _value_at(self, series: _Series, when: datetime) -> float | None:
+        """An instant selector's value at ``when``: the last scrape within the 5 min lookback."""
+        scraped = self._last_scrape(when)
+        if scraped is None or when - scraped > timedelta(minutes=5):
+            return None
+        return series.at(scraped)
+
     def _scrapes(self, at: datetime, window: timedelta) -> list[datetime]:
-        """Scrape instants in (at - window, at] with Prometheus up, oldest first."""
+        """Scrape instants in a range selector ``[window]`` at ``at`` with Prometheus up,
+        oldest first: those in [at - window, at] (the range ``model.subquery`` gives it)."""
         last = self._last_scrape(at)
         out = []
         t = last
-        while t is not None and t > at - window:
+        while t is not None and t > at - subquery.subquery_range(window):
             if not self._down_at(t):
                 out.append(t)
             t -= SCRAPE
@@ -204,7 +230,8 @@ class WorldPrometheus:
     def _signature_minutes(
         self, at: datetime, lookback: timedelta, util_min: float, fb_max: float
     ) -> list[fleet.MetricSample]:
-        steps = _subquery_steps(at, lookback, timedelta(minutes=1))
+        range_ = subquery.subquery_range(lookback)
+        steps = _subquery_steps(at, range_, timedelta(minutes=1), self.left_open)
         out = []
         for (metric, labels), util in self._gpu_series.items():
             if metric != names.DCGM_GPU_UTIL or dict(labels).get("pod"):
@@ -238,8 +265,9 @@ class WorldPrometheus:
         return tuple(out)
 
     def _recent(self, counter: str, name: str, at: datetime) -> list[fleet.MetricSample]:
-        """``(increase(c[look]) > 0) or ((c unless c offset look) + 0)`` (sources.prometheus):
-        the counter's growth over the Xid lookback, or its value if it was born inside it."""
+        """``(increase(c[look]) > 0) or ((c unless last_over_time(c[look] offset look)) + 0)``
+        (sources.prometheus): the counter's growth over the Xid lookback, or its value if it
+        was born inside it."""
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=5):
             return []
@@ -250,10 +278,30 @@ class WorldPrometheus:
             if now_value is None:
                 continue
             then = series.at(before) if before is not None else None
+            if then is None and before is not None:
+                then = self._after_gap(series, before)
             grown = now_value if then is None else now_value - then
             if then is None or grown > 0:
                 out.append(fleet.MetricSample(name, dict(labels), grown, at))
         return out
+
+    def newest_scrape(self, at: datetime, metric: str) -> datetime | None:
+        """``max(timestamp(metric))`` at ``at``: the last scrape that found the metric."""
+        scraped = self._last_scrape(at)
+        if scraped is None:
+            return None
+        found = any(name == metric and series.at(scraped) is not None
+                    for (name, _), series in self._series.items())
+        return scraped if found else None
+
+    def _after_gap(self, series: _Series, before: datetime) -> float | None:
+        """A series absent at the lookback's start but present in the lookback before it (a
+        gap, such as a node's reboot) was not born inside the lookback
+        (``unless last_over_time(c[look] offset look)``, sources.prometheus): its increase
+        counts from its first sample after the gap."""
+        if not series.seen_between(before - self.xid_lookback, before):
+            return None
+        return series.first_after(before)
 
     def _node_newest(
         self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str
@@ -280,12 +328,15 @@ class WorldPrometheus:
         return any(start <= at and (end is None or at < end) for start, end in self._down)
 
     def _last_scrape(self, at: datetime) -> datetime | None:
-        """The last scrape boundary at or before ``at`` with Prometheus up, if any."""
+        """The last scrape boundary at or before ``at`` with Prometheus up, if any: during an
+        outage, the last one before it (an instant selector looks back to it, 5 min at most)."""
         origin = self.world.origin
         boundary = origin + SCRAPE * math.floor((at - origin) / SCRAPE)
-        if self._first_scrape is None or boundary < self._first_scrape:
-            return None
-        return None if self._down_at(boundary) else boundary
+        while self._first_scrape is not None and boundary >= self._first_scrape:
+            if not self._down_at(boundary):
+                return boundary
+            boundary -= SCRAPE
+        return None
 
     def _instant(
         self, metric: str, name: str, when: datetime, stamp: datetime
@@ -306,7 +357,7 @@ class WorldPrometheus:
                 continue
             peak = max(
                 (v for t, v in zip(series.times, series.values, strict=True)
-                 if v is not None and at - self.xid_lookback < t <= at),
+                 if v is not None and at - subquery.subquery_range(self.xid_lookback) < t <= at),
                 default=None,
             )
             if peak:
@@ -314,7 +365,8 @@ class WorldPrometheus:
         return out
 
     def _loss_held(self, at: datetime) -> list[fleet.MetricSample]:
-        steps = _subquery_steps(at, self.hold_window, self.step)
+        range_ = subquery.subquery_range(self.hold_window)
+        steps = _subquery_steps(at, range_, self.step, self.left_open)
         out = []
         for node in self.world.nodes:
             losses = [self._loss(node.name, t) for t in steps]
@@ -325,27 +377,24 @@ class WorldPrometheus:
         return out
 
     def _loss(self, node: str, when: datetime) -> float | None:
-        scraped = self._last_scrape(when)
-        if scraped is None or when - scraped > timedelta(minutes=5):
-            return None
         labels = (("node", node),)
         capacity = self._series.get((names.KSM_NODE_CAPACITY, labels))
         allocatable = self._series.get((names.KSM_NODE_ALLOCATABLE, labels))
         if capacity is None or allocatable is None:
             return None
-        cap, alloc = capacity.at(scraped), allocatable.at(scraped)
+        cap, alloc = self._value_at(capacity, when), self._value_at(allocatable, when)
         return None if cap is None or alloc is None else cap - alloc
 
     def _check_fresh(self, at: datetime) -> None:
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=2):
-            raise SourceError(f"{FRESHNESS_KSM}: no recent scrape before {at.isoformat()}")
+            raise SourceError(f"{names.FRESHNESS_KSM}: no recent scrape before {at.isoformat()}")
         util = [
             s for (metric_name, _), s in self._series.items()
             if metric_name == names.DCGM_GPU_UTIL and s.at(scraped) is not None
         ]
         if not util:
-            raise SourceError(f"Prometheus has no series for {FRESHNESS_DCGM!r}")
+            raise SourceError(f"Prometheus has no series for {names.FRESHNESS_DCGM!r}")
 
 
 def _last_present(series: _Series, scraped: datetime) -> datetime | None:
@@ -358,19 +407,24 @@ def _last_present(series: _Series, scraped: datetime) -> datetime | None:
     return series.times[i + 1] - SCRAPE if i >= 0 and series.values[i] is not None else None
 
 
-def _subquery_steps(at: datetime, window: timedelta, step: timedelta) -> list[datetime]:
-    """Prometheus evaluates ``[window:step]`` at step-aligned instants in (at - window, at]."""
+def _subquery_steps(
+    at: datetime, range_: timedelta, step: timedelta, left_open: bool
+) -> list[datetime]:
+    """The instants Prometheus evaluates ``expr[range_:step]`` at for a query at ``at``: the
+    multiples of ``step`` since the epoch in (at - range_, at] — in [at - range_, at] on
+    Prometheus 2.x (``left_open=False``; ``model.subquery``)."""
     seconds = step.total_seconds()
-    last = datetime.fromtimestamp(math.floor(at.timestamp() / seconds) * seconds, at.tzinfo)
+    t = datetime.fromtimestamp(math.floor(at.timestamp() / seconds) * seconds, at.tzinfo)
+    start = at - range_
     steps = []
-    t = last
-    while t > at - window:
+    while t > start or (t == start and not left_open):
         steps.append(t)
         t -= step
     return steps
 
 
 _TELEMETRY = frozenset(names.GPU_TELEMETRY)
+_GUARD_FAMILIES = frozenset({names.DCGM_GPU_UTIL, names.DCGM_XID_LAST, names.DCGM_XID_COUNT})
 
 
 def _window_stats(

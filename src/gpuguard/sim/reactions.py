@@ -65,6 +65,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+import yaml
+
 from gpuguard.model import durations
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state, store
@@ -94,6 +96,10 @@ class Memory:
     boots: dict[str, int] = field(default_factory=dict)  # boots per node since the start
     announced: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) named this boot
     job_hangs: set[tuple[str, str]] = field(default_factory=set)  # (node, Job kind) to hang
+    # the applying tool of declared changes (sim.change_tool): what each change installs
+    # (driver, kernel), and the nodes it is changing (change name, boot ID when it started)
+    playbooks: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    applying: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class Stage(Protocol):
@@ -653,6 +659,38 @@ def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> 
     gpu.compute_mode = "DEFAULT"
 
 
+# ---- change management (docs/change-management.md) ---------------------------------------------
+
+
+def on_host_config(w: Stage, p: scenario.HostConfigPayload, node: state.SimNode) -> None:
+    """A host setting people configured; ip_vs persistence acts at the next boot."""
+    if p.ip_vs_persisted is not None:
+        node.ipvs_persisted = p.ip_vs_persisted
+        w.record("host_config", node.name, "ip_vs " + ("persisted" if p.ip_vs_persisted else
+                 "not persisted: the next boot loads no ip_vs"))
+        w.touch(node)
+
+
+def on_rollout(w: Stage, p: scenario.RolloutPayload, _node: None) -> None:
+    """A person declares a change (``kubectl apply`` of the change ConfigMap); the world's
+    applying tool learns what the change installs."""
+    spec: dict[str, object] = {"waves": p.waves, "canary": p.canary}
+    spec |= {k: v for k, v in (("driver", p.driver), ("kernel", p.kernel),
+                               ("max_unavailable", p.max_unavailable),
+                               ("min_available", p.min_available), ("checks", p.checks))
+             if v is not None}
+    configmap = {"metadata": {"name": p.name, "namespace": p.namespace,
+                              "labels": {CHANGE_LABEL: p.name}},
+                 "data": {"change.yaml": yaml.safe_dump(spec, sort_keys=True)}}
+    w.store.create("ConfigMap", p.namespace, configmap, manager=KUBECTL + "client-side-apply")
+    w.memory.playbooks[p.name] = (p.driver, p.kernel)
+    w.record("rollout", None, f"change {p.name} declared: driver {p.driver}, kernel {p.kernel},"
+             f" waves {p.waves}, canary {p.canary or 'chosen'}")
+
+
+CHANGE_LABEL = "gpuguard.io/change"  # the label a change ConfigMap carries
+
+
 # ---- the table -----------------------------------------------------------------------------------
 
 Reaction = Callable[[Stage, Any, Any], None]
@@ -688,5 +726,7 @@ REACTIONS: Mapping[str, Reaction] = {
     "job_hang": on_job_hang,
     "host_job": on_host_job,
     "nvreg_exclude": on_nvreg_exclude,
+    "host_config": on_host_config,
+    "rollout": on_rollout,
     "gpu_slow": on_gpu_slow,
 }

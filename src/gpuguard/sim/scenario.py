@@ -175,6 +175,35 @@ class JobHangPayload(NodePayload):
     job: Literal["evidence", "burnin"]
 
 
+class HostConfigPayload(NodePayload):
+    """A host setting as people configured it (takes effect as the host would: ip_vs
+    persistence at the next boot)."""
+
+    ip_vs_persisted: bool | None = None
+
+
+def _canary_then_all() -> list[int | str]:
+    return [1, "100%"]
+
+
+class RolloutPayload(_Strict):
+    """A person declares a change (a ConfigMap labelled ``gpuguard.io/change`` in
+    ``namespace``); the world's applying tool installs ``driver``/``kernel`` on the nodes
+    gpuguard asks it to (docs/change-management.md)."""
+
+    name: Annotated[str, pydantic.Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")]
+    driver: Version | None = None
+    kernel: Version | None = None
+    waves: list[pydantic.StrictInt | pydantic.StrictStr] = pydantic.Field(
+        default_factory=_canary_then_all
+    )
+    canary: list[pydantic.StrictStr] = pydantic.Field(default_factory=list)
+    max_unavailable: Annotated[int, pydantic.Field(ge=1)] | None = None
+    min_available: Annotated[float, pydantic.Field(ge=0, le=1)] | None = None
+    checks: list[str] | None = None
+    namespace: str = "gpuguard"
+
+
 PAYLOADS: dict[str, type[_Strict]] = {
     "xid": XidPayload,
     "gpu_lost": GpuLostPayload,
@@ -204,6 +233,8 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "job_hang": JobHangPayload,
     "host_job": HostJobPayload,
     "nvreg_exclude": GpuPayload,
+    "host_config": HostConfigPayload,
+    "rollout": RolloutPayload,
     "gpu_slow": GpuSlowPayload,
 }
 
@@ -225,8 +256,8 @@ class HostSettings(_Strict):
     packages_held: bool | None = None
     rke2_units: list[str] | None = None
     swap_enabled: bool | None = None
-    # gpuguard's node agent runs there (the demo runs the real one; default off, so the shipped
-    # incidents keep the exporter-only figures they were written with)
+    # gpuguard's node agent runs there (the demo runs the real one, as the chart's DaemonSet
+    # does on every GPU node; a scenario switches it off per node or fleet-wide)
     agent: bool | None = None
 
 
@@ -279,7 +310,7 @@ class NodeSpec:
     packages_held: bool = False
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
-    agent: bool = False
+    agent: bool = True
 
 
 @dataclass(frozen=True)

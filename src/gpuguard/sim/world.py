@@ -19,8 +19,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpuguard.model import annotation_keys
+from gpuguard.sim import (
+    change_tool,
+    dra,
+    hosts,
+    kernel_lines,
+    mirror,
+    reactions,
+    scenario,
+    state,
+    store,
+)
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import dra, hosts, kernel_lines, mirror, reactions, scenario, state, store
 
 FAULT_KINDS = frozenset({"xid", "gpu_lost", "dbe"})
 INITIAL_UPTIME = timedelta(days=12)  # nodes have been up a while when a scenario starts
@@ -101,6 +111,8 @@ class World:
         if target < self.clock.now():
             raise ValueError(f"cannot step back to {offset} (now at {self.elapsed})")
         self._follow_labels()
+        if self.memory.playbooks:  # a change was declared: its applying tool runs
+            change_tool.follow(self, self.nodes)
         while (due := self._next_due()) is not None and due <= target:
             self.clock.advance_to(due)
             self._react()
@@ -253,6 +265,7 @@ def _sim_node(spec: scenario.NodeSpec, world: scenario.Scenario,
         kube_proxy_ready=spec.ipvs_module_available,
         dns_servers=spec.dns_servers,
         hostname_label=world.hostname_label,
+        xid_count_metric=world.xid_count_metric,
         exporter_started=booted,
         kubelet_version=spec.kubelet_version,
         resolv_stub=spec.resolv_stub,

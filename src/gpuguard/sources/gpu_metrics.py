@@ -30,12 +30,12 @@ from types import TracebackType
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, series
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.sources import prometheus
 
 METRICS = names.GPU_TELEMETRY
-FRESHNESS = "freshness dcgm-exporter"
+FRESHNESS = names.FRESHNESS_DCGM
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
 # The alert rules' gpuguard:node_gpu_requests:active_pods: GPUs held by Pending/Running pods.
 ACTIVE_GPU_PODS = (
@@ -44,6 +44,12 @@ ACTIVE_GPU_PODS = (
     f' ({names.KSM_POD_INFO}{{node!=""}})'
     f" * on (namespace, pod) group_left () max by (namespace, pod)"
     f' ({names.KSM_POD_PHASE}{{phase=~"Pending|Running"}}))'
+)
+# kube-state-metrics has no pod series on a node without GPU pods, so the sum has no element
+# for it: every node it reports GPU capacity for gets an explicit zero, and "no GPU pod on the
+# node" reads 0 (a phantom's own case: its job's pods are gone), never "unknown".
+NODE_GPU_PODS = (
+    f"({ACTIVE_GPU_PODS}) or (0 * max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}}))"
 )
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
@@ -60,9 +66,9 @@ class GpuQueryPlan:
     step: timedelta = timedelta(seconds=30)
 
     def queries(self) -> dict[str, str]:
-        w = _duration(self.window)
+        w, r = prometheus.promql_duration(self.window), subquery.promql_range(self.window)
         plan = {
-            names.window_stat(metric, stat): _stat_query(metric, stat, w)
+            names.window_stat(metric, stat): _stat_query(metric, stat, r)
             for metric in METRICS
             for stat in names.WINDOW_STATS
         }
@@ -73,24 +79,23 @@ class GpuQueryPlan:
         return plan | {
             names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
             names.NODE_GPU_PODS_MAX: (
-                f"max_over_time(({ACTIVE_GPU_PODS})[{w}:{_duration(self.step)}])"
+                f"max_over_time(({NODE_GPU_PODS})"
+                f"[{subquery.promql_range(self.window)}:{prometheus.promql_duration(self.step)}])"
             ),
             names.PHANTOM_SIGNATURE_MINUTES: (
-                f"count_over_time(({signature})[{_duration(self.signature_lookback)}:1m])"
+                f"count_over_time(({signature})"
+                f"[{subquery.promql_range(self.signature_lookback)}:1m])"
             ),
             names.GPU_PROCESSES_MAX: (
-                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{w}]))"
+                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{r}]))"
             ),
-            FRESHNESS: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+            FRESHNESS: prometheus.freshness_queries()[FRESHNESS],
         }
 
 
 def _stat_query(metric: str, stat: str, window: str) -> str:
     return metric if stat == "last" else f"{stat}_over_time({metric}[{window}])"
 
-
-def _duration(delta: timedelta) -> str:
-    return f"{int(delta.total_seconds())}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +160,8 @@ class GpuMetricsSource:
     def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
         try:
-            response = self._client.get(self._url, params={"query": promql, "time": at.timestamp()})
+            params: dict[str, str | float] = {"query": promql, "time": subquery.evaluation_time(at)}
+            response = self._client.get(self._url, params=params)
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
         series = prometheus.parse_answer(name, response.status_code, response.content, "vector")

@@ -110,6 +110,7 @@ def node_from_api(node: Node) -> fleet.Node:
         kubelet_version=info.kubeletVersion if info else "",
         resource_version=meta.resourceVersion or "",
         isolation_writers=_owners(meta.managedFields or [], annotation_keys.ISOLATED_AT),
+        kernel_version=info.kernelVersion if info else "",
     )
 
 

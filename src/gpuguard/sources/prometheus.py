@@ -23,13 +23,15 @@ from typing import Any, Protocol
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
-FRESHNESS_KSM = "freshness kube-state-metrics"
-FRESHNESS_DCGM = "freshness dcgm-exporter"
-_MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in a range query
+# Steps per range query of a history: a day at the 1-minute tick. Prometheus refuses more
+# than 11,000 points per series, but a plan's subqueries over 10,000 steps outlast any sane
+# prometheus.timeout; a day's chunk answers in a fraction of it, and the query count stays
+# constant per chunk.
+_CHUNK_STEPS = 1_440
 
 
 class Plan(Protocol):
@@ -41,8 +43,8 @@ class Plan(Protocol):
 def freshness_queries() -> dict[str, str]:
     """The two queries every plan carries, so stale or missing data fails closed."""
     return {
-        FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
-        FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
+        names.FRESHNESS_KSM: f"max(timestamp({names.KSM_NODE_CAPACITY}{{{_GPU}}}))",
+        names.FRESHNESS_DCGM: f"max(timestamp({names.DCGM_GPU_UTIL}))",
     }
 
 
@@ -63,9 +65,9 @@ class QueryPlan:
     step: timedelta = timedelta(seconds=30)
 
     def queries(self) -> dict[str, str]:
-        look = _promql_duration(self.xid_lookback)
-        hold = _promql_duration(self.hold_window)
-        step = _promql_duration(self.step)
+        look = promql_duration(self.xid_lookback)
+        hold = subquery.promql_range(self.hold_window)
+        step = promql_duration(self.step)
         loss = (
             f"max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}})"
             f" - max by (node) ({names.KSM_NODE_ALLOCATABLE}{{{_GPU}}})"
@@ -73,7 +75,10 @@ class QueryPlan:
         return {
             names.DCGM_XID_LAST: names.DCGM_XID_LAST,
             names.XID_LAST_24H_AGO: f"{names.DCGM_XID_LAST} offset {look}",
-            names.XID_COUNT_RECENT: f"max_over_time({names.DCGM_XID_COUNT}[{look}]) > 0",
+            names.XID_COUNT_RECENT: (
+                f"max_over_time({names.DCGM_XID_COUNT}[{subquery.promql_range(self.xid_lookback)}])"
+                " > 0"
+            ),
             names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
@@ -90,16 +95,22 @@ class QueryPlan:
             names.KSM_NODE_CAPACITY: f"{names.KSM_NODE_CAPACITY}{{{_GPU}}}",
             names.KSM_NODE_ALLOCATABLE: f"{names.KSM_NODE_ALLOCATABLE}{{{_GPU}}}",
             names.KSM_NODE_UNSCHEDULABLE: names.KSM_NODE_UNSCHEDULABLE,
+            names.KSM_NODE_ANNOTATIONS: names.KSM_NODE_ANNOTATIONS,
         }
 
 
 def _recent_counter(metric: str, look: str) -> str:
     """Occurrences in the lookback, including a series born inside it (increase() alone
-    reads a new counter's first value as no increase)."""
-    return f"(increase({metric}[{look}]) > 0) or (({metric} unless {metric} offset {look}) + 0)"
+    reads a new counter's first value as no increase). Born means no sample in the lookback
+    before it: ``offset`` alone sees only Prometheus' 5 min before that instant, so a series
+    with a gap there (the node down for a reboot, its agent's counter kept) would read as new
+    and its old count as a new fault."""
+    born = f"{metric} unless last_over_time({metric}[{look}] offset {look})"
+    return f"(increase({metric}[{look}]) > 0) or (({born}) + 0)"
 
 
-def _promql_duration(delta: timedelta) -> str:
+def promql_duration(delta: timedelta) -> str:
+    """A duration in PromQL's syntax, in whole seconds (``600s``)."""
     return f"{int(delta.total_seconds())}s"
 
 
@@ -140,7 +151,7 @@ class PrometheusSource:
         self, name: str, promql: str, at: datetime
     ) -> list[tuple[dict[str, str], float, datetime]]:
         self.queries_issued += 1
-        params: dict[str, str | float] = {"query": promql, "time": at.timestamp()}
+        params: dict[str, str | float] = {"query": promql, "time": subquery.evaluation_time(at)}
         series = self._get(self._url, name, params, "vector")
         return [(labels, value, when) for labels, points in series for when, value in points]
 
@@ -154,7 +165,7 @@ class PrometheusSource:
         return parse_answer(name, response.status_code, response.content, kind)
 
     def _check_fresh(self, samples: list[fleet.MetricSample], at: datetime) -> None:
-        for family in (FRESHNESS_KSM, FRESHNESS_DCGM):
+        for family in (names.FRESHNESS_KSM, names.FRESHNESS_DCGM):
             stamps = [s.value for s in samples if s.name == family]
             if not stamps:
                 raise SourceError(f"Prometheus has no series for {family!r}: refusing to decide")
@@ -171,8 +182,8 @@ class PrometheusSource:
     ) -> Iterator[tuple[datetime, tuple[fleet.MetricSample, ...] | SourceError]]:
         """The plan's series (and node states) at every step of [start, end], from range
         queries in chunks: a constant number of queries per chunk, not per instant."""
-        chunk = step * _MAX_POINTS
-        cursor = start
+        chunk = step * _CHUNK_STEPS
+        cursor = datetime.fromtimestamp(subquery.evaluation_time(start), UTC)
         while cursor <= end:
             chunk_end = min(end, cursor + chunk - step)
             yield from self._history_chunk(cursor, chunk_end, step)

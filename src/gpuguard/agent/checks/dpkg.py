@@ -29,6 +29,7 @@ class Package:
     name: str
     want: str
     state: str
+    version: str = ""  # the package's Version field (upstream-revision)
 
     @property
     def installed(self) -> bool:
@@ -61,7 +62,7 @@ def parse_status(text: str) -> list[Package]:
                 f"{hostfs.shown(STATUS_FILE)}: package {fields['package']} has a malformed "
                 f"Status: {fields.get('status', '')!r}"
             )
-        packages.append(Package(fields["package"], words[0], words[2]))
+        packages.append(Package(fields["package"], words[0], words[2], fields.get("version", "")))
     return packages
 
 

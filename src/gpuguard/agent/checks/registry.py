@@ -73,7 +73,9 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         upgrades.PACKAGE_PIN,
-        lambda c: upgrades.check_package_pin(c.root),
+        lambda c: upgrades.check_package_pin(
+            c.root, c.settings.driver_version, c.settings.kernel_version
+        ),
         "/var/lib/dpkg/status, Package-Blacklist in apt.conf.d",
     ),
     Check(

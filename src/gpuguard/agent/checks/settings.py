@@ -49,6 +49,14 @@ class CheckSettings:
     check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
     """Hard limit for one check (and its commands); past it the check is UNKNOWN."""
 
+    driver_version: str | None = None
+    """The declared NVIDIA driver (``580.159.03``); ``package-pin`` reports installed NVIDIA
+    packages of another version as drift (docs/change-management.md)."""
+
+    kernel_version: str | None = None
+    """The declared kernel release (``6.8.0-60-generic``); an installed newer kernel image,
+    which boots next, or the declared one missing is drift."""
+
 
 def parse_allowed_dns(text: str) -> tuple[Network, ...]:
     """``"10.0.0.0/8,192.168.1.53"`` → networks; InputError naming the bad entry."""

@@ -125,7 +125,55 @@ def _over_broad(
     return {entry: hits for entry, hits in caught.items() if hits}
 
 
-def check_package_pin(root: Path = Path("/")) -> result.CheckResult:
+def check_package_pin(
+    root: Path = Path("/"), driver: str | None = None, kernel: str | None = None
+) -> result.CheckResult:
+    """Pinned, and — when a driver or kernel is declared — at the declared versions."""
+    if driver or kernel:
+        drift = package_drift(dpkg.installed_packages(root), driver, kernel)
+        if drift:
+            return result.failed(
+                PACKAGE_PIN,
+                f"drift from the declared versions: {'; '.join(drift)}",
+                "roll out the declared change (docs/change-management.md) or correct the "
+                "declaration; then hold the packages (apt-mark hold)",
+            )
+    return _pinned(root)
+
+
+_NVIDIA_VERSION = re.compile(r"^(\d{3}\.\d+(?:\.\d+)?)")
+_KERNEL_IMAGE = "linux-image-"
+
+
+def package_drift(
+    packages: list[dpkg.Package], driver: str | None, kernel: str | None
+) -> list[str]:
+    """What differs from the declared versions: NVIDIA packages of another driver version,
+    the declared kernel image missing or a newer one installed (it boots next)."""
+    drift = []
+    if driver:
+        for p in packages:
+            m = _NVIDIA_VERSION.match(p.version) if "nvidia" in p.name else None
+            if m and m[1] != driver:
+                drift.append(f"{p.name} {p.version} (declared {driver})")
+    if kernel:
+        images = [p.name.removeprefix(_KERNEL_IMAGE) for p in packages
+                  if p.name.startswith(_KERNEL_IMAGE) and p.name[len(_KERNEL_IMAGE)].isdigit()]
+        if kernel not in images:
+            drift.append(f"kernel image {_KERNEL_IMAGE}{kernel} not installed "
+                         f"(installed: {', '.join(sorted(images)) or 'none'})")
+        newer = [i for i in images if _release_key(i) > _release_key(kernel)]
+        if newer:
+            drift.append(f"newer kernel image(s) {', '.join(sorted(newer))} boot next "
+                         f"(declared {kernel})")
+    return drift
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", release))
+
+
+def _pinned(root: Path) -> result.CheckResult:
     config = apt_config.load(root)
     enabled, evidence = periodic_run(config)
     if not enabled:

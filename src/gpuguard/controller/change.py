@@ -1,0 +1,241 @@
+"""The change-rollout step of a tick: for each declared change, gather the nodes' facts, let
+``policy.rollout`` plan, and apply its writes (docs/change-management.md).
+
+Facts: the tick's snapshot (nodes, GPU pods, the kernel from ``nodeInfo``, the driver from
+gpu-feature-discovery's label), the agent's conformance statuses (the same
+``gpuguard_check_status`` series the return checks read) and kured's lock. Writes: one merge
+patch per node, conditional on its ``resourceVersion`` (a 409 leaves the node for the next
+tick), re-checked against leadership and skipped in dry-run; an Event for each. Nothing is
+stored but the nodes' ``gpuguard.io/change`` marks: a restarted controller or a new leader
+plans the same rollout from the cluster alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpuguard.errors import ConflictError, GpuguardError
+from gpuguard.model import annotation_keys as keys
+from gpuguard.model import change, decisions, fleet, ports
+from gpuguard.policy import rollout, xid_signals
+from gpuguard.sources import changes as change_source
+from gpuguard.sources import return_facts
+
+log = logging.getLogger(__name__)
+
+
+class ChangeSource(Protocol):
+    def changes(self) -> tuple[change_source.Declared, ...]: ...
+
+
+class LockSource(Protocol):
+    def lock(self, kured_namespace: str, name: str) -> str | None: ...
+
+
+class ChangeWriter(Protocol):
+    def set_schedulable(
+        self, node: fleet.Node, annotations: dict[str, str | None], unschedulable: bool | None
+    ) -> None: ...
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One change's plan and what became of each write (``applied``, ``dry-run``,
+    ``conflict``, ``error: ...``); ``error``: the change could not be planned."""
+
+    name: str
+    plan: rollout.Plan | None = None
+    done: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class Changes:
+    """The rollout step's ports."""
+
+    source: ChangeSource
+    writer: ChangeWriter
+    checks: ports.MetricsSource
+    kured: LockSource | None = None
+    notifier: ports.Notifier | None = None  # a stopped rollout is told to people
+
+    def run(
+        self,
+        snapshot: fleet.FleetSnapshot,
+        now: datetime,
+        *,
+        may_write: Callable[[], bool],
+    ) -> list[Outcome]:
+        out = []
+        declared = self.source.changes()
+        samples: tuple[fleet.MetricSample, ...] | None = None
+        for item in declared:
+            if item.spec is None:
+                out.append(Outcome(item.name, error=item.error))
+                continue
+            if samples is None:
+                samples = self._samples(now)
+            try:
+                holder = self._kured(item.spec, now)
+            except GpuguardError as e:
+                out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
+                continue
+            plan = rollout.plan(item.spec, node_facts(snapshot, samples), now,
+                                kured_holder=holder)
+            out.append(Outcome(item.name, plan, self._apply(snapshot, plan, now, may_write)))
+        return out
+
+    def _samples(self, now: datetime) -> tuple[fleet.MetricSample, ...]:
+        """The agents' statuses; unreadable: none (every check UNKNOWN: nothing returns)."""
+        try:
+            return self.checks.samples(now)
+        except GpuguardError as e:
+            log.warning("change rollout: conformance unreadable, nothing verified: %s", e)
+            return ()
+
+    def _kured(self, spec: change.ChangeSpec, now: datetime) -> str | None:
+        if self.kured is None or spec.kured is None:
+            return None
+        return change.kured_holder(self.kured.lock(*spec.kured), now)
+
+    def _apply(
+        self,
+        snapshot: fleet.FleetSnapshot,
+        plan: rollout.Plan,
+        now: datetime,
+        may_write: Callable[[], bool],
+    ) -> dict[str, str]:
+        done: dict[str, str] = {}
+        for action in plan.actions:
+            node = snapshot.node(action.node)
+            if action.step not in rollout.WRITES or node is None:
+                continue
+            if not may_write():
+                done[action.node] = "dry-run"
+                continue
+            try:
+                self.writer.set_schedulable(node, dict(action.annotations), action.cordon)
+            except ConflictError:
+                done[action.node] = "conflict"
+                continue
+            except GpuguardError as e:
+                log.warning("%s: change %s: %s not written: %s", node.name, plan.change,
+                            action.step, e)
+                done[action.node] = f"error: {e}"
+                continue
+            done[action.node] = "applied"
+            log.info("change %s: %s %s: %s", plan.change, action.step, node.name, action.reason)
+            self._event(plan.change, action, now)
+        return done
+
+    def _event(self, name: str, action: rollout.NodeAction, now: datetime) -> None:
+        reason = (decisions.Reason.CHANGE_FAILED if action.step is rollout.Step.FAIL
+                  else decisions.Reason.CHANGE_STEP)
+        event = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE, node=action.node, reason=reason,
+            detail=f"change {name}: {action.step}: {action.reason}",
+        )  # fmt: skip
+        try:
+            self.writer.record_event(event, now)
+        except GpuguardError as e:
+            log.warning("%s: change %s Event not recorded: %s", action.node, name, e)
+        if action.step is rollout.Step.FAIL and self.notifier is not None:
+            try:
+                self.notifier.notify(event, now)
+            except GpuguardError as e:
+                log.warning("%s: change %s stopped, but the notification failed: %s",
+                            action.node, name, e)
+
+
+def gpu_pods(pods: Sequence[fleet.Pod], node: str) -> int:
+    """Running pods holding GPUs on the node (the rollout never evicts them)."""
+    return sum(1 for p in pods if p.node == node and p.phase is fleet.PodPhase.RUNNING
+               and p.gpu_request > 0)
+
+
+KUBE_PROXY = "kube-proxy"
+
+
+def kube_proxy(pods: Sequence[fleet.Pod], node: str) -> dict[str, decisions.CheckStatus]:
+    """kube-proxy's pod on the node as a check (none found: not reported, the cluster may
+    run another service proxy): a node whose ip_vs did not load has it not Ready."""
+    found = [p for p in pods if p.node == node and p.name.startswith(KUBE_PROXY)]
+    if not found:
+        return {}
+    ready = all(p.phase is fleet.PodPhase.RUNNING and p.ready for p in found)
+    return {KUBE_PROXY: decisions.CheckStatus.PASS if ready else decisions.CheckStatus.FAIL}
+
+
+def node_facts(
+    snapshot: fleet.FleetSnapshot, samples: Sequence[fleet.MetricSample]
+) -> list[rollout.NodeFacts]:
+    by_node: dict[str, list[fleet.MetricSample]] = {}
+    for s in samples:
+        name = xid_signals.node_of(s.labels)
+        if name is not None:
+            by_node.setdefault(name, []).append(s)
+    return [
+        rollout.NodeFacts(
+            node=n,
+            gpu_pods=gpu_pods(snapshot.pods, n.name),
+            checks={**return_facts.conformance(by_node.get(n.name, ())),
+                    **kube_proxy(snapshot.pods, n.name)},
+            kernel=n.kernel_version or None,
+            driver=change.driver_version(n),
+            applied=_applied(n),
+        )
+        for n in snapshot.nodes
+    ]
+
+
+def _applied(node: fleet.Node) -> bool:
+    """The applying tool marked the change it was asked for as done."""
+    requested = node.annotations.get(keys.CHANGE_REQUESTED)
+    return requested is not None and node.annotations.get(keys.CHANGE_APPLIED) == requested
+
+
+def as_json(outcomes: Sequence[Outcome], origin: datetime | None = None) -> list[dict[str, Any]]:
+    """The rollouts as the demo and ``gpuguard change status -o json`` print them."""
+    out: list[dict[str, Any]] = []
+    for o in outcomes:
+        if o.plan is None:
+            out.append({"name": o.name, "state": "invalid", "error": o.error})
+            continue
+        plan = o.plan
+        stopped = ({"node": plan.stopped_by[0], "check": plan.stopped_by[1]}
+                   if plan.stopped_by else None)
+        out.append({
+            "name": plan.change, "state": str(plan.state), "pool": plan.pool, "out": plan.out,
+            "waves": [{"nodes": list(w.nodes), "size": w.size, "result": w.result}
+                      for w in plan.waves],
+            "stopped_by": stopped,
+        })
+    return out
+
+
+
+def explain(node: fleet.Node | None, outcomes: Sequence[Outcome]) -> dict[str, Any] | None:
+    """For ``gpuguard explain``: the node's place in each rollout with the reason, and whether
+    the GPU Operator's upgrade controller counts it as unavailable because gpuguard cordoned
+    it (it counts cordoned nodes against its ``maxUnavailable``). None: nothing to say."""
+    if node is None:
+        return None
+    rows = [
+        {"change": o.name, "step": str(a.step), "wave": None if a.wave is None else a.wave + 1,
+         "reason": a.reason, "evidence": list(a.evidence)}
+        for o in outcomes if o.plan is not None and (a := o.plan.action_for(node.name))
+    ]
+    held_by = ("a fault isolation" if keys.ISOLATED_AT in node.annotations
+               else "a change" if change.out_for_change(node) else None)
+    operator = (f"cordoned by gpuguard ({held_by}): the GPU Operator's upgrade controller "
+                "counts this node against its maxUnavailable" if node.unschedulable and held_by
+                else None)
+    if not rows and operator is None and keys.CHANGE not in node.annotations:
+        return None
+    return {"rollout": rows, "mark": node.annotations.get(keys.CHANGE), "gpu_operator": operator}

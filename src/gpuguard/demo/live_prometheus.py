@@ -1,0 +1,130 @@
+"""The simulator's own Prometheus answers for ``gpuguard sim serve`` without a ``prometheus``
+binary: gpuguard's queries, by their exact text, answered from the emulation
+(``sim.prometheus_view``, ``sim.return_view``) and served over Prometheus' HTTP API
+(``sim.prometheus_api``).
+
+Only the queries gpuguard itself sends with the given settings are known — the plans of
+``sources.prometheus``, ``sources.return_facts`` and ``sources.gpu_metrics`` — so ``gpuguard
+run|status|explain --prometheus-url`` work against it with the same settings; any other query
+gets Prometheus' ``bad_data`` error saying so. The emulation's semantics are not changed here.
+
+The scenario may run faster than the wall clock (``--speed``); the samples Prometheus would have
+stamped are in wall time, so a query's instant is taken to the scenario's time (``origin +
+(at - origin) * speed``, never past the world's present) and a value that is a time
+(``timestamp()`` queries) is taken back to wall time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet
+from gpuguard.model import metric_names as names
+from gpuguard.model import settings as settings_model
+from gpuguard.sim import live, prometheus_api, prometheus_view, return_view, world
+from gpuguard.sources import gpu_metrics, prometheus, return_facts
+
+Family = Callable[[datetime], tuple[fleet.MetricSample, ...]]
+_FRESHNESS = {  # the freshness queries' names -> the metric whose newest sample they time
+    names.FRESHNESS_KSM: names.KSM_NODE_CAPACITY,
+    names.FRESHNESS_DCGM: names.DCGM_GPU_UTIL,
+}
+
+
+@dataclass
+class EmulatedPrometheus:
+    """``prometheus_api.Answers`` over a live world; ``lock`` is held while the world moves."""
+
+    played: world.World
+    view: prometheus_view.WorldPrometheus
+    routes: dict[str, tuple[Family, str]]
+    speed: float
+    lock: threading.Lock
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def instant(self, query: str, at: datetime) -> list[prometheus_api.Sample]:
+        route = self.routes.get(query)
+        if route is None:
+            raise prometheus_api.QueryRefused(
+                f"the simulator answers only gpuguard's own queries with the settings "
+                f"'gpuguard sim serve' was given (install prometheus for any PromQL); "
+                f"not this one: {query!r:.120}"
+            )
+        family, name = route
+        with self.lock:
+            scenario_at = self._scenario_time(at)
+            if name in _FRESHNESS:
+                return self._freshness(scenario_at, _FRESHNESS[name])
+            try:
+                samples = family(scenario_at)
+            except SourceError:
+                return []  # stale: the freshness queries say so, as Prometheus' would
+        stamped = "timestamp(" in query
+        return [(s.labels, self._wall(s.value) if stamped else s.value)
+                for s in samples if s.name == name]
+
+    def _freshness(self, at: datetime, metric: str) -> list[prometheus_api.Sample]:
+        """``max(timestamp(m))``: the newest scrape that found ``metric``."""
+        newest = self.view.newest_scrape(at, metric)
+        return [] if newest is None else [({}, self._wall(newest.timestamp()))]
+
+    def _scenario_time(self, at: datetime) -> datetime:
+        origin = self.played.origin
+        return min(origin + (at - origin) * self.speed, self.played.now)
+
+    def _wall(self, scenario_seconds: float) -> float:
+        origin = self.played.origin.timestamp()
+        return origin + (scenario_seconds - origin) / self.speed
+
+
+def answers(
+    played: world.World,
+    settings: settings_model.GuardSettings,
+    speed: float,
+    lock: threading.Lock,
+) -> tuple[EmulatedPrometheus, prometheus_view.WorldPrometheus]:
+    """The answers for ``played``, and the emulation to scrape whenever the world changed."""
+    iso, phantom = settings.isolation, settings.phantom
+    view = prometheus_view.WorldPrometheus(played, iso.hold_window, iso.xid_lookback)
+    facts = return_view.WorldReturnFacts(played)
+    gpu_plan = gpu_metrics.GpuQueryPlan(
+        window=phantom.hold,
+        signature_lookback=phantom.age_lookback,
+        util_min_pct=phantom.util_min_pct,
+        fb_used_max_mib=phantom.fb_used_max_mib,
+    )
+
+    def gpu_windows(at: datetime) -> tuple[fleet.MetricSample, ...]:
+        return view.gpu_window_samples(
+            at, gpu_plan.window, signature_lookback=gpu_plan.signature_lookback,
+            util_min_pct=gpu_plan.util_min_pct, fb_used_max_mib=gpu_plan.fb_used_max_mib,
+        )
+
+    plans: list[tuple[dict[str, str], Family]] = [
+        (prometheus.QueryPlan(iso.hold_window, iso.xid_lookback).queries(), view.samples),
+        (return_facts.ReturnFactsPlan().queries(), facts.samples),
+        (gpu_plan.queries(), gpu_windows),
+    ]
+    routes: dict[str, tuple[Family, str]] = {}
+    for queries, family in plans:
+        for name, query in queries.items():
+            routes.setdefault(query, (family, name))
+    return EmulatedPrometheus(played, view, routes, speed, lock), view
+
+
+
+def answers_for(settings: settings_model.GuardSettings, speed: float) -> live.Emulation:
+    """``sim.live.Emulation`` for ``gpuguard sim serve`` with these settings."""
+
+    def emulation(
+        played: world.World, lock: threading.Lock
+    ) -> tuple[EmulatedPrometheus, prometheus_view.WorldPrometheus]:
+        return answers(played, settings, speed, lock)
+
+    return emulation

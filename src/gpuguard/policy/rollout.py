@@ -1,0 +1,425 @@
+"""The rollout of a declared host change, in canary waves (docs/change-management.md).
+
+In: the change, every node's facts (its GPU pods, cordon and gpuguard's marks, conformance
+check statuses, driver and kernel versions), kured's lock holder and now. Out: what to do to
+each node, with the reason and the evidence, and where the rollout stands. The only state is
+the nodes' ``gpuguard.io/change`` marks, so the same inputs after a restart give the same plan.
+
+The rules:
+
+- the pool is the nodes the change selects; nodes are taken wave by wave, named canaries
+  first; a wave's size is a node count or a cumulative share of the pool (``"25%"``);
+- a node is taken only when it is schedulable (a cordon by a person, another tool or a
+  gpuguard fault isolation is skipped and reported — never touched), holds no GPU pod (never
+  evict training), fewer than ``max_unavailable`` nodes are out for the change and the pool
+  keeps ``min_available`` of its nodes schedulable;
+- it is cordoned first and the change requested only once its GPU pods ended (a pod that
+  landed before the cordon runs to its end);
+- after the change the node must have rebooted (when the change needs it), be Ready, run the
+  declared driver and kernel, and every required check must PASS; a FAIL (or a wrong
+  version, or a timeout) stops the rollout and keeps the node cordoned with the check named;
+- nothing new starts while kured holds its reboot lock: two tools never reboot at once;
+- ``pause`` starts nothing new; ``abort`` also returns the nodes not yet changed.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from gpuguard.errors import InputError
+from gpuguard.model import annotation_keys as keys
+from gpuguard.model import change as model
+from gpuguard.model import decisions, fleet
+
+Phase = model.Phase
+Status = decisions.CheckStatus
+
+
+class Step(StrEnum):
+    """What the rollout does to one node this tick (``NONE``: nothing, only reported)."""
+
+    CORDON = "cordon-for-change"
+    APPLY = "apply"
+    UNCORDON = "uncordon"
+    FAIL = "stop-rollout"
+    RELEASE = "release"
+    WAIT = "wait"
+    SKIP = "skip"
+    NONE = "none"
+
+
+WRITES = frozenset({Step.CORDON, Step.APPLY, Step.UNCORDON, Step.FAIL, Step.RELEASE})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """One node as the rollout reads it. ``checks``: the agent's statuses (empty: none
+    reported); ``applied``: the change's tool reported it done (its mark, or its Job)."""
+
+    node: fleet.Node
+    gpu_pods: int = 0
+    checks: Mapping[str, Status] = field(default_factory=dict)
+    kernel: str | None = None
+    driver: str | None = None
+    applied: bool = False
+    apply_failed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAction:
+    """One node's step: the annotations to write (None removes), the cordon to set (None:
+    leave), the reason and the evidence."""
+
+    node: str
+    step: Step
+    reason: str
+    evidence: tuple[str, ...] = ()
+    wave: int | None = None
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    cordon: bool | None = None
+    check: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wave:
+    index: int
+    size: int
+    nodes: tuple[str, ...]
+    result: str  # passed | failed | running | pending
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    change: str
+    state: model.RolloutState
+    waves: tuple[Wave, ...]
+    actions: tuple[NodeAction, ...]
+    pool: int
+    out: int  # nodes out of service for this change after this plan's writes
+    stopped_by: tuple[str, str] | None = None  # (node, check)
+
+    def action_for(self, node: str) -> NodeAction | None:
+        return next((a for a in self.actions if a.node == node), None)
+
+
+def wave_targets(waves: Sequence[model.WaveSize], pool: int, canaries: int) -> tuple[int, ...]:
+    """Cumulative node counts at the end of each wave. A count adds that many nodes, a
+    percentage is a share of the pool reached by then; every wave adds at least one node, the
+    last one reaches the whole pool, and named canaries make the first wave."""
+    targets: list[int] = []
+    done = 0
+    for i, wave in enumerate(waves):
+        if i == 0 and canaries:
+            nxt = canaries
+        elif isinstance(wave, int):
+            nxt = done + wave
+        else:
+            nxt = max(done + 1, math.ceil(int(wave.rstrip("%")) * pool / 100))
+        done = min(pool, nxt)
+        targets.append(done)
+        if done >= pool:
+            break
+    if not targets or targets[-1] < pool:
+        targets.append(pool)
+    return tuple(targets)
+
+
+def plan(
+    spec: model.ChangeSpec,
+    facts: Sequence[NodeFacts],
+    now: datetime,
+    *,
+    kured_holder: str | None = None,
+) -> Plan:
+    """The rollout's next steps; see the module docstring for the rules."""
+    pool = sorted((f for f in facts if spec.selects(f.node)), key=lambda f: f.node.name)
+    marks, actions = _marks(spec, pool)
+    targets = wave_targets(spec.waves, len(pool), len([c for c in spec.canary
+                                                       if any(f.node.name == c for f in pool)]))
+    for f in pool:
+        mark = marks.get(f.node.name)
+        if mark is not None and mark.phase in (Phase.CORDONED, Phase.APPLYING):
+            actions.append(_advance(spec, f, mark, now, kured_holder))
+    failed = _failed(marks, actions)
+    stopping = failed is not None or spec.control is model.Control.ABORT
+    if stopping:
+        actions = [_release(a) if _not_applied(a, marks) else a for a in actions]
+    elif spec.control is model.Control.RUN:
+        actions += _start(spec, pool, marks, actions, targets, now, kured_holder)
+    out = _out_after(pool, marks, actions)
+    waves = _waves(targets, marks, actions)
+    return Plan(spec.name, _state(spec, failed, pool, marks, actions), waves, tuple(actions),
+                len(pool), out, failed)
+
+
+def _marks(
+    spec: model.ChangeSpec, pool: Sequence[NodeFacts]
+) -> tuple[dict[str, model.NodeMark], list[NodeAction]]:
+    """This change's marks; a node with an unreadable mark or another change's live mark is
+    skipped (never guessed to be outside the rollout)."""
+    marks: dict[str, model.NodeMark] = {}
+    skipped: list[NodeAction] = []
+    for f in pool:
+        try:
+            mark = model.read_mark(f.node)
+        except InputError as e:
+            skipped.append(NodeAction(f.node.name, Step.SKIP, str(e)))
+            continue
+        if mark is None:
+            continue
+        if mark.change != spec.name:
+            if mark.phase is not Phase.DONE:
+                skipped.append(NodeAction(f.node.name, Step.SKIP,
+                                          f"in change {mark.change} ({mark.phase})"))
+            continue
+        marks[f.node.name] = mark
+    return marks, skipped
+
+
+def _advance(
+    spec: model.ChangeSpec,
+    f: NodeFacts,
+    mark: model.NodeMark,
+    now: datetime,
+    kured_holder: str | None,
+) -> NodeAction:
+    name = f.node.name
+    if mark.phase is Phase.CORDONED:
+        if f.gpu_pods:
+            return NodeAction(name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: waiting "
+                              "for them to end (gpuguard never evicts)", wave=mark.wave)
+        if kured_holder is not None and spec.reboot:
+            return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
+                              wave=mark.wave)
+        applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id,
+                                  gpus=mark.gpus)
+        request = {keys.CHANGE_REQUESTED: spec.name} if spec.method is model.Method.EXTERNAL else {}
+        return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
+                          (f"boot {f.node.boot_id[:8]}",), mark.wave,
+                          {keys.CHANGE: applying.encode(), **request})
+    return _verify(spec, f, mark, now)
+
+
+def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
+            now: datetime) -> NodeAction:
+    """After the change: applied, rebooted, Ready, the versions, then every required check."""
+    name, waited = f.node.name, now - mark.since
+    if f.apply_failed:
+        return _fail(spec, f, mark, now, "apply", f.apply_failed)
+    if not f.applied or (spec.reboot and f.node.boot_id == mark.boot) or not f.node.ready:
+        if waited > spec.apply_timeout:
+            return _fail(spec, f, mark, now, "apply-timeout",
+                         f"not applied, rebooted and Ready after {waited}")
+        what = ("the change to be applied" if not f.applied else
+                "the reboot" if spec.reboot and f.node.boot_id == mark.boot else "Ready")
+        return NodeAction(name, Step.WAIT, f"waiting for {what}", wave=mark.wave)
+    for declared, seen, check in ((spec.driver, f.driver, "driver-version"),
+                                  (spec.kernel, f.kernel, "kernel-version")):
+        if declared is not None and seen is not None and not seen.startswith(declared):
+            return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
+    required = _required(spec, f) | _gpus_back(f, mark)
+    failing = sorted(c for c, s in required.items() if s is Status.FAIL)
+    if failing:
+        return _fail(spec, f, mark, now, failing[0], f"check {failing[0]}: FAIL")
+    pending = sorted(c for c, s in required.items() if s not in (Status.PASS, Status.FIXED))
+    versions = [(d, s) for d, s in ((spec.driver, f.driver), (spec.kernel, f.kernel))
+                if d is not None and s is None]
+    if pending or versions or not required:
+        if waited > spec.apply_timeout + spec.verify_timeout:
+            return _fail(spec, f, mark, now, pending[0] if pending else "conformance-unknown",
+                         "checks not reported as PASS in time")
+        return NodeAction(name, Step.WAIT, "waiting for the checks: " + (
+            ", ".join(pending) if pending else "versions not reported" if versions
+            else "no check reported"), wave=mark.wave)
+    done = model.NodeMark(spec.name, Phase.DONE, mark.wave, now, mark.boot)
+    evidence = tuple(f"{c}: PASS" for c in sorted(required)) + _versions(f)
+    return NodeAction(name, Step.UNCORDON, "changed, rebooted, every check PASS", evidence,
+                      mark.wave, {keys.CHANGE: done.encode(), keys.CHANGE_REQUESTED: None},
+                      cordon=False)
+
+
+def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
+    names = set(spec.checks) if spec.checks is not None else set(f.checks)
+    if spec.check:
+        names.add(spec.check)
+    return {c: f.checks.get(c, Status.UNKNOWN) for c in names}
+
+
+GPUS = "gpus"
+
+
+def _gpus_back(f: NodeFacts, mark: model.NodeMark) -> dict[str, Status]:
+    """Every GPU it had is registered and offered again (UNKNOWN until then: a GPU that does
+    not come back fails the rollout at its timeout)."""
+    if not mark.gpus:
+        return {}
+    node = f.node
+    back = node.gpu_capacity >= mark.gpus and node.gpu_allocatable == node.gpu_capacity
+    return {GPUS: Status.PASS if back else Status.UNKNOWN}
+
+
+def _versions(f: NodeFacts) -> tuple[str, ...]:
+    return tuple(f"{what} {v}" for what, v in (("driver", f.driver), ("kernel", f.kernel)) if v)
+
+
+def _fail(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark, now: datetime,
+          check: str, detail: str) -> NodeAction:
+    failed = model.NodeMark(spec.name, Phase.FAILED, mark.wave, now, mark.boot, check, detail)
+    return NodeAction(f.node.name, Step.FAIL, f"{check} failed: the rollout stops, the node stays "
+                      "cordoned", (detail, *_versions(f)), mark.wave,
+                      {keys.CHANGE: failed.encode()}, check=check)
+
+
+def _failed(marks: Mapping[str, model.NodeMark],
+            actions: Sequence[NodeAction]) -> tuple[str, str] | None:
+    for a in actions:
+        if a.step is Step.FAIL:
+            return a.node, a.check or "?"
+    for name, mark in sorted(marks.items()):
+        if mark.phase is Phase.FAILED:
+            return name, mark.check or "?"
+    return None
+
+
+def _not_applied(action: NodeAction, marks: Mapping[str, model.NodeMark]) -> bool:
+    mark = marks.get(action.node)
+    return mark is not None and mark.phase is Phase.CORDONED
+
+
+def _release(action: NodeAction) -> NodeAction:
+    """A node cordoned for the change but not changed yet goes back to service."""
+    return NodeAction(action.node, Step.RELEASE, "the rollout stopped before this node was "
+                      "changed: back to service", wave=action.wave,
+                      annotations={keys.CHANGE: None}, cordon=False)
+
+
+def _start(
+    spec: model.ChangeSpec,
+    pool: Sequence[NodeFacts],
+    marks: Mapping[str, model.NodeMark],
+    actions: Sequence[NodeAction],
+    targets: tuple[int, ...],
+    now: datetime,
+    kured_holder: str | None,
+) -> list[NodeAction]:
+    """New nodes for the current wave, within its size, the unavailable limit and the floor."""
+    started = len(marks)
+    done = sum(1 for m in marks.values() if m.phase is Phase.DONE) + sum(
+        1 for a in actions if a.step is Step.UNCORDON)
+    wave = next((i for i, t in enumerate(targets) if done < t), None)
+    if wave is None:
+        return []
+    in_flight = sum(1 for m in marks.values() if m.phase in (Phase.CORDONED, Phase.APPLYING)) - sum(
+        1 for a in actions if a.step is Step.UNCORDON)
+    schedulable = sum(1 for f in pool if not f.node.unschedulable) + sum(
+        1 for a in actions if a.step is Step.UNCORDON)
+    floor = math.ceil(spec.min_available * len(pool))
+    room = min(targets[wave] - started, spec.max_unavailable - in_flight, schedulable - floor)
+    skipped = {a.node for a in actions}
+    canaries = set(spec.canary)
+    out: list[NodeAction] = []
+    for f in sorted(pool, key=lambda f: (f.gpu_pods > 0, f.node.name not in canaries,
+                                         f.node.name)):
+        name = f.node.name
+        if name in marks or name in skipped:
+            continue
+        if wave == 0 and canaries and name not in canaries:
+            continue
+        why = _not_takeable(f, kured_holder)
+        if why is None and room <= 0:
+            why = _no_room(targets[wave] - started, spec.max_unavailable - in_flight,
+                           schedulable - floor, wave)
+        if why is not None:
+            out.append(NodeAction(name, Step.SKIP if f.node.unschedulable else Step.WAIT, why,
+                                  wave=wave))
+            continue
+        mark = model.NodeMark(spec.name, Phase.CORDONED, wave, now, f.node.boot_id,
+                              gpus=f.node.gpu_capacity)
+        out.append(NodeAction(name, Step.CORDON, f"wave {wave + 1}: cordoned for change "
+                              f"{spec.name} (not a fault)", (f"GPU pods {f.gpu_pods}",), wave,
+                              {keys.CHANGE: mark.encode()}, cordon=True))
+        room -= 1
+    return out
+
+
+def _not_takeable(f: NodeFacts, kured_holder: str | None) -> str | None:
+    if f.node.unschedulable:
+        if keys.ISOLATED_AT in f.node.annotations:
+            return "isolated by gpuguard for a fault: skipped"
+        return "cordoned by someone else: skipped, never touched"
+    if f.gpu_pods:
+        return f"{f.gpu_pods} GPU pod(s) running: waits until idle (gpuguard never evicts)"
+    if kured_holder is not None:
+        return f"kured holds its reboot lock ({kured_holder})"
+    return None
+
+
+def _no_room(wave_left: int, unavailable_left: int, floor_left: int, wave: int) -> str:
+    if wave_left <= 0:
+        return f"wave {wave + 1} is full: waits for the next wave"
+    if unavailable_left <= 0:
+        return "max_unavailable nodes already out for the change"
+    return "the pool's min_available floor leaves no room"
+
+
+def _out_after(pool: Sequence[NodeFacts], marks: Mapping[str, model.NodeMark],
+               actions: Sequence[NodeAction]) -> int:
+    out = {n for n, m in marks.items() if m.phase is not Phase.DONE}
+    for a in actions:
+        if a.cordon is True:
+            out.add(a.node)
+        elif a.cordon is False:
+            out.discard(a.node)
+    return len(out)
+
+
+def _waves(targets: tuple[int, ...], marks: Mapping[str, model.NodeMark],
+           actions: Sequence[NodeAction]) -> tuple[Wave, ...]:
+    phases = {n: m.phase for n, m in marks.items()}
+    waves_of = {n: m.wave for n, m in marks.items()}
+    for a in actions:
+        if a.step is Step.CORDON and a.wave is not None:
+            phases[a.node], waves_of[a.node] = Phase.CORDONED, a.wave
+        elif a.step is Step.UNCORDON:
+            phases[a.node] = Phase.DONE
+        elif a.step is Step.FAIL:
+            phases[a.node] = Phase.FAILED
+        elif a.step is Step.RELEASE:
+            phases.pop(a.node, None)
+    out = []
+    for i, target in enumerate(targets):
+        size = target - (targets[i - 1] if i else 0)
+        nodes = tuple(sorted(n for n, w in waves_of.items() if w == i and n in phases))
+        got = [phases[n] for n in nodes]
+        result = ("failed" if Phase.FAILED in got else
+                  "passed" if len(got) >= size and all(p is Phase.DONE for p in got) else
+                  "running" if got else "pending")
+        out.append(Wave(i, size, nodes, result))
+    return tuple(out)
+
+
+def _state(
+    spec: model.ChangeSpec,
+    failed: tuple[str, str] | None,
+    pool: Sequence[NodeFacts],
+    marks: Mapping[str, model.NodeMark],
+    actions: Sequence[NodeAction],
+) -> model.RolloutState:
+    if failed is not None:
+        return model.RolloutState.STOPPED
+    done = {n for n, m in marks.items() if m.phase is Phase.DONE}
+    done |= {a.node for a in actions if a.step is Step.UNCORDON}
+    if pool and len(done) >= len(pool):
+        return model.RolloutState.COMPLETED
+    if spec.control is model.Control.ABORT:
+        return model.RolloutState.ABORTED
+    if spec.control is model.Control.PAUSE:
+        return model.RolloutState.PAUSED
+    return model.RolloutState.RUNNING
+

@@ -1,0 +1,175 @@
+"""The change-rollout step against fake ports: a whole rollout tick by tick, a controller
+restart in the middle of it (the plan is the same from the cluster alone), kured's lock, a
+human's cordon, 409s and dry-run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuguard.controller import change as step
+from gpuguard.model import annotation_keys as keys
+from gpuguard.model import change, fleet
+from gpuguard.model import metric_names as names
+from gpuguard.sources import changes as change_source
+from tests import fakes
+
+START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+NAMES = [f"gpu-node-{i}" for i in range(4)]
+CHECKS = ("nvidia-match", "ipvs-persist", "ipvs-loaded")
+DECLARED = change_source.declared("drv-580", {
+    change.SPEC_KEY: "driver: '580.159.03'\nkernel: 6.8.0-60-generic\nwaves: [1, '100%']\n"
+                     "max_unavailable: 2\nmin_available: 0.5\n",
+})  # fmt: skip
+
+
+def cluster() -> fakes.FakeNodes:
+    return fakes.FakeNodes({n: fleet.Node(
+        n, f"{n}-boot-0", 8, 8, conditions={"Ready": "True"}, kernel_version="6.8.0-45-generic",
+        labels={change.DRIVER_LABELS[0]: "580.126.09"}) for n in NAMES})  # fmt: skip
+
+
+def agents(nodes: fakes.FakeNodes, failing: str | None = None) -> fakes.FakeMetrics:
+    series = [fleet.MetricSample(names.CHECK_STATUS, {"node": n, "check": c,
+                                 "status": "FAIL" if (n, c) == failing else "PASS"}, 1.0, START)
+              for n in nodes.nodes for c in CHECKS]  # fmt: skip
+    return fakes.FakeMetrics(series)
+
+
+def the_tool(nodes: fakes.FakeNodes) -> None:
+    """The applying tool: installs, reboots, marks the node done (what a playbook does)."""
+    for name, node in list(nodes.nodes.items()):
+        wanted = node.annotations.get(keys.CHANGE_REQUESTED)
+        if wanted and node.annotations.get(keys.CHANGE_APPLIED) != wanted:
+            nodes.update(name, boot_id=f"{name}-boot-1", kernel_version="6.8.0-60-generic",
+                         labels={change.DRIVER_LABELS[0]: "580.159.03"},
+                         annotations={**node.annotations, keys.CHANGE_APPLIED: wanted})
+
+
+def changes(nodes: fakes.FakeNodes, source: fakes.FakeChanges | None = None,
+            failing: tuple[str, str] | None = None) -> step.Changes:
+    return step.Changes(source=source or fakes.FakeChanges((DECLARED,)), writer=nodes,
+                        checks=agents(nodes, failing), kured=source or fakes.FakeChanges(),
+                        notifier=nodes)
+
+
+def tick(nodes: fakes.FakeNodes, at: datetime, **kw: object) -> step.Outcome:
+    (outcome,) = changes(nodes, **kw).run(nodes.snapshot(at), at,  # type: ignore[arg-type]
+                                          may_write=lambda: True)
+    return outcome
+
+
+def test_a_rollout_runs_to_completion_one_canary_then_the_rest_within_limits() -> None:
+    nodes, at, most_out = cluster(), START, 0
+    for _ in range(12):
+        outcome = tick(nodes, at)
+        most_out = max(most_out, sum(n.unschedulable for n in nodes.nodes.values()))
+        the_tool(nodes)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.state is change.RolloutState.COMPLETED
+    assert most_out == 2  # max_unavailable
+    assert next(w.nodes for w in outcome.plan.waves) == ("gpu-node-0",)
+    assert not any(n.unschedulable for n in nodes.nodes.values())
+    assert all(keys.ISOLATED_AT not in n.annotations for n in nodes.nodes.values())
+
+
+def test_a_restarted_controller_plans_the_same_rollout_from_the_marks() -> None:
+    nodes, at = cluster(), START
+    for _ in range(3):  # canary cordoned, applied, returned; wave 2 starts
+        tick(nodes, at)
+        the_tool(nodes)
+        at += timedelta(minutes=1)
+    before = {n: node.annotations.get(keys.CHANGE) for n, node in nodes.nodes.items()}
+    fresh = step.Changes(source=fakes.FakeChanges((DECLARED,)), writer=nodes,
+                         checks=agents(nodes), kured=fakes.FakeChanges())  # a new process
+    (outcome,) = fresh.run(nodes.snapshot(at), at, may_write=lambda: True)
+    assert outcome.plan is not None
+    assert outcome.plan.waves[0].result == "passed"
+    cordoned = [a.node for a in outcome.plan.actions if a.step.value == "cordon-for-change"]
+    assert cordoned == []  # wave 2's two nodes were already out: none cordoned twice
+    assert sum(1 for v in before.values() if v) == 3
+
+
+def test_a_failed_check_stops_the_rollout_after_the_canary() -> None:
+    nodes, at = cluster(), START
+    for _ in range(6):
+        outcome = tick(nodes, at, failing=("gpu-node-0", "ipvs-loaded"))
+        the_tool(nodes)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "ipvs-loaded")
+    assert nodes.nodes["gpu-node-0"].unschedulable
+    assert [n for n, node in nodes.nodes.items() if node.unschedulable] == ["gpu-node-0"]
+    assert all(nodes.nodes[n].labels[change.DRIVER_LABELS[0]] == "580.126.09"
+               for n in NAMES[1:])  # the others keep the old driver
+    assert any(e.reason == "change-failed" for e in nodes.events)
+    (told,) = nodes.notified  # people are told once, when it stops
+    assert "ipvs-loaded" in told.detail
+
+
+def test_nothing_starts_while_kured_holds_its_lock() -> None:
+    nodes = cluster()
+    kured = fakes.FakeChanges((DECLARED,), kured_lock='{"nodeID":"gpu-node-3","TTL":0}')
+    outcome = tick(nodes, START, source=kured)
+    assert nodes.writes == []
+    assert kured.kured_asked == [("kube-system", "kured")]
+    assert outcome.plan is not None
+    assert "kured" in outcome.plan.actions[0].reason
+
+
+def test_a_human_cordon_is_skipped_and_left_alone() -> None:
+    nodes = cluster()
+    nodes.update("gpu-node-0", unschedulable=True)
+    for i in range(8):
+        tick(nodes, START + timedelta(minutes=i))
+        the_tool(nodes)
+    assert "gpu-node-0" not in {w[0] for w in nodes.writes}
+    assert nodes.nodes["gpu-node-0"].unschedulable
+
+
+def test_a_conflict_is_left_for_the_next_tick_and_dry_run_writes_nothing() -> None:
+    nodes = cluster()
+    nodes.conflicts.add("gpu-node-0")
+    outcome = tick(nodes, START)
+    assert outcome.done == {"gpu-node-0": "conflict"}
+    assert nodes.writes == []
+    (dry,) = changes(nodes).run(nodes.snapshot(START), START, may_write=lambda: False)
+    assert dry.done == {"gpu-node-0": "dry-run"}
+    assert nodes.writes == []
+
+
+def test_an_unreadable_declaration_is_reported_and_starts_nothing() -> None:
+    bad = change_source.declared("oops", {change.SPEC_KEY: "waves: [0]\n"})
+    nodes = cluster()
+    outcome = tick(nodes, START, source=fakes.FakeChanges((bad,)))
+    assert outcome.plan is None
+    assert "oops" in (outcome.error or "")
+    assert nodes.writes == []
+
+
+def test_explain_names_the_rollout_step_and_the_gpu_operators_budget() -> None:
+    nodes = cluster()
+    outcome = tick(nodes, START)  # gpu-node-0 cordoned for the change
+    shown = step.explain(nodes.nodes["gpu-node-0"], [outcome])
+    assert shown is not None
+    assert "maxUnavailable" in (shown["gpu_operator"] or "")
+    assert "a change" in shown["gpu_operator"]
+    (row,) = step.explain(nodes.snapshot(START).node("gpu-node-1"), [outcome])["rollout"]  # type: ignore[index]
+    assert row["change"] == "drv-580"
+    assert row["step"] == "wait"
+    assert step.explain(None, [outcome]) is None
+
+
+@pytest.mark.parametrize(("lock", "holder"), [
+    (None, None),
+    ('{"nodeID":"manual"}', "manual"),  # a person's lock (kured's documentation)
+    ('{"nodeID":"n1","created":"2026-12-01T11:00:00Z","TTL":1800000000000}', None),  # expired
+    ('{"nodeID":"n1","created":"2026-12-01T11:50:00Z","TTL":1800000000000}', "n1"),
+    ('{"maxOwners":2,"locks":[{"nodeID":"n1"},{"nodeID":"n2"}]}', "n1, n2"),
+    ('{"maxOwners":2,"locks":[]}', None),
+    ("not json", "unknown (unreadable lock)"),  # never read as free
+])
+def test_kureds_lock_as_kured_writes_it(lock: str | None, holder: str | None) -> None:
+    assert change.kured_holder(lock, START) == holder

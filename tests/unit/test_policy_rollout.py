@@ -1,0 +1,243 @@
+"""The rollout of a declared change: waves (canaries, sizes, idle nodes, floors), verification
+after the change, stop on failure, and other people's cordons never touched."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuguard.errors import InputError
+from gpuguard.model import annotation_keys as keys
+from gpuguard.model import change, decisions, fleet, settings
+from gpuguard.policy import admission, lifecycle, rollout
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+PASS = decisions.CheckStatus.PASS
+FAIL = decisions.CheckStatus.FAIL
+Step = rollout.Step
+SPEC = change.ChangeSpec(
+    name="drv-580", driver="580.159.03", kernel="6.8.0-60-generic",
+    waves=(1, "25%", "100%"), max_unavailable=3, min_available=0.5,
+)  # fmt: skip
+CHECKS = {"nvidia-match": PASS, "ipvs-persist": PASS, "ipvs-loaded": PASS}
+
+
+def node(name: str, *, cordoned: bool = False, boot: str = "boot-1", ready: bool = True,
+         **annotations: str) -> fleet.Node:
+    return fleet.Node(name, boot, 8, 8, unschedulable=cordoned, annotations=annotations,
+                      conditions={"Ready": "True" if ready else "False"})
+
+
+def marked(name: str, phase: change.Phase, wave: int = 0, *, since: datetime = NOW,
+           boot: str = "boot-1", check: str | None = None, **node_kw: object) -> fleet.Node:
+    mark = change.NodeMark("drv-580", phase, wave, since, boot, check, gpus=8)
+    cordoned = phase is not change.Phase.DONE
+    return node(name, cordoned=cordoned, **{keys.CHANGE: mark.encode()}, **node_kw)  # type: ignore[arg-type]
+
+
+def fleet_of(count: int, **facts: rollout.NodeFacts) -> list[rollout.NodeFacts]:
+    out = [rollout.NodeFacts(node(f"n{i:02d}")) for i in range(count)]
+    return [facts.get(f.node.name, f) for f in out]
+
+
+def steps(plan: rollout.Plan, step: Step) -> list[str]:
+    return sorted(a.node for a in plan.actions if a.step is step)
+
+
+def test_wave_targets_are_cumulative_and_reach_the_pool() -> None:
+    assert rollout.wave_targets((1, "25%", "100%"), 12, 0) == (1, 3, 12)
+    assert rollout.wave_targets((1, "10%", "50%", "100%"), 12, 0) == (1, 2, 6, 12)
+    assert rollout.wave_targets((2, 2), 12, 0) == (2, 4, 12)  # the rest is a last wave
+    assert rollout.wave_targets((1, "100%"), 12, 2) == (2, 12)  # two named canaries
+
+
+def test_the_first_wave_takes_one_idle_node_and_cordons_it_as_a_change() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12), NOW)
+    (cordon,) = [a for a in plan.actions if a.step is Step.CORDON]
+    assert cordon.node == "n00"
+    assert cordon.cordon is True
+    assert cordon.wave == 0
+    mark = change.read_mark(dataclasses.replace(node("n00"), annotations=cordon.annotations))
+    assert mark is not None
+    assert mark.phase is change.Phase.CORDONED
+    assert keys.ISOLATED_AT not in cordon.annotations  # never a fault isolation
+    assert plan.state is change.RolloutState.RUNNING
+    assert plan.out == 1
+
+
+def test_named_canary_goes_first_and_busy_nodes_wait() -> None:
+    busy = rollout.NodeFacts(node("n00"), gpu_pods=2)
+    spec = dataclasses.replace(SPEC, canary=("n05",))
+    plan = rollout.plan(spec, fleet_of(12, n00=busy), NOW)
+    assert steps(plan, Step.CORDON) == ["n05"]
+    plan = rollout.plan(SPEC, fleet_of(12, n00=busy), NOW)
+    assert steps(plan, Step.CORDON) == ["n01"]  # the idle one, not the busy one
+
+
+def test_a_cordoned_node_with_a_gpu_pod_waits_before_the_change_is_requested() -> None:
+    facts = rollout.NodeFacts(marked("n00", change.Phase.CORDONED), gpu_pods=1)
+    plan = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW)
+    assert plan.action_for("n00").step is Step.WAIT  # type: ignore[union-attr]
+    idle = rollout.plan(SPEC, fleet_of(12, n00=dataclasses.replace(facts, gpu_pods=0)), NOW)
+    apply = idle.action_for("n00")
+    assert apply is not None
+    assert apply.step is Step.APPLY
+    assert apply.annotations[keys.CHANGE_REQUESTED] == "drv-580"
+
+
+def test_the_next_wave_waits_for_the_canary_then_respects_size_and_floor() -> None:
+    waiting = rollout.NodeFacts(marked("n00", change.Phase.APPLYING, boot="boot-1"))
+    plan = rollout.plan(SPEC, fleet_of(12, n00=waiting), NOW)
+    assert steps(plan, Step.CORDON) == []  # wave 1 holds one node
+    done = rollout.NodeFacts(marked("n00", change.Phase.DONE))
+    plan = rollout.plan(SPEC, fleet_of(12, n00=done), NOW)
+    assert steps(plan, Step.CORDON) == ["n01", "n02"]  # 25 % of 12 = 3, one already done
+    floor = dataclasses.replace(SPEC, waves=(1, "100%"), min_available=0.9)
+    plan = rollout.plan(floor, fleet_of(12, n00=done), NOW)
+    assert len(steps(plan, Step.CORDON)) == 1  # 11 of 12 must stay schedulable
+    limit = dataclasses.replace(SPEC, waves=(1, "100%"), max_unavailable=2, min_available=0)
+    assert len(steps(rollout.plan(limit, fleet_of(12, n00=done), NOW), Step.CORDON)) == 2
+
+
+def test_a_human_cordon_and_a_fault_isolation_are_skipped_and_never_touched() -> None:
+    human = rollout.NodeFacts(node("n00", cordoned=True))
+    isolated = {keys.ISOLATED_AT: "2026-12-01T11:00:00Z"}
+    fault = rollout.NodeFacts(node("n01", cordoned=True, **isolated))
+    plan = rollout.plan(SPEC, fleet_of(12, n00=human, n01=fault), NOW)
+    assert plan.action_for("n00").step is Step.SKIP  # type: ignore[union-attr]
+    assert "someone else" in plan.action_for("n00").reason  # type: ignore[union-attr]
+    assert "fault" in plan.action_for("n01").reason  # type: ignore[union-attr]
+    assert all(a.annotations == {} and a.cordon is None
+               for a in plan.actions if a.node in {"n00", "n01"})
+    assert steps(plan, Step.CORDON) == ["n02"]
+
+
+def applied(boot: str = "boot-2", **kw: object) -> rollout.NodeFacts:
+    base = {"checks": CHECKS, "driver": "580.159.03", "kernel": "6.8.0-60-generic",
+            "applied": True}
+    rebooted = dataclasses.replace(marked("n00", change.Phase.APPLYING), boot_id=boot)
+    return rollout.NodeFacts(rebooted, **(base | kw))  # type: ignore[arg-type]
+
+
+def test_verified_node_returns_with_the_evidence() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12, n00=applied()), NOW)
+    back = plan.action_for("n00")
+    assert back is not None
+    assert back.step is Step.UNCORDON
+    assert back.cordon is False
+    assert "ipvs-loaded: PASS" in back.evidence
+    assert "driver 580.159.03" in back.evidence
+    assert plan.waves[0].result == "passed"
+
+
+@pytest.mark.parametrize(("facts", "why"), [
+    (applied(boot="boot-1"), "reboot"),  # not rebooted yet
+    (applied(applied=False), "applied"),
+    (applied(checks={**CHECKS, "ipvs-loaded": decisions.CheckStatus.UNKNOWN}), "ipvs-loaded"),
+    (applied(driver=None), "versions"),
+    (dataclasses.replace(applied(), node=dataclasses.replace(applied().node, gpu_allocatable=7)),
+     "gpus"),
+])
+def test_missing_facts_wait_never_return(facts: rollout.NodeFacts, why: str) -> None:
+    action = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW).action_for("n00")
+    assert action is not None
+    assert action.step is Step.WAIT
+    assert why in action.reason
+
+
+def test_a_failed_check_stops_the_rollout_and_keeps_the_node_cordoned() -> None:
+    facts = applied(checks={**CHECKS, "ipvs-loaded": FAIL})
+    plan = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW)
+    stop = plan.action_for("n00")
+    assert stop is not None
+    assert stop.step is Step.FAIL
+    assert stop.cordon is None
+    assert plan.state is change.RolloutState.STOPPED
+    assert plan.stopped_by == ("n00", "ipvs-loaded")
+    assert steps(plan, Step.CORDON) == []
+    assert plan.waves[0].result == "failed"
+    # next tick, from the marks alone: still stopped, nothing new
+    failed = rollout.NodeFacts(marked("n00", change.Phase.FAILED, check="ipvs-loaded"))
+    again = rollout.plan(SPEC, fleet_of(12, n00=failed), NOW)
+    assert again.stopped_by == ("n00", "ipvs-loaded")
+    assert steps(again, Step.CORDON) == []
+
+
+def test_a_wrong_version_fails_with_the_version_named() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12, n00=applied(driver="580.126.09")), NOW)
+    assert plan.stopped_by == ("n00", "driver-version")
+
+
+def test_a_stopped_rollout_returns_nodes_it_cordoned_but_did_not_change() -> None:
+    failed = rollout.NodeFacts(marked("n00", change.Phase.FAILED, check="ipvs-loaded"))
+    waiting = rollout.NodeFacts(marked("n01", change.Phase.CORDONED, 1), gpu_pods=1)
+    plan = rollout.plan(SPEC, fleet_of(12, n00=failed, n01=waiting), NOW)
+    release = plan.action_for("n01")
+    assert release is not None
+    assert release.step is Step.RELEASE
+    assert release.cordon is False
+
+
+def test_pause_starts_nothing_and_abort_releases() -> None:
+    paused = dataclasses.replace(SPEC, control=change.Control.PAUSE)
+    plan = rollout.plan(paused, fleet_of(12), NOW)
+    assert steps(plan, Step.CORDON) == []
+    assert plan.state is change.RolloutState.PAUSED
+    aborted = dataclasses.replace(SPEC, control=change.Control.ABORT)
+    cordoned = rollout.NodeFacts(marked("n00", change.Phase.CORDONED))
+    plan = rollout.plan(aborted, fleet_of(12, n00=cordoned), NOW)
+    assert steps(plan, Step.RELEASE) == ["n00"]
+    assert plan.state is change.RolloutState.ABORTED
+
+
+def test_kured_holding_its_lock_stops_new_nodes_and_requests() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12), NOW, kured_holder="gpu-node-7")
+    assert steps(plan, Step.CORDON) == []
+    assert "kured" in plan.actions[0].reason
+    cordoned = rollout.NodeFacts(marked("n00", change.Phase.CORDONED))
+    plan = rollout.plan(SPEC, fleet_of(12, n00=cordoned), NOW, kured_holder="gpu-node-7")
+    assert plan.action_for("n00").step is Step.WAIT  # type: ignore[union-attr]
+
+
+def test_a_change_that_never_comes_back_fails_after_its_timeout() -> None:
+    late = NOW + SPEC.apply_timeout + timedelta(minutes=1)
+    facts = rollout.NodeFacts(marked("n00", change.Phase.APPLYING))
+    assert rollout.plan(SPEC, fleet_of(12, n00=facts), late).stopped_by == ("n00", "apply-timeout")
+
+
+def test_completed_when_every_node_is_done() -> None:
+    done = {f"n{i:02d}": rollout.NodeFacts(marked(f"n{i:02d}", change.Phase.DONE, min(i, 2)))
+            for i in range(12)}
+    plan = rollout.plan(SPEC, fleet_of(12, **done), NOW)
+    assert plan.state is change.RolloutState.COMPLETED
+    assert plan.out == 0
+
+
+def test_change_cordons_count_in_the_breakers_level_not_its_rate() -> None:
+    out = marked("n00", change.Phase.APPLYING)
+    history = admission.history([out, marked("n01", change.Phase.DONE)])
+    assert [(i.node, i.change) for i in history] == [("n00", True)]
+    state = admission.admit([admission.Candidate("x", 0)], history, None, 4,
+                            settings.IsolationSettings(), NOW).state
+    assert state.unconfirmed == 1
+    assert state.recent_unconfirmed == 0
+
+
+def test_a_change_spec_is_checked_when_read() -> None:
+    spec = change.parse_spec("drv", "driver: '580.159.03'\nwaves: [1, '25%', '100%']\n")
+    assert spec.waves == (1, "25%", "100%")
+    assert spec.reboot
+    with pytest.raises(InputError, match="waves"):
+        change.parse_spec("drv", "driver: x\nwaves: [0]\n")
+    with pytest.raises(InputError, match="declare a driver"):
+        change.parse_spec("drv", "waves: [1]\n")
+    with pytest.raises(InputError, match="pause"):
+        change.parse_spec("drv", "driver: x\n", control="stop")
+
+
+def test_a_change_cordon_is_its_own_lifecycle_state() -> None:
+    state = lifecycle.LifecycleState
+    assert lifecycle.state_of(marked("n00", change.Phase.APPLYING)) is state.CHANGING
+    assert lifecycle.state_of(node("n01", cordoned=True)) is state.CORDONED_BY_HUMAN
