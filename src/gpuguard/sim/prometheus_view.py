@@ -15,6 +15,7 @@ real Prometheus in the integration tests; this view is the world's, never the gu
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,15 +50,6 @@ class _Series:
         i = bisect.bisect_right(self.times, when) - 1
         return self.values[i] if i >= 0 else None
 
-    def seen_between(self, start: datetime, end: datetime) -> bool:
-        """Present at some time in (start, end] (``last_over_time(s[end - start])``)."""
-        lo, hi = bisect.bisect_right(self.times, start), bisect.bisect_right(self.times, end)
-        return self.at(start) is not None or any(v is not None for v in self.values[lo:hi])
-
-    def first_after(self, start: datetime) -> float | None:
-        """The first value present after ``start`` (where ``increase()`` starts counting)."""
-        i = bisect.bisect_right(self.times, start)
-        return next((v for v in self.values[i:] if v is not None), None)
 
 
 @dataclass
@@ -265,25 +257,52 @@ class WorldPrometheus:
         return tuple(out)
 
     def _recent(self, counter: str, name: str, at: datetime) -> list[fleet.MetricSample]:
-        """``(increase(c[look]) > 0) or ((c unless last_over_time(c[look] offset look)) + 0)``
-        (sources.prometheus): the counter's growth over the Xid lookback, or its value if it
-        was born inside it."""
+        """``(increase(c[R]) > 0) or ((c unless last_over_time(c[R] offset look)) + 0)`` with
+        ``R`` the lookback plus half a second (sources.prometheus): the counter's growth over the
+        Xid lookback as Prometheus extrapolates it, or its value if it was born inside it."""
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=5):
             return []
-        before = self._last_scrape(at - self.xid_lookback)
+        end = datetime.fromtimestamp(subquery.evaluation_time(at), at.tzinfo)
+        start = end - subquery.subquery_range(self.xid_lookback)
         out = []
         for (metric_name, labels), series in self._series.items():
             now_value = series.at(scraped) if metric_name == counter else None
             if now_value is None:
                 continue
-            then = series.at(before) if before is not None else None
-            if then is None and before is not None:
-                then = self._after_gap(series, before)
-            grown = now_value if then is None else now_value - then
-            if then is None or grown > 0:
+            grown = self._increase(series, start, end)
+            if grown is not None and grown > 0:
                 out.append(fleet.MetricSample(name, dict(labels), grown, at))
+            elif not self._present(series, start - self.xid_lookback, end - self.xid_lookback):
+                out.append(fleet.MetricSample(name, dict(labels), now_value, at))
         return out
+
+    def _increase(self, series: _Series, start: datetime, end: datetime) -> float | None:
+        """``increase()`` over the scrapes in (start, end]; a series with no recorded change
+        there grew by 0 (or has no answer, which the caller reads alike)."""
+        lo = bisect.bisect_right(series.times, start)
+        if lo == len(series.times) or series.times[lo] > end:
+            return None
+        points = [
+            (t, v) for t in self._scrape_times(start, end) if (v := series.at(t)) is not None
+        ]
+        return extrapolated_increase(points, start, end)
+
+    def _present(self, series: _Series, start: datetime, end: datetime) -> bool:
+        """``last_over_time(c[end - start])`` at ``end`` has an answer: a scrape in (start, end]
+        found the series."""
+        return any(series.at(t) is not None for t in reversed(self._scrape_times(start, end)))
+
+    def _scrape_times(self, start: datetime, end: datetime) -> list[datetime]:
+        """The scrapes in (start, end], Prometheus up."""
+        origin = self.world.origin
+        t = origin + SCRAPE * math.floor((end - origin) / SCRAPE)
+        times = []
+        while t > start and self._first_scrape is not None and t >= self._first_scrape:
+            if not self._down_at(t):
+                times.append(t)
+            t -= SCRAPE
+        return times[::-1]
 
     def newest_scrape(self, at: datetime, metric: str) -> datetime | None:
         """``max(timestamp(metric))`` at ``at``: the last scrape that found the metric."""
@@ -293,15 +312,6 @@ class WorldPrometheus:
         found = any(name == metric and series.at(scraped) is not None
                     for (name, _), series in self._series.items())
         return scraped if found else None
-
-    def _after_gap(self, series: _Series, before: datetime) -> float | None:
-        """A series absent at the lookback's start but present in the lookback before it (a
-        gap, such as a node's reboot) was not born inside the lookback
-        (``unless last_over_time(c[look] offset look)``, sources.prometheus): its increase
-        counts from its first sample after the gap."""
-        if not series.seen_between(before - self.xid_lookback, before):
-            return None
-        return series.first_after(before)
 
     def _node_newest(
         self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str
@@ -443,3 +453,30 @@ def _window_stats(
 
 def _holds(util: float | None, fb: float | None, util_min: float, fb_max: float) -> bool:
     return util is not None and fb is not None and util >= util_min and fb < fb_max
+
+
+def extrapolated_increase(
+    points: list[tuple[datetime, float]], start: datetime, end: datetime
+) -> float | None:
+    """``increase()`` of a counter's samples in a range as Prometheus computes it
+    (promql/functions.go ``extrapolatedRate``, the same in 2.x and 3.x): the growth between the
+    first and last sample, resets added back, extrapolated towards the range's ends — by the
+    whole gap when it is under 1.1 average sample intervals, else by half an interval, and
+    never back past the counter's zero. Fewer than two samples: no answer."""
+    if len(points) < 2:
+        return None
+    values = [v for _, v in points]
+    grown = values[-1] - values[0] + sum(
+        before for before, after in itertools.pairwise(values) if after < before
+    )
+    sampled = (points[-1][0] - points[0][0]).total_seconds()
+    average = sampled / (len(points) - 1)
+    to_start = (points[0][0] - start).total_seconds()
+    to_end = (end - points[-1][0]).total_seconds()
+    if grown > 0 and values[0] >= 0:
+        to_start = min(to_start, sampled * values[0] / grown)
+    threshold = average * 1.1
+    interval = sampled
+    interval += to_start if to_start < threshold else average / 2
+    interval += to_end if to_end < threshold else average / 2
+    return grown * interval / sampled

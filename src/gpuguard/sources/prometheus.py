@@ -79,8 +79,10 @@ class QueryPlan:
                 f"max_over_time({names.DCGM_XID_COUNT}[{subquery.promql_range(self.xid_lookback)}])"
                 " > 0"
             ),
-            names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, look),
-            names.FALLEN_OFF_BUS_RECENT: _recent_counter(names.FALLEN_OFF_BUS_TOTAL, look),
+            names.XID_TOTAL_RECENT: _recent_counter(names.XID_TOTAL, self.xid_lookback),
+            names.FALLEN_OFF_BUS_RECENT: _recent_counter(
+                names.FALLEN_OFF_BUS_TOTAL, self.xid_lookback
+            ),
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
             names.DCGM_NODE_NEWEST: node_freshness_query(),
             names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
@@ -99,14 +101,16 @@ class QueryPlan:
         }
 
 
-def _recent_counter(metric: str, look: str) -> str:
+def _recent_counter(metric: str, lookback: timedelta) -> str:
     """Occurrences in the lookback, including a series born inside it (increase() alone
     reads a new counter's first value as no increase). Born means no sample in the lookback
     before it: ``offset`` alone sees only Prometheus' 5 min before that instant, so a series
     with a gap there (the node down for a reboot, its agent's counter kept) would read as new
-    and its old count as a new fault."""
-    born = f"{metric} unless last_over_time({metric}[{look}] offset {look})"
-    return f"(increase({metric}[{look}]) > 0) or (({born}) + 0)"
+    and its old count as a new fault. Both ranges are the lookback plus half a second, so
+    Prometheus 2.x and 3.x select the same samples (``model.subquery``)."""
+    look, range_ = promql_duration(lookback), subquery.promql_range(lookback)
+    born = f"{metric} unless last_over_time({metric}[{range_}] offset {look})"
+    return f"(increase({metric}[{range_}]) > 0) or (({born}) + 0)"
 
 
 def promql_duration(delta: timedelta) -> str:
