@@ -4,15 +4,17 @@ report, and the node isolation when the GPU cannot be kept out."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuguard.actuators import eviction
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import gpu_isolation as step
-from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation
+from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, metric_names
 from gpuguard.model import jobs as job_model
+from gpuguard.policy import gpu_enforcement as policy
 from tests.fakes import FakeWriter
 
 NOW = datetime(2026, 8, 10, 16, 0, tzinfo=UTC)
@@ -141,3 +143,84 @@ def test_a_held_isolation_gets_its_drafted_request_naming_the_card() -> None:
     assert "reset the GPU" in text
     assert labels == {}
     assert jobs.created == []
+
+
+@dataclass
+class FakeEvictor:
+    """The Eviction API: ``blocked`` pods answer 429 (a PodDisruptionBudget)."""
+
+    blocked: set[str] = field(default_factory=set)
+    asked: list[str] = field(default_factory=list)
+
+    def evict(self, pod_namespace: str, name: str) -> eviction.Evicted:
+        key = f"{pod_namespace}/{name}"
+        self.asked.append(key)
+        return eviction.Evicted.BLOCKED if key in self.blocked else eviction.Evicted.EVICTED
+
+
+def held_node(*, evicted: bool = False) -> fleet.Node:
+    entry = gpu_isolation.IsolatedGpu(CARD, "0000:2a:00.0", "1", NOW, "xid-48", capacity=4)
+    entry = entry.applied("boot-1", NOW, "", confirmed=True)
+    entry = entry.with_pods_evicted() if evicted else entry
+    return fleet.Node("gpu-node-a", "boot-1", 3, 3, conditions={"Ready": "True"},
+                      labels={gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
+                              gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"},
+                      annotations={annotation_keys.GPU_ISOLATED:
+                                   gpu_isolation.to_annotation((entry,)) or ""})
+
+
+def on_gpu(pod: str, uuid: str = CARD) -> fleet.MetricSample:
+    labels = {"node": "gpu-node-a", "uuid": uuid, "namespace": "ml", "pod": pod,
+              "container": "main"}
+    return fleet.MetricSample(metric_names.GPU_POD, labels, 1.0, NOW)
+
+
+def evicting(node: fleet.Node, evictor: FakeEvictor) -> tuple[FakeWriter, FakeMarker]:
+    """One tick with eviction on: pods train-0 (on the card), other-0 (another GPU) and
+    gone-0 (a metric left by a pod the API no longer lists)."""
+    writer, marker = FakeWriter(), FakeMarker()
+    pods = tuple(fleet.Pod("ml", p, "gpu-node-a", fleet.PodPhase.RUNNING, 1)
+                 for p in ("train-0", "train-1", "other-0"))
+    samples = (on_gpu("train-0"), on_gpu("train-1"), on_gpu("gone-0"),
+               on_gpu("other-0", "GPU-other"))
+    guard = step.GpuIsolation(FakeJobs(), EmptyLedger(), writer, marker, CATALOG, image="x",
+                              evictor=evictor)
+    request = policy.request(node, [], CATALOG)
+    node = replace(node, annotations={**node.annotations, annotation_keys.GPU_REQUEST: request})
+    snap = fleet.FleetSnapshot(NOW, nodes=(node,), pods=pods, samples=samples)
+    guard.run(snap, may_write=lambda: True)
+    return writer, marker
+
+
+def test_opt_in_eviction_evicts_only_the_pods_on_the_held_gpu_once() -> None:
+    evictor = FakeEvictor()
+    writer, marker = evicting(held_node(), evictor)
+    assert evictor.asked == ["ml/train-0", "ml/train-1"]
+    ((_, annotations, _),) = marker.marks
+    (entry,) = gpu_isolation.read(replace(held_node(), annotations={
+        annotation_keys.GPU_ISOLATED: annotations[annotation_keys.GPU_ISOLATED] or ""}))
+    assert entry.evicted
+    (event,) = writer.events
+    assert event.reason is decisions.Reason.GPU_PODS_EVICTED
+    assert "ml/train-0, ml/train-1" in event.detail
+    assert "kubelet PodResources" in event.detail
+    again = FakeEvictor()
+    evicting(held_node(evicted=True), again)
+    assert again.asked == []
+
+
+def test_a_pod_its_disruption_budget_protects_is_asked_again_next_tick_not_marked_done() -> None:
+    evictor = FakeEvictor(blocked={"ml/train-1"})
+    writer, marker = evicting(held_node(), evictor)
+    assert marker.marks == []
+    (event,) = writer.events
+    assert "evicted the pods on it (kubelet PodResources): ml/train-0" in event.detail
+    assert "not evicted yet" in event.detail
+    assert "ml/train-1" in event.detail
+
+
+def test_eviction_waits_until_the_gpu_is_held_on_this_boot() -> None:
+    node = replace(held_node(), boot_id="boot-2")
+    evictor = FakeEvictor()
+    evicting(node, evictor)
+    assert evictor.asked == []

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
-from gpuguard.model import fleet
+from gpuguard.model import fleet, gpu_isolation
 from gpuguard.policy import gpu_route
 
 BAD = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
@@ -95,3 +95,33 @@ def test_the_cli_prints_the_rule_from_saved_slices(tmp_path: Path) -> None:
     missing = CliRunner().invoke(app, [*args[:5], "GPU-none", *args[6:]])
     assert missing.exit_code != 0
     assert "no gpu.nvidia.com device with uuid GPU-none" in missing.output
+
+
+def isolated(uuid: str = BAD) -> fleet.Node:
+    entry = gpu_isolation.IsolatedGpu(uuid, "0000:2a:00.0", "1", datetime(2026, 8, 10, tzinfo=UTC),
+                                      "xid-48", capacity=4)
+    value = gpu_isolation.to_annotation((entry,)) or ""
+    return fleet.Node("gpu-node-a", "boot", 4, 4, annotations={gpu_isolation.KEY: value})
+
+
+def test_reconcile_taints_the_isolated_gpu_then_follows_its_uuid_then_removes_the_rule() -> None:
+    devices = gpu_route.slice_devices(SLICES)
+    (create,) = gpu_route.reconcile([isolated()], devices, [])
+    assert create.current is None
+    assert create.rule is not None
+    assert create.rule["spec"]["deviceSelector"]["device"] == "gpu-1"
+    assert gpu_route.reconcile([isolated()], devices, [create.rule]) == ()
+
+    renamed = gpu_route.slice_devices([resource_slice("gpu-node-a", [BAD, "GPU-aaaa"])])
+    (update,) = gpu_route.reconcile([isolated()], renamed, [create.rule])
+    assert update.current == create.rule
+    assert update.rule is not None
+    assert update.rule["spec"]["deviceSelector"]["device"] == "gpu-0"
+
+    unpublished = gpu_route.slice_devices([resource_slice("gpu-node-a", ["GPU-aaaa"])])
+    assert gpu_route.reconcile([isolated()], unpublished, [create.rule]) == ()
+
+    (delete,) = gpu_route.reconcile([node()], devices, [create.rule])
+    assert delete.rule is None
+    assert delete.name == create.name
+    assert delete.node == "gpu-node-a"

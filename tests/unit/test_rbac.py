@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 from tests import chart
 
@@ -17,13 +18,20 @@ VERBS = {"get": "get", "list": "list", "watch": "watch", "create": "create",
 CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
 NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
+    "pod_namespace": CLUSTER,  # the evicted pod's own namespace: any
     "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
     "workload_namespace": CLUSTER,  # Events on workloads, in their own namespace
 }
-CLUSTER_SCOPED = {"Node"}
+CLUSTER_SCOPED = {"Node", "DeviceTaintRule", "ResourceSlice"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
-          "Lease": "leases", "Event": "events", "DaemonSet": "daemonsets"}
+          "Lease": "leases", "Event": "events", "Eviction": "pods/eviction",
+          "DeviceTaintRule": "devicetaintrules", "ResourceSlice": "resourceslices",
+          "DaemonSet": "daemonsets"}
 Use = tuple[str, str, str]  # (resource, verb, where)
+OPT_IN: dict[Use, tuple[str, ...]] = {  # a call made only when a setting is on: its value path
+    ("pods/eviction", "create", CLUSTER): ("controller", "settings", "gpu_isolation",
+                                           "evict_pods"),
+}
 
 
 def module_path(name: str) -> Path | None:
@@ -138,12 +146,24 @@ def derived() -> set[Use]:
     return {(r, v, w) for r, v, w in uses if w == CLUSTER or (r, v) not in cluster}
 
 
-def granted() -> set[Use]:
+def opted_in() -> dict[str, Any]:
+    """The chart's values with every opt-in call's setting on."""
+    values = chart.defaults()
+    for path in OPT_IN.values():
+        node = values
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = True
+    return values
+
+
+def granted(values: dict[str, Any] | None = None) -> set[Use]:
     """What the chart grants gpuguard's service account, by where the grant applies."""
     roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o
-             for o in chart.by_kind("ClusterRole") + chart.by_kind("Role")}
+             for o in chart.by_kind("ClusterRole", values) + chart.by_kind("Role", values)}
     grants: set[Use] = set()
-    for binding in chart.by_kind("ClusterRoleBinding") + chart.by_kind("RoleBinding"):
+    for binding in (chart.by_kind("ClusterRoleBinding", values)
+                    + chart.by_kind("RoleBinding", values)):
         if {"kind": "ServiceAccount", "name": "gpuguard",
                 "namespace": chart.NAMESPACE} not in binding["subjects"]:
             continue
@@ -160,10 +180,15 @@ def granted() -> set[Use]:
 def test_the_chart_grants_exactly_what_the_controllers_code_calls() -> None:
     uses = derived()
     assert uses, "no lightkube call found: the scanner is broken"
-    assert granted() == uses, (
-        f"granted but never called: {sorted(granted() - uses)}; "
-        f"called but not granted: {sorted(uses - granted())}"
+    assert granted(opted_in()) == uses, (
+        f"granted but never called: {sorted(granted(opted_in()) - uses)}; "
+        f"called but not granted: {sorted(uses - granted(opted_in()))}"
     )
+
+
+def test_an_opt_in_call_is_granted_only_when_its_setting_is_on() -> None:
+    assert set(OPT_IN) <= derived()
+    assert granted() == derived() - set(OPT_IN)
 
 
 def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
@@ -172,4 +197,5 @@ def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
     assert ("events", "create", CLUSTER) in uses  # Nodes' in default, workloads' in theirs
     assert ("leases", "update", OWN) in uses
     assert ("pods", "list", CLUSTER) in uses
-    assert not {u for u in uses if u[1] in {"delete", "deletecollection"}}, "gpuguard never deletes"
+    deletes = {u for u in uses if u[1] in {"delete", "deletecollection"}}
+    assert deletes == {("devicetaintrules", "delete", CLUSTER)}, "gpuguard deletes only its taints"

@@ -8,6 +8,10 @@ once it ended, write the marks (annotation and device-plugin label, one merge pa
 an Event. A Job that failed, or whose report shows a GPU not held, isolates the node instead:
 a GPU gpuguard cannot keep out must not keep serving next to jobs. Writes are re-checked
 against leadership and skipped in dry-run, like every other step.
+
+Opt-in (``gpu_isolation.evict_pods``): once a GPU is held on the node's boot, the pods on it are
+evicted through the Eviction API, once per isolation (``policy/gpu_pods.py``); a
+PodDisruptionBudget that refuses (429) is asked again next tick, never overridden.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from gpuguard.actuators import eviction
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.controller.dra_taints import DraTaints
 from gpuguard.controller.recovery import JobsPort, LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import (
@@ -33,6 +39,7 @@ from gpuguard.model import (
 )
 from gpuguard.model import jobs as job_model
 from gpuguard.policy import gpu_enforcement as policy
+from gpuguard.policy import gpu_pods
 
 log = logging.getLogger(__name__)
 Step = policy.Step
@@ -47,6 +54,12 @@ class Marker(Protocol):
     ) -> None:
         """Merge annotations and labels in one write (None removes one); ConflictError when
         the node changed."""
+        ...
+
+
+class Evictor(Protocol):
+    def evict(self, pod_namespace: str, name: str) -> eviction.Evicted:
+        """Ask the Eviction API to evict the pod: evicted, blocked (429) or gone (404)."""
         ...
 
 
@@ -70,15 +83,18 @@ class GpuIsolation:
     namespace: str = "gpuguard"
     rma_deadline: timedelta = timedelta(days=14)
     runtime_class: str | None = "nvidia"
+    evictor: Evictor | None = None  # None: the pods on an isolated GPU are left running
+    dra: DraTaints | None = None  # the DRA route's DeviceTaintRules (None: not applied)
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, may_write: Callable[[], bool]
     ) -> list[Outcome]:
+        out = [Outcome(t.node, Step.HELD, t.detail, t.action)
+               for t in (self.dra.run(snapshot, may_write) if self.dra else ())]
         nodes = [n for n in snapshot.nodes if gpu_isolation.KEY in n.annotations]
         if not nodes:
-            return []
+            return out
         entries = self._ledger()
-        out = []
         for node in nodes:
             plan = policy.plan(node, entries, snapshot.pods_on(node.name))
             if plan is None:
@@ -86,6 +102,8 @@ class GpuIsolation:
             if plan.step in (Step.HELD, Step.WAIT) or not may_write():
                 drafted = self._draft(node, entries, snapshot.taken_at) if may_write() else None
                 out.append(drafted or Outcome(node.name, plan.step, plan.detail))
+                if drafted is None and plan.step is Step.HELD and may_write():
+                    out.extend(self._evict(node, snapshot))
                 continue
             if plan.step is Step.RECORD:
                 outcome = self._record(node, plan)
@@ -132,6 +150,47 @@ class GpuIsolation:
             return None
         self._event(action, now)
         return Outcome(node.name, Step.HELD, text, action)
+
+    def _evict(self, node: fleet.Node, snapshot: fleet.FleetSnapshot) -> list[Outcome]:
+        """Evict the pods on the node's held GPUs; mark each GPU done when none is left that
+        a PodDisruptionBudget holds (those are asked again next tick)."""
+        if self.evictor is None:
+            return []
+        done, said = [], []
+        pods = snapshot.pods_on(node.name)
+        for due in gpu_pods.evictions(node, pods, snapshot.samples):
+            results = {f"{p.namespace}/{p.name}": self._evict_one(p) for p in due.pods}
+            evicted = [p for p, r in results.items() if r is eviction.Evicted.EVICTED]
+            waiting = [p for p, r in results.items() if r is None or r is eviction.Evicted.BLOCKED]
+            if not waiting:
+                done.append(due.uuid)
+            if evicted or waiting:
+                said.append(_eviction_detail(due, evicted, waiting))
+        if not done and not said:
+            return []
+        detail = "; ".join(said) or "no pods left on the isolated GPUs"
+        if done:
+            try:
+                value = gpu_pods.marked_evicted(node, done)
+                self.marker.mark(node, {gpu_isolation.KEY: value}, {})
+            except GpuguardError as e:
+                log.warning("%s: eviction not recorded (next tick evicts again): %s", node.name, e)
+        action = decisions.Action(
+            kind=decisions.ActionKind.ANNOTATE, node=node.name,
+            reason=decisions.Reason.GPU_PODS_EVICTED, detail=detail,
+        )
+        if said:
+            self._event(action, snapshot.taken_at)
+        return [Outcome(node.name, Step.HELD, detail, action if said else None)]
+
+    def _evict_one(self, pod: fleet.Pod) -> eviction.Evicted | None:
+        assert self.evictor is not None
+        try:
+            return self.evictor.evict(pod.namespace, pod.name)
+        except GpuguardError as e:
+            log.warning("%s/%s: eviction failed (next tick retries): %s", pod.namespace,
+                        pod.name, e)
+            return None
 
     def _record(self, node: fleet.Node, plan: policy.Plan) -> Outcome | None:
         try:
@@ -220,6 +279,16 @@ class GpuIsolation:
         except GpuguardError as e:
             log.warning("%s: %s, but the Event could not be recorded: %s",
                         action.node, action.reason, e)
+
+
+def _eviction_detail(due: gpu_pods.Eviction, evicted: list[str], waiting: list[str]) -> str:
+    text = f"GPU {due.index} ({due.uuid}) is isolated and gpu_isolation.evict_pods is on"
+    if evicted:
+        text += f": evicted the pods on it ({due.source}): {', '.join(evicted)}"
+    if waiting:
+        text += f"; not evicted yet (a PodDisruptionBudget or the API refused, next tick " \
+                f"asks again): {', '.join(waiting)}"
+    return text
 
 
 def _reason(plan: policy.Plan) -> decisions.Reason:

@@ -13,10 +13,11 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import jobs, ledger, nodes, notify, workload_events
+from gpuguard.actuators import dra, eviction, jobs, ledger, nodes, notify, workload_events
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
+    dra_taints,
     fault_history,
     fleet_health,
     gpu_isolation,
@@ -28,7 +29,7 @@ from gpuguard.controller import (
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation
+from gpuguard.policy import escalation, gpu_route
 from gpuguard.sources import changes, gang_pods, gpu_metrics, kubernetes, prometheus, return_facts
 from gpuguard.sources import fleet_health as health_plan
 
@@ -148,6 +149,13 @@ def build_guard(
                 marker=writer,
                 catalog=catalog,
                 rma_deadline=guard_settings.gpu_isolation.rma_deadline,
+                dra=dra_taints.DraTaints(
+                    dra.DeviceTaints(client), writer,
+                    gpu_route.Effect(guard_settings.gpu_isolation.dra_taint_effect),
+                ),
+                evictor=(
+                    eviction.Evictor(client) if guard_settings.gpu_isolation.evict_pods else None
+                ),
                 image=c.image,
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,

@@ -78,6 +78,9 @@ class Reason(StrEnum):
     GPU_ISOLATION_REAPPLIED = "gpu-isolation-reapplied"
     GPU_ISOLATION_FAILED = "gpu-isolation-failed"
     GPU_RETURNED = "gpu-returned"
+    GPU_PODS_EVICTED = "gpu-pods-evicted"  # opt-in: the pods on an isolated GPU evicted
+    GPU_DRA_TAINTED = "gpu-dra-tainted"  # DRA: a DeviceTaintRule keeps claims off the GPU
+    GPU_DRA_UNTAINTED = "gpu-dra-untainted"  # DRA: the GPU's DeviceTaintRule removed
     GPU_RETURN_CHECKED = "gpu-return-checked"  # history and row remap pass: its burn-in next
     GPU_RETURN_FAILED = "gpu-return-failed"  # row remap pending or its burn-in failed: held
     # Utilization diagnosis of GPUs held by pods (docs/design.md#what-utilisation-means;

@@ -30,6 +30,10 @@ DaemonSet's environment is the same on every node and the NVIDIA container runti
 from a DaemonSet per subset, selected by this label."""
 
 
+DRA_DRIVER = "gpu.nvidia.com"
+"""The driver name of NVIDIA's DRA driver (k8s-dra-driver-gpu) in ResourceSlices and
+DeviceTaintRules (docs/gpu-isolation.md#dra)."""
+
 DEVICE_PLUGIN_PODS = ("nvidia-device-plugin", "gpuguard-device-plugin")
 """Name prefixes of the device-plugin pods whose restarts make gpuguard re-apply (the NVIDIA
 chart's and the GPU Operator's ``nvidia-device-plugin-*``, the per-node instance's)."""
@@ -64,6 +68,7 @@ class IsolatedGpu:
     applied_at: datetime | None = None  # the last verified application
     plugin: str = ""  # the device-plugin pod (name#restarts) that last advertised without it
     returning: bool = False  # compute mode back to Default for its burn-in; still not advertised
+    evicted: bool = False  # the opt-in eviction of the pods on it is done (once per isolation)
 
     @property
     def mechanisms(self) -> tuple[Mechanism, ...]:
@@ -79,6 +84,9 @@ class IsolatedGpu:
             plugin=plugin,
             confirmed=self.confirmed or confirmed,
         )
+
+    def with_pods_evicted(self) -> IsolatedGpu:
+        return replace(self, evicted=True)
 
     def held_again(self) -> IsolatedGpu:
         """Back to held after a return that did not pass: applied again at the next tick."""
@@ -125,6 +133,7 @@ def _entry(item: object) -> IsolatedGpu | None:
             applied_at=timestamps.parse_utc(str(item.get("applied_at") or "")),
             plugin=str(item.get("plugin", "")),
             returning=item.get("returning") is True,
+            evicted=item.get("evicted") is True,
         )
         entry.mechanisms  # noqa: B018 - an unknown mechanism makes the entry unreadable
     except (TypeError, ValueError):

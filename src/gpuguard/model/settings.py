@@ -139,6 +139,18 @@ class GpuIsolationSettings(_Section):
         description="The fault that makes this many in one slot (the ledger's history, this "
         "one included) isolates the node: the slot, riser or power needs hands.",
     )
+    evict_pods: bool = Field(
+        default=False,
+        description="Evict the pods on an isolated GPU (only those, through the Eviction API: "
+        "a PodDisruptionBudget that forbids it makes gpuguard retry next tick, never force), "
+        "once the GPU is held; false: they are named and left running.",
+    )
+    dra_taint_effect: Literal["NoSchedule", "NoExecute"] = Field(
+        default="NoSchedule",
+        description="On clusters serving DRA DeviceTaintRules (resource.k8s.io/v1): "
+        "NoSchedule keeps new claims off the isolated GPU; NoExecute also evicts the pods "
+        "whose claims use it (tolerations aside).",
+    )
     rma_deadline: Duration = Field(
         default=timedelta(days=14),
         description="An isolated card waiting longer than this raises "

@@ -7,6 +7,9 @@
   Kubernetes 1.37, beta behind ``DRADeviceTaintRules`` in 1.36 with ``v1beta2``). Rules select
   by driver, pool and device *name*, so the name is resolved again from the slices at every
   reconcile (NVIDIA's driver names devices ``gpu-N``; a renumbering moves the name).
+  ``reconcile`` compares the rules gpuguard wants (one per isolated GPU its node's slices
+  publish) with the ones that exist: create, update (a device renamed), delete (the GPU
+  returned).
 - **GPU Operator**: the operator labels the GPU nodes it manages ``nvidia.com/gpu.deploy.*``
   (its operands' switches); its device plugin runs privileged, so the per-node plugin of the
   host-driver route does not hold there (gpu-operator issue #1388).
@@ -22,9 +25,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gpuguard.model import fleet, timestamps
+from gpuguard.model import fleet, gpu_isolation, timestamps
 
-DRA_DRIVER = "gpu.nvidia.com"
+DRA_DRIVER = gpu_isolation.DRA_DRIVER
 OPERATOR_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 TAINT_KEY = "gpuguard.io/gpu-isolated"
 API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")  # GA (1.37), beta (1.36)
@@ -65,8 +68,8 @@ def route(node: fleet.Node, devices: Iterable[SliceDevice] = ()) -> RouteDecisio
     if gpus:
         return RouteDecision(
             Route.DRA, f"{len(gpus)} {DRA_DRIVER} devices in its ResourceSlices",
-            "compute mode PROHIBITED; the DeviceTaintRule is built (gpuguard gpu-isolate "
-            "taint-rule) but not applied by gpuguard",
+            "compute mode PROHIBITED; a DeviceTaintRule on the device with the card's uuid, "
+            "applied and re-resolved every tick where resource.k8s.io/v1 serves it",
         )
     operator = sorted(k for k in node.labels if k.startswith(OPERATOR_LABEL_PREFIX))
     if operator:
@@ -148,3 +151,60 @@ def taint_rule(
             "taint": taint,
         },
     }
+
+
+@dataclass(frozen=True, slots=True)
+class TaintChange:
+    """One write to bring gpuguard's DeviceTaintRules in line: ``rule`` None deletes."""
+
+    node: str
+    name: str
+    rule: dict[str, Any] | None
+    current: dict[str, Any] | None
+    detail: str
+
+
+def reconcile(
+    nodes: Iterable[fleet.Node],
+    devices: Iterable[SliceDevice],
+    rules: Iterable[Mapping[str, Any]],
+    effect: Effect = Effect.NO_SCHEDULE,
+) -> tuple[TaintChange, ...]:
+    """The writes that make one rule per isolated GPU that its node's ResourceSlices publish
+    (resolved by UUID now: a renamed device updates the rule), and no rule for a GPU no longer
+    isolated. A GPU not published keeps the rule it has (the driver may be republishing)."""
+    devices = tuple(devices)
+    current = {str(r["metadata"]["name"]): dict(r) for r in rules}
+    wanted: set[str] = set()
+    changes = []
+    for node in nodes:
+        for entry in gpu_isolation.read(node):
+            name = rule_name(node.name, entry.uuid)
+            wanted.add(name)
+            device = resolve(devices, node.name, entry.uuid)
+            if device is None:
+                continue
+            rule = taint_rule(device, effect=effect)
+            have = current.get(name)
+            if have is None or not same_rule(have, rule):
+                what = "taint" if have is None else "taint moved to"
+                changes.append(TaintChange(
+                    node.name, name, rule, have,
+                    f"GPU {entry.index} ({entry.uuid}): DeviceTaintRule {name}: {what} "
+                    f"{device.driver}/{device.pool}/{device.device} ({effect})"))
+    for name, have in sorted(current.items()):
+        if name not in wanted:
+            pool = str(have.get("spec", {}).get("deviceSelector", {}).get("pool", ""))
+            changes.append(TaintChange(pool, name, None, have,
+                                       f"DeviceTaintRule {name} removed: the GPU is back"))
+    return tuple(changes)
+
+
+def same_rule(have: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
+    """The same device selected with the same taint (``timeAdded`` is the server's)."""
+    def key(r: Mapping[str, Any]) -> tuple[object, ...]:
+        spec = r.get("spec") or {}
+        taint = spec.get("taint") or {}
+        return (spec.get("deviceSelector"), taint.get("key"), taint.get("value"),
+                taint.get("effect"))
+    return key(have) == key(rule)

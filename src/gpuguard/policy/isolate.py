@@ -29,7 +29,7 @@ from gpuguard.model import (
 )
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import admission, gpu_scope, xid_signals
+from gpuguard.policy import admission, gpu_pods, gpu_scope, xid_signals
 
 Reason = decisions.Reason
 
@@ -374,21 +374,15 @@ def _isolate_gpu(
 def _pods_on(
     fault: xid_signals.HardwareXid, node: str, samples: tuple[fleet.MetricSample, ...]
 ) -> str:
-    """The pods on the faulty GPU, reported, never evicted: each keeps its context (compute
-    mode PROHIBITED stops only new ones) until it ends or a person moves it. The kubelet's
-    PodResources answer (the agent's ``gpuguard_gpu_pod``) is exact; without it, the pod
-    dcgm-exporter maps to the GPU."""
-    held = sorted({
-        f"{s.labels.get('namespace', '')}/{s.labels['pod']}"
-        for s in samples
-        if s.name == names.GPU_POD and s.labels.get("node") == node and fault.uuid
-        and s.labels.get("uuid") == fault.uuid and s.labels.get("pod")
-    })
-    source = "kubelet PodResources"
+    """The pods on the faulty GPU, reported, not evicted here: each keeps its context (compute
+    mode PROHIBITED stops only new ones) until it ends, a person moves it, or the opt-in
+    eviction does once the GPU is held (``policy/gpu_pods.py``)."""
+    found = gpu_pods.on_gpu(node, fault.uuid or "", samples)
+    held, source = list(found.pods), found.source
     if not held:
         labels = fault.evidence.labels
         pod = labels.get("pod", "")
-        held, source = ([f"{labels.get('namespace', '')}/{pod}"] if pod else []), "dcgm-exporter"
+        held, source = ([f"{labels.get('namespace', '')}/{pod}"] if pod else []), gpu_pods.DCGM
     if not held:
         return ""
     return f"; pods on it ({source}): {', '.join(held)}: left running, not evicted"

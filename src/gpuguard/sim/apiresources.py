@@ -39,6 +39,7 @@ class ResourceType:
     namespaced: bool
     has_status: bool = False
     extra_fields: frozenset[str] = frozenset()
+    create_subresources: frozenset[str] = frozenset()  # POST-only, e.g. pods/eviction
 
     @property
     def api_version(self) -> str:
@@ -59,13 +60,21 @@ RESOURCES = (
     ResourceType("Node",      "",                    "v1", "nodes", namespaced=False,
                  has_status=True, extra_fields=frozenset({"spec.unschedulable"})),
     ResourceType("Pod",       "",                    "v1", "pods", namespaced=True,
-                 has_status=True, extra_fields=_POD_FIELDS),
+                 has_status=True, extra_fields=_POD_FIELDS,
+                 create_subresources=frozenset({"eviction"})),
     ResourceType("ConfigMap", "",                    "v1", "configmaps", namespaced=True),
     ResourceType("Event",     "",                    "v1", "events", namespaced=True,
                  extra_fields=_EVENT_FIELDS),
     ResourceType("Job",       "batch",               "v1", "jobs", namespaced=True,
                  has_status=True, extra_fields=frozenset({"status.successful"})),
     ResourceType("Lease",     "coordination.k8s.io", "v1", "leases", namespaced=True),
+    ResourceType("PodDisruptionBudget", "policy",    "v1", "poddisruptionbudgets",
+                 namespaced=True, has_status=True),
+    ResourceType("ResourceSlice", "resource.k8s.io", "v1", "resourceslices",
+                 namespaced=False, extra_fields=frozenset({"spec.driver", "spec.nodeName",
+                                                           "spec.pool.name"})),
+    ResourceType("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules",
+                 namespaced=False, has_status=True),
 )
 # fmt: on
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -114,7 +123,8 @@ def parse_path(path: str) -> Target:
 def _target(resource: ResourceType, namespace: str | None, rest: list[str], path: str) -> Target:
     name = rest[0] if rest else None
     subresource = rest[1] if len(rest) > 1 else None
-    if subresource is not None and not (subresource == "status" and resource.has_status):
+    known = resource.create_subresources | ({"status"} if resource.has_status else set())
+    if subresource is not None and subresource not in known:
         raise _not_found(path)
     if not resource.namespaced:
         namespace = ""

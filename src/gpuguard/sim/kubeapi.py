@@ -30,6 +30,7 @@ from gpuguard.sim import (
     apiaudit,
     apiresources,
     discovery,
+    eviction,
     kube_objects,
     managed_fields,
     selectors,
@@ -359,6 +360,8 @@ Verb = Callable[[_Request], Reply]
 def _verb(method: str, target: Target) -> Verb:
     on_object = target.name is not None
     verb = _VERBS.get((method, on_object, target.subresource is not None))
+    if target.subresource in target.resource.create_subresources and method != "POST":
+        verb = None
     if verb is None or (not on_object and target.namespace is None and method != "GET"):
         raise RequestRefused(405, "MethodNotAllowed", f"{method} is not supported on this path")
     return verb
@@ -421,6 +424,14 @@ def _delete(r: _Request) -> Reply:
     return 200, r.target.resource.decorate(r.store.delete(*r.key))
 
 
+def _create_subresource(r: _Request) -> Reply:
+    if r.target.subresource != "eviction":
+        raise RequestRefused(405, "MethodNotAllowed", "POST is not supported on this path")
+    if not isinstance(r.body, dict) or r.body.get("kind") not in (None, "Eviction"):
+        raise RequestRefused(400, "BadRequest", "the request body must be an Eviction")
+    return 201, eviction.evict(r.store, r.target.namespace or "", r.target.name or "")
+
+
 # (HTTP method, names one object, names a subresource) → verb
 _VERBS: dict[tuple[str, bool, bool], Verb] = {
     ("GET", False, False): _list,
@@ -432,6 +443,7 @@ _VERBS: dict[tuple[str, bool, bool], Verb] = {
     ("GET", True, True): _get,
     ("PUT", True, True): _replace,
     ("PATCH", True, True): _patch,
+    ("POST", True, True): _create_subresource,
 }
 
 

@@ -328,6 +328,7 @@ class ScenarioFile(_Strict):
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"
     xid_count_metric: bool = False
     duration: Duration = DEFAULT_DURATION
+    dra: bool = False  # NVIDIA's DRA driver publishes ResourceSlices (sim/dra.py)
 
 
 # ---- the loaded scenario ---------------------------------------------------------------------
@@ -386,6 +387,7 @@ class Scenario:
     hostname_label: str
     xid_count_metric: bool
     duration: timedelta  # how long to run after the last event
+    dra: bool = False  # the cluster allocates GPUs through DRA (sim/dra.py)
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -443,6 +445,7 @@ def from_mapping(data: Mapping[str, Any], *, source: str = "<scenario>") -> Scen
         hostname_label=parsed.hostname_label,
         xid_count_metric=parsed.xid_count_metric,
         duration=parsed.duration,
+        dra=parsed.dra,
     )
 
 

@@ -19,7 +19,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpuguard.model import annotation_keys
-from gpuguard.sim import change_tool, hosts, kernel_lines, mirror, reactions, scenario, state, store
+from gpuguard.sim import (
+    change_tool,
+    dra,
+    hosts,
+    kernel_lines,
+    mirror,
+    reactions,
+    scenario,
+    state,
+    store,
+)
 from gpuguard.sim import clock as simclock
 
 FAULT_KINDS = frozenset({"xid", "gpu_lost", "dbe"})
@@ -228,6 +238,8 @@ class World:
 
     def _create_objects(self, node: state.SimNode, index: int) -> None:
         self._mirror.create(node, index)
+        if self.scenario.dra:
+            dra.publish(self.store, node)
         self.log_kernel(node, [kernel_lines.boot_banner(node.kernel_release),
                                kernel_lines.module_loaded(node.driver_module)], at=node.booted_at)
         self.touch(node)
