@@ -24,6 +24,18 @@ DECLARED = change_source.declared("drv-580", {
 })  # fmt: skip
 
 
+IMAGE = "ghcr.io/example/gpuguard:test"
+burn_ins = fakes.FakeBurnIns()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_burn_ins() -> None:
+    """Each test starts with no burn-in Job (they end when created, see fakes.FakeBurnIns)."""
+    burn_ins.created.clear()
+    burn_ins.results.clear()
+    burn_ins.failing.clear()
+
+
 def cluster() -> fakes.FakeNodes:
     return fakes.FakeNodes({n: fleet.Node(
         n, f"{n}-boot-0", 8, 8, conditions={"Ready": "True"}, kernel_version="6.8.0-45-generic",
@@ -50,8 +62,8 @@ def the_tool(nodes: fakes.FakeNodes) -> None:
 def changes(nodes: fakes.FakeNodes, source: fakes.FakeChanges | None = None,
             failing: tuple[str, str] | None = None) -> step.Changes:
     return step.Changes(source=source or fakes.FakeChanges((DECLARED,)), writer=nodes,
-                        checks=agents(nodes, failing), kured=source or fakes.FakeChanges(),
-                        notifier=nodes)
+                        checks=agents(nodes, failing), jobs=burn_ins, image=IMAGE,
+                        kured=source or fakes.FakeChanges(), notifier=nodes)
 
 
 def tick(nodes: fakes.FakeNodes, at: datetime, **kw: object) -> step.Outcome:
@@ -77,13 +89,14 @@ def test_a_rollout_runs_to_completion_one_canary_then_the_rest_within_limits() -
 
 def test_a_restarted_controller_plans_the_same_rollout_from_the_marks() -> None:
     nodes, at = cluster(), START
-    for _ in range(3):  # canary cordoned, applied, returned; wave 2 starts
+    for _ in range(4):  # canary cordoned, applied, burnt in, returned; wave 2 starts
         tick(nodes, at)
         the_tool(nodes)
         at += timedelta(minutes=1)
     before = {n: node.annotations.get(keys.CHANGE) for n, node in nodes.nodes.items()}
     fresh = step.Changes(source=fakes.FakeChanges((DECLARED,)), writer=nodes,
-                         checks=agents(nodes), kured=fakes.FakeChanges())  # a new process
+                         checks=agents(nodes), jobs=burn_ins, image=IMAGE,
+                         kured=fakes.FakeChanges())  # a new process
     (outcome,) = fresh.run(nodes.snapshot(at), at, may_write=lambda: True)
     assert outcome.plan is not None
     assert outcome.plan.waves[0].result == "passed"
@@ -173,3 +186,25 @@ def test_explain_names_the_rollout_step_and_the_gpu_operators_budget() -> None:
 ])
 def test_kureds_lock_as_kured_writes_it(lock: str | None, holder: str | None) -> None:
     assert change.kured_holder(lock, START) == holder
+
+
+def test_a_failed_burn_in_stops_the_rollout_and_the_canary_stays_cordoned() -> None:
+    nodes, at = cluster(), START
+    burn_ins.failing.add("gpu-node-0")
+    for _ in range(6):
+        outcome = tick(nodes, at)
+        the_tool(nodes)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "burn-in")
+    assert [n for n, node in nodes.nodes.items() if node.unschedulable] == ["gpu-node-0"]
+    mark = change.read_mark(nodes.nodes["gpu-node-0"])
+    assert mark is not None
+    assert "throughput-floor" in mark.detail
+    (job,) = burn_ins.created  # the return to pool's burn-in, pinned to the canary's new boot
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "gpu-node-0"
+    assert pod["containers"][0]["command"][:2] == ["gpuguard", "burnin"]
+    assert pod["containers"][0]["image"] == IMAGE
+    assert job["metadata"]["annotations"] == {keys.CHANGE: "drv-580",
+                                              keys.BOOT_ID: "gpu-node-0-boot-1"}

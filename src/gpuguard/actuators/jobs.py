@@ -179,6 +179,38 @@ def burnin_job(
     return job
 
 
+def change_burnin_name(node: str, change: str, boot_id: str, mode: str) -> str:
+    """The burn-in Job after change ``change`` on the node's boot ``boot_id``."""
+    key = restore_model.burnin_key(_change_key(change), boot_id, mode)
+    return job_name(JobKind.BURNIN, node, key)
+
+
+def change_burnin_job(
+    node: str,
+    change: str,
+    boot_id: str,
+    *,
+    gpus: int,
+    mode: str,
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = None,
+) -> dict[str, Any]:
+    """The burn-in after a declared change (docs/change-management.md): the same Job as after
+    a repair, so the same admission rules admit it, named by the change and the boot it tests
+    (a failed one is not run again on that boot); annotated with the change, not an
+    isolation."""
+    job = burnin_job(node, _change_key(change), boot_id, gpus=gpus, mode=mode, image=image,
+                     namespace=namespace, runtime_class=runtime_class)
+    job["metadata"]["annotations"] = {annotation_keys.CHANGE: change,
+                                      annotation_keys.BOOT_ID: boot_id}
+    return job
+
+
+def _change_key(change: str) -> str:
+    return f"change/{change}"
+
+
 GPU_ISOLATION_HOST_PATHS = {"gpuguard": ("/etc/gpuguard", False), "var-log": ("/var/log", True)}
 """The isolation Job's host paths: the exclusion list it writes (``/etc/gpuguard``, created if
 missing) and the kernel log it reads to confirm the fault (read-only)."""

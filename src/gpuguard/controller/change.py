@@ -3,8 +3,10 @@
 
 Facts: the tick's snapshot (nodes, GPU pods, the kernel from ``nodeInfo``, the driver from
 gpu-feature-discovery's label), the agent's conformance statuses (the same
-``gpuguard_check_status`` series the return checks read) and kured's lock. Writes: one merge
-patch per node, conditional on its ``resourceVersion`` (a 409 leaves the node for the next
+``gpuguard_check_status`` series the return checks read), kured's lock and, for a node in its
+burn-in, the burn-in Job (the one the return to pool runs, ``actuators.jobs.burnin_job``,
+named by the change and the boot it tests). Writes: the burn-in Job (create-if-absent), one
+merge patch per node, conditional on its ``resourceVersion`` (a 409 leaves the node for the next
 tick), re-checked against leadership and skipped in dry-run; an Event for each. Nothing is
 stored but the nodes' ``gpuguard.io/change`` marks: a restarted controller or a new leader
 plans the same rollout from the cluster alone.
@@ -12,15 +14,19 @@ plans the same rollout from the cluster alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuguard.errors import ConflictError, GpuguardError
+from gpuguard.actuators import jobs as job_specs
+from gpuguard.controller import restore as restore_step
+from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, decisions, fleet, ports
+from gpuguard.model import jobs as job_model
 from gpuguard.policy import rollout, xid_signals
 from gpuguard.sources import changes as change_source
 from gpuguard.sources import return_facts
@@ -55,15 +61,26 @@ class Outcome:
     error: str | None = None
 
 
+class JobsPort(Protocol):
+    def create(self, manifest: dict[str, Any]) -> bool: ...
+
+    def result(self, name: str) -> job_model.JobResult: ...
+
+
 @dataclass
 class Changes:
-    """The rollout step's ports."""
+    """The rollout step's ports; ``jobs``, ``image``, ``namespace`` and ``runtime_class``:
+    where and how the burn-in Job runs (as for the return to pool)."""
 
     source: ChangeSource
     writer: ChangeWriter
     checks: ports.MetricsSource
+    jobs: JobsPort
+    image: str
     kured: LockSource | None = None
     notifier: ports.Notifier | None = None  # a stopped rollout is told to people
+    namespace: str = "gpuguard"
+    runtime_class: str | None = None
 
     def run(
         self,
@@ -86,8 +103,8 @@ class Changes:
             except GpuguardError as e:
                 out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
                 continue
-            plan = rollout.plan(item.spec, node_facts(snapshot, samples), now,
-                                kured_holder=holder)
+            facts = self._burn_ins(item.spec, node_facts(snapshot, samples), now)
+            plan = rollout.plan(item.spec, facts, now, kured_holder=holder)
             out.append(Outcome(item.name, plan, self._apply(snapshot, plan, now, may_write)))
         return out
 
@@ -98,6 +115,46 @@ class Changes:
         except GpuguardError as e:
             log.warning("change rollout: conformance unreadable, nothing verified: %s", e)
             return ()
+
+    def _burn_ins(self, spec: change.ChangeSpec, facts: list[rollout.NodeFacts],
+                  now: datetime) -> list[rollout.NodeFacts]:
+        """Each node in this change's burn-in with its burn-in Job's result (unreadable:
+        None, and the policy waits)."""
+        out = []
+        for f in facts:
+            mark = _mark(f.node)
+            if (spec.burn_in is not None and mark is not None and mark.change == spec.name
+                    and mark.phase is change.Phase.BURN_IN):
+                name = job_specs.change_burnin_name(f.node.name, spec.name, mark.boot,
+                                                    str(spec.burn_in))
+                try:
+                    job = self.jobs.result(name)
+                except GpuguardError as e:
+                    log.warning("%s: burn-in Job %s unreadable: %s", f.node.name, name, e)
+                    job = job_model.JobResult(job_model.JobState.RUNNING)
+                result = restore_step.burn_in_result(job, spec.burn_in, mark.boot, now)
+                out.append(dataclasses.replace(f, burn_in=result))
+                continue
+            out.append(f)
+        return out
+
+    def _start_burn_in(self, node: fleet.Node, plan: rollout.Plan,
+                       action: rollout.NodeAction) -> None:
+        """The burn-in Job for the boot the node is verified on (create-if-absent)."""
+        if action.burn_in is None:
+            return
+        manifest = job_specs.change_burnin_job(
+            node.name, plan.change, node.boot_id, gpus=node.gpu_capacity,
+            mode=str(action.burn_in), image=self.image, namespace=self.namespace,
+            runtime_class=self.runtime_class,
+        )  # fmt: skip
+        try:
+            if self.jobs.create(manifest):
+                log.info("%s: change %s: burn-in Job %s created", node.name, plan.change,
+                         manifest["metadata"]["name"])
+        except GpuguardError as e:
+            log.warning("%s: change %s: burn-in Job not created (next tick retries): %s",
+                        node.name, plan.change, e)
 
     def _kured(self, spec: change.ChangeSpec, now: datetime) -> str | None:
         if self.kured is None or spec.kured is None:
@@ -114,10 +171,13 @@ class Changes:
         done: dict[str, str] = {}
         for action in plan.actions:
             node = snapshot.node(action.node)
-            if action.step not in rollout.WRITES or node is None:
+            if (action.step not in rollout.WRITES and action.burn_in is None) or node is None:
                 continue
             if not may_write():
                 done[action.node] = "dry-run"
+                continue
+            self._start_burn_in(node, plan, action)
+            if action.step not in rollout.WRITES:
                 continue
             try:
                 self.writer.set_schedulable(node, dict(action.annotations), action.cordon)
@@ -192,6 +252,13 @@ def node_facts(
         )
         for n in snapshot.nodes
     ]
+
+
+def _mark(node: fleet.Node) -> change.NodeMark | None:
+    try:
+        return change.read_mark(node)
+    except InputError:
+        return None  # the policy reports it and skips the node
 
 
 def _applied(node: fleet.Node) -> bool:

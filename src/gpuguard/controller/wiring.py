@@ -154,8 +154,12 @@ def build_guard(
                 source=changes.ChangeReader(client, c.namespace),
                 writer=writer,
                 checks=read(changes.ConformancePlan()),
+                jobs=jobs.Jobs(client, c.namespace),
+                image=c.image,
                 kured=changes.KuredLock(client),
                 notifier=notifier,
+                namespace=c.namespace,
+                runtime_class=c.job_runtime_class,
             ),
         )
         yield guard, client

@@ -165,7 +165,11 @@ def _play(
                 source=changes.ChangeReader(client, namespace),
                 writer=writer,
                 checks=host_checks.HostChecks(played, hosts),
+                jobs=jobs.Jobs(client, namespace),
+                image=settings.controller.image,
                 kured=changes.KuredLock(client),
+                namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
             ),
         )
         try:

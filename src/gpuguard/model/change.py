@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, durations, fleet, timestamps
+from gpuguard.model import restore as restore_model
 
 CONFIGMAP_LABEL = annotation_keys.PREFIX + "change"
 """On a ConfigMap in gpuguard's namespace: it declares a change (its value: the change's name)."""
@@ -59,6 +60,7 @@ class Phase(StrEnum):
 
     CORDONED = "cordoned"  # out of service for the change, waiting for its GPU pods to end
     APPLYING = "applying"  # the change was requested; waiting for it, the reboot, the checks
+    BURN_IN = "burn-in"  # verified; the burn-in Job runs on the boot it verified
     DONE = "done"  # verified and returned to service
     FAILED = "failed"  # a check failed: stays cordoned, the rollout stops
 
@@ -97,6 +99,8 @@ class _Spec(pydantic.BaseModel):
     apply_timeout: str = "2h"
     verify_timeout: str = "30m"
     kured: str | None = "kube-system/kured"
+    burn_in: restore_model.BurnInMode | Literal["none"] = restore_model.BurnInMode.MATMUL
+    burn_in_timeout: str = "2h"
     job_template: dict[str, Any] | None = None
 
     @pydantic.field_validator("waves")
@@ -115,7 +119,8 @@ class ChangeSpec:
     """A change as declared. ``checks``: the conformance checks that must PASS after the
     change (None: every check the node's agent reports); ``check`` adds the expected-state
     check of an arbitrary change. ``min_available``: the share of the pool's nodes that must
-    stay schedulable (the pool's free-capacity floor)."""
+    stay schedulable (the pool's free-capacity floor). ``burn_in``: the burn-in's mode after
+    the checks pass (the Job the return to pool runs; None: no burn-in, e.g. a taint)."""
 
     name: str
     driver: str | None = None
@@ -132,6 +137,8 @@ class ChangeSpec:
     apply_timeout: timedelta = timedelta(hours=2)
     verify_timeout: timedelta = timedelta(minutes=30)
     kured: tuple[str, str] | None = ("kube-system", "kured")
+    burn_in: restore_model.BurnInMode | None = restore_model.BurnInMode.MATMUL
+    burn_in_timeout: timedelta = timedelta(hours=2)
     job_template: Mapping[str, Any] | None = None
     control: Control = Control.RUN
 
@@ -166,7 +173,11 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         apply_timeout=durations.parse_duration(spec.apply_timeout, what=f"{where}: apply_timeout"),
         verify_timeout=durations.parse_duration(spec.verify_timeout,
                                                 what=f"{where}: verify_timeout"),
-        kured=_kured(spec.kured, where), job_template=spec.job_template,
+        kured=_kured(spec.kured, where),
+        burn_in=None if spec.burn_in == "none" else restore_model.BurnInMode(spec.burn_in),
+        burn_in_timeout=durations.parse_duration(spec.burn_in_timeout,
+                                                 what=f"{where}: burn_in_timeout"),
+        job_template=spec.job_template,
         control=parse_control(control, name),
     )  # fmt: skip
 

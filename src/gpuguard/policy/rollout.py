@@ -16,8 +16,10 @@ The rules:
 - it is cordoned first and the change requested only once its GPU pods ended (a pod that
   landed before the cordon runs to its end);
 - after the change the node must have rebooted (when the change needs it), be Ready, run the
-  declared driver and kernel, and every required check must PASS; a FAIL (or a wrong
-  version, or a timeout) stops the rollout and keeps the node cordoned with the check named;
+  declared driver and kernel, and every required check must PASS; then the burn-in (the
+  Job the return to pool runs, on the boot just verified) must pass; a FAIL (or a wrong
+  version, a failed burn-in, or a timeout) stops the rollout and keeps the node cordoned
+  with the check named;
 - nothing new starts while kured holds its reboot lock: two tools never reboot at once;
 - ``pause`` starts nothing new; ``abort`` also returns the nodes not yet changed.
 
@@ -36,6 +38,7 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change as model
 from gpuguard.model import decisions, fleet
+from gpuguard.model import restore as restore_model
 
 Phase = model.Phase
 Status = decisions.CheckStatus
@@ -46,6 +49,7 @@ class Step(StrEnum):
 
     CORDON = "cordon-for-change"
     APPLY = "apply"
+    BURN_IN = "burn-in"
     UNCORDON = "uncordon"
     FAIL = "stop-rollout"
     RELEASE = "release"
@@ -54,13 +58,16 @@ class Step(StrEnum):
     NONE = "none"
 
 
-WRITES = frozenset({Step.CORDON, Step.APPLY, Step.UNCORDON, Step.FAIL, Step.RELEASE})
+WRITES = frozenset({Step.CORDON, Step.APPLY, Step.BURN_IN, Step.UNCORDON, Step.FAIL,
+                    Step.RELEASE})
+LIVE = (Phase.CORDONED, Phase.APPLYING, Phase.BURN_IN)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     """One node as the rollout reads it. ``checks``: the agent's statuses (empty: none
-    reported); ``applied``: the change's tool reported it done (its mark, or its Job)."""
+    reported); ``applied``: the change's tool reported it done (its mark, or its Job);
+    ``burn_in``: the burn-in Job of the boot the node's mark names (None: none exists)."""
 
     node: fleet.Node
     gpu_pods: int = 0
@@ -69,12 +76,14 @@ class NodeFacts:
     driver: str | None = None
     applied: bool = False
     apply_failed: str | None = None
+    burn_in: restore_model.BurnInResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NodeAction:
     """One node's step: the annotations to write (None removes), the cordon to set (None:
-    leave), the reason and the evidence."""
+    leave), the reason and the evidence; ``burn_in``: the burn-in Job to create if absent
+    (its mode; on the boot in the node's mark)."""
 
     node: str
     step: Step
@@ -84,6 +93,7 @@ class NodeAction:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     cordon: bool | None = None
     check: str | None = None
+    burn_in: restore_model.BurnInMode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +154,7 @@ def plan(
                                                        if any(f.node.name == c for f in pool)]))
     for f in pool:
         mark = marks.get(f.node.name)
-        if mark is not None and mark.phase in (Phase.CORDONED, Phase.APPLYING):
+        if mark is not None and mark.phase in LIVE:
             actions.append(_advance(spec, f, mark, now, kured_holder))
     failed = _failed(marks, actions)
     stopping = failed is not None or spec.control is model.Control.ABORT
@@ -203,6 +213,8 @@ def _advance(
         return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
                           (f"boot {f.node.boot_id[:8]}",), mark.wave,
                           {keys.CHANGE: applying.encode(), **request})
+    if mark.phase is Phase.BURN_IN:
+        return _burned_in(spec, f, mark, now)
     return _verify(spec, f, mark, now)
 
 
@@ -237,11 +249,41 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
         return NodeAction(name, Step.WAIT, "waiting for the checks: " + (
             ", ".join(pending) if pending else "versions not reported" if versions
             else "no check reported"), wave=mark.wave)
-    done = model.NodeMark(spec.name, Phase.DONE, mark.wave, now, mark.boot)
     evidence = tuple(f"{c}: PASS" for c in sorted(required)) + _versions(f)
-    return NodeAction(name, Step.UNCORDON, "changed, rebooted, every check PASS", evidence,
-                      mark.wave, {keys.CHANGE: done.encode(), keys.CHANGE_REQUESTED: None},
-                      cordon=False)
+    if spec.burn_in is not None:
+        burning = model.NodeMark(spec.name, Phase.BURN_IN, mark.wave, now, f.node.boot_id,
+                                 gpus=mark.gpus)
+        return NodeAction(name, Step.BURN_IN, "changed, rebooted, every check PASS: burn-in",
+                          evidence, mark.wave, {keys.CHANGE: burning.encode()},
+                          burn_in=spec.burn_in)
+    return _uncordon(spec, name, mark, now, "changed, rebooted, every check PASS", evidence)
+
+
+def _uncordon(spec: model.ChangeSpec, node: str, mark: model.NodeMark, now: datetime,
+              reason: str, evidence: tuple[str, ...]) -> NodeAction:
+    done = model.NodeMark(spec.name, Phase.DONE, mark.wave, now, mark.boot)
+    return NodeAction(node, Step.UNCORDON, reason, evidence, mark.wave,
+                      {keys.CHANGE: done.encode(), keys.CHANGE_REQUESTED: None}, cordon=False)
+
+
+def _burned_in(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
+               now: datetime) -> NodeAction:
+    """The burn-in on the boot that was verified: passed returns the node, failed (or not
+    ended within ``burn_in_timeout``, or the node rebooted meanwhile) stops the rollout."""
+    result, mode = f.burn_in, spec.burn_in or restore_model.BurnInMode.MATMUL
+    if f.node.boot_id != mark.boot:
+        return _fail(spec, f, mark, now, BURN_IN, "the node rebooted during its burn-in")
+    if result is not None and result.outcome is restore_model.BurnInOutcome.FAILED:
+        return _fail(spec, f, mark, now, BURN_IN, result.failed_check or "failed")
+    if result is not None and result.outcome is restore_model.BurnInOutcome.PASSED:
+        return _uncordon(spec, f.node.name, mark, now, "changed, every check PASS, burn-in "
+                         "passed", (f"burn-in ({mode}): passed {result.detail}".strip(),
+                                    *_versions(f)))
+    if now - mark.since > spec.burn_in_timeout:
+        return _fail(spec, f, mark, now, BURN_IN, f"not ended after {now - mark.since}")
+    what = "running" if result is not None else "starting"
+    return NodeAction(f.node.name, Step.WAIT, f"burn-in ({mode}) {what}", wave=mark.wave,
+                      burn_in=mode)
 
 
 def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
@@ -252,6 +294,7 @@ def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
 
 
 GPUS = "gpus"
+BURN_IN = "burn-in"  # the check a failed burn-in names
 
 
 def _gpus_back(f: NodeFacts, mark: model.NodeMark) -> dict[str, Status]:
@@ -315,7 +358,7 @@ def _start(
     wave = next((i for i, t in enumerate(targets) if done < t), None)
     if wave is None:
         return []
-    in_flight = sum(1 for m in marks.values() if m.phase in (Phase.CORDONED, Phase.APPLYING)) - sum(
+    in_flight = sum(1 for m in marks.values() if m.phase in LIVE) - sum(
         1 for a in actions if a.step is Step.UNCORDON)
     schedulable = sum(1 for f in pool if not f.node.unschedulable) + sum(
         1 for a in actions if a.step is Step.UNCORDON)
