@@ -208,3 +208,88 @@ def test_a_failed_burn_in_stops_the_rollout_and_the_canary_stays_cordoned() -> N
     assert pod["containers"][0]["image"] == IMAGE
     assert job["metadata"]["annotations"] == {keys.CHANGE: "drv-580",
                                               keys.BOOT_ID: "gpu-node-0-boot-1"}
+
+
+BY_JOB = change_source.declared("drv-580", {
+    change.SPEC_KEY: "driver: '580.159.03'\nkernel: 6.8.0-60-generic\nwaves: [1, '100%']\n"
+                     "max_unavailable: 2\nmin_available: 0.5\nmethod: job\n"
+                     "job_template: host-apt\n",
+})  # fmt: skip
+INSTALLER = "registry.example/ops/host-apt:1"
+
+
+class AdminTemplates:
+    """The cluster admin's template ConfigMap (sources.changes.JobTemplates)."""
+
+    def templates(self) -> dict[str, str]:
+        return {"host-apt.image": INSTALLER, "host-apt.privileged": "true",
+                "host-apt.script": 'apt-get install -y "nvidia-driver=$GPUGUARD_DRIVER"\n'}
+
+
+def the_change_jobs(nodes: fakes.FakeNodes, ran: set[str]) -> None:
+    """Each change Job that ended well installed the change and rebooted its node."""
+    for job in burn_ins.created:
+        name = job["metadata"]["name"]
+        if job["metadata"]["labels"]["gpuguard.io/job"] != "change" or name in ran:
+            continue
+        ran.add(name)
+        node = job["spec"]["template"]["spec"]["nodeName"]
+        if node not in burn_ins.failing:
+            nodes.update(node, boot_id=f"{node}-boot-1", kernel_version="6.8.0-60-generic",
+                         labels={change.DRIVER_LABELS[0]: "580.159.03"})
+
+
+def by_job(nodes: fakes.FakeNodes, at: datetime) -> step.Outcome:
+    (outcome,) = step.Changes(
+        source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
+        jobs=burn_ins, image=IMAGE, templates=AdminTemplates(), notifier=nodes,
+    ).run(nodes.snapshot(at), at, may_write=lambda: True)  # fmt: skip
+    return outcome
+
+
+def test_a_rollout_by_job_runs_the_admins_template_pinned_to_each_node() -> None:
+    nodes, at, ran = cluster(), START, set[str]()
+    for _ in range(14):
+        outcome = by_job(nodes, at)
+        the_change_jobs(nodes, ran)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.state is change.RolloutState.COMPLETED
+    changed = [j for j in burn_ins.created
+               if j["metadata"]["labels"]["gpuguard.io/job"] == "change"]
+    assert sorted(j["spec"]["template"]["spec"]["nodeName"] for j in changed) == NAMES  # once each
+    (container,) = changed[0]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == INSTALLER
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "GPUGUARD_CHANGE": "drv-580", "GPUGUARD_DRIVER": "580.159.03",
+        "GPUGUARD_KERNEL": "6.8.0-60-generic"}
+    assert changed[0]["spec"]["template"]["spec"]["serviceAccountName"] == "gpuguard-change"
+    assert all(w[1].get(keys.CHANGE_REQUESTED) is None for w in nodes.writes)  # no tool asked
+    assert not any(n.unschedulable for n in nodes.nodes.values())
+
+
+def test_a_failed_change_job_stops_the_rollout_naming_apply() -> None:
+    nodes, at, ran = cluster(), START, set[str]()
+    burn_ins.failing.add("gpu-node-0")
+    for _ in range(5):
+        outcome = by_job(nodes, at)
+        the_change_jobs(nodes, ran)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "apply")
+    assert [n for n, node in nodes.nodes.items() if node.unschedulable] == ["gpu-node-0"]
+
+
+def test_a_job_change_without_the_admins_template_creates_nothing_and_times_out() -> None:
+    nodes = cluster()
+    empty = step.Changes(source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
+                         jobs=burn_ins, image=IMAGE, templates=None)
+    for i in range(3):
+        empty.run(nodes.snapshot(START + timedelta(minutes=i)), START + timedelta(minutes=i),
+                  may_write=lambda: True)
+    assert burn_ins.created == []
+    late = START + timedelta(hours=3)
+    (outcome,) = empty.run(nodes.snapshot(late), late, may_write=lambda: True)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "apply-timeout")

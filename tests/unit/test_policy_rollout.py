@@ -222,6 +222,19 @@ def test_a_failed_check_stops_the_rollout_and_keeps_the_node_cordoned() -> None:
     assert steps(again, Step.CORDON) == []
 
 
+def test_a_driver_label_not_yet_relabelled_waits_then_fails_at_the_timeout() -> None:
+    mark = change.NodeMark("drv-580", change.Phase.APPLYING, 0, NOW, "boot-1", gpus=8,
+                           was="580.126.09|6.8.0-45-generic")
+    stale_node = node("n00", cordoned=True, boot="boot-2", **{keys.CHANGE: mark.encode()})
+    stale = dataclasses.replace(applied(driver="580.126.09"), node=stale_node)
+    wait = rollout.plan(SPEC, fleet_of(12, n00=stale), NOW).action_for("n00")
+    assert wait is not None
+    assert wait.step is Step.WAIT
+    assert "still the old driver-version" in wait.reason
+    late = rollout.plan(SPEC, fleet_of(12, n00=stale), NOW + timedelta(hours=3))
+    assert late.stopped_by == ("n00", "driver-version")
+
+
 def test_a_wrong_version_fails_with_the_version_named() -> None:
     plan = rollout.plan(SPEC, fleet_of(12, n00=applied(driver="580.126.09")), NOW)
     assert plan.stopped_by == ("n00", "driver-version")
@@ -292,6 +305,23 @@ def test_a_change_spec_is_checked_when_read() -> None:
         change.parse_spec("drv", "waves: [1]\n")
     with pytest.raises(InputError, match="pause"):
         change.parse_spec("drv", "driver: x\n", control="stop")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("driver: '580.159.03'\nmethod: job\n", "names its job_template"),
+    ("driver: '580.159.03'\njob_template: host-apt\n", "names its job_template"),
+    ("driver: '580; curl x|sh'\nmethod: job\njob_template: host-apt\n", "not a package version"),
+    ("driver: '580'\nmethod: job\njob_template: '../x'\n", "job_template"),
+    ("driver: '580'\nburn_in: stress\n", "burn_in"),
+])
+def test_a_job_change_names_an_admins_template_and_passes_only_plain_versions(
+    text: str, why: str,
+) -> None:
+    with pytest.raises(InputError, match=why):
+        change.parse_spec("drv", text)
+    ok = change.parse_spec("drv", "driver: '580.159.03'\nmethod: job\njob_template: host-apt\n"
+                           "burn_in: none\n")
+    assert (ok.method, ok.job_template, ok.burn_in) == (change.Method.JOB, "host-apt", None)
 
 
 def test_a_change_cordon_is_its_own_lifecycle_state() -> None:

@@ -18,6 +18,7 @@ CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
 NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
     "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
+    "_templates_namespace": "kube-system",  # the admin's Job templates (changes.jobTemplates)
 }
 CLUSTER_SCOPED = {"Node"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",

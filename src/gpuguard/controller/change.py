@@ -5,11 +5,13 @@ Facts: the tick's snapshot (nodes, GPU pods, the kernel from ``nodeInfo``, the d
 gpu-feature-discovery's label), the agent's conformance statuses (the same
 ``gpuguard_check_status`` series the return checks read), kured's lock and, for a node in its
 burn-in, the burn-in Job (the one the return to pool runs, ``actuators.jobs.burnin_job``,
-named by the change and the boot it tests). Writes: the burn-in Job (create-if-absent), one
-merge patch per node, conditional on its ``resourceVersion`` (a 409 leaves the node for the next
-tick), re-checked against leadership and skipped in dry-run; an Event for each. Nothing is
-stored but the nodes' ``gpuguard.io/change`` marks: a restarted controller or a new leader
-plans the same rollout from the cluster alone.
+named by the change and the boot it tests); for a change applied by a Job (method job), that
+Job (built from the cluster admin's approved template, ``actuators.jobs.change_job``): its
+success is the change applied, its failure stops the rollout. Writes: those Jobs
+(create-if-absent), one merge patch per node, conditional on its ``resourceVersion`` (a 409
+leaves the node for the next tick), re-checked against leadership and skipped in dry-run; an
+Event for each. Nothing is stored but the nodes' ``gpuguard.io/change`` marks: a restarted
+controller or a new leader plans the same rollout from the cluster alone.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ class Outcome:
     error: str | None = None
 
 
+class TemplateSource(Protocol):
+    def templates(self) -> dict[str, str]: ...
+
+
 class JobsPort(Protocol):
     def create(self, manifest: dict[str, Any]) -> bool: ...
 
@@ -70,7 +76,8 @@ class JobsPort(Protocol):
 @dataclass
 class Changes:
     """The rollout step's ports; ``jobs``, ``image``, ``namespace`` and ``runtime_class``:
-    where and how the burn-in Job runs (as for the return to pool)."""
+    where and how the burn-in Job runs (as for the return to pool); ``templates``: the admin's
+    change Job templates (method job)."""
 
     source: ChangeSource
     writer: ChangeWriter
@@ -81,6 +88,7 @@ class Changes:
     notifier: ports.Notifier | None = None  # a stopped rollout is told to people
     namespace: str = "gpuguard"
     runtime_class: str | None = None
+    templates: TemplateSource | None = None
 
     def run(
         self,
@@ -104,8 +112,10 @@ class Changes:
                 out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
                 continue
             facts = self._burn_ins(item.spec, node_facts(snapshot, samples), now)
+            facts = self._change_jobs(item.spec, facts)
             plan = rollout.plan(item.spec, facts, now, kured_holder=holder)
-            out.append(Outcome(item.name, plan, self._apply(snapshot, plan, now, may_write)))
+            out.append(Outcome(item.name, plan,
+                               self._apply(snapshot, item.spec, plan, now, may_write)))
         return out
 
     def _samples(self, now: datetime) -> tuple[fleet.MetricSample, ...]:
@@ -138,6 +148,54 @@ class Changes:
             out.append(f)
         return out
 
+    def _change_jobs(self, spec: change.ChangeSpec,
+                     facts: list[rollout.NodeFacts]) -> list[rollout.NodeFacts]:
+        """Method job: each node whose change was requested with its Job's outcome (succeeded:
+        applied; failed: the rollout stops; unreadable: not applied yet)."""
+        if spec.method is not change.Method.JOB:
+            return facts
+        out = []
+        for f in facts:
+            mark = _mark(f.node)
+            if mark is None or mark.change != spec.name or mark.phase is not change.Phase.APPLYING:
+                out.append(f)
+                continue
+            name = job_specs.change_job_name(f.node.name, spec.name, mark.boot)
+            try:
+                job = self.jobs.result(name)
+            except GpuguardError as e:
+                log.warning("%s: change Job %s unreadable: %s", f.node.name, name, e)
+                job = job_model.JobResult(job_model.JobState.RUNNING)
+            failed = (f"Job {name} {job.detail or 'failed'}" if job.state is
+                      job_model.JobState.FAILED else None)
+            out.append(dataclasses.replace(f, applied=job.state is job_model.JobState.SUCCEEDED,
+                                           apply_failed=failed))
+        return out
+
+    def _start_change_job(self, node: fleet.Node, spec: change.ChangeSpec,
+                          action: rollout.NodeAction) -> None:
+        """The change's Job from the admin's template, for the boot it is requested on."""
+        if not action.change_job or spec.job_template is None:
+            return
+        try:
+            template = change.job_template(
+                self.templates.templates() if self.templates else {}, spec.job_template)
+            env = {"GPUGUARD_CHANGE": spec.name, "GPUGUARD_DRIVER": spec.driver or "",
+                   "GPUGUARD_KERNEL": spec.kernel or ""}
+            mark = _mark(node)  # applying: the boot it was requested on; else this one
+            boot = (mark.boot if mark is not None and mark.phase is change.Phase.APPLYING
+                    else node.boot_id)
+            manifest = job_specs.change_job(
+                node.name, spec.name, boot, template,
+                env={k: v for k, v in env.items() if v}, namespace=self.namespace,
+                deadline_s=int(spec.apply_timeout.total_seconds()))
+            if self.jobs.create(manifest):
+                log.info("%s: change %s: Job %s created from template %s", node.name,
+                         spec.name, manifest["metadata"]["name"], template.name)
+        except GpuguardError as e:
+            log.warning("%s: change %s: its Job not created (next tick retries): %s",
+                        node.name, spec.name, e)
+
     def _start_burn_in(self, node: fleet.Node, plan: rollout.Plan,
                        action: rollout.NodeAction) -> None:
         """The burn-in Job for the boot the node is verified on (create-if-absent)."""
@@ -164,6 +222,7 @@ class Changes:
     def _apply(
         self,
         snapshot: fleet.FleetSnapshot,
+        spec: change.ChangeSpec,
         plan: rollout.Plan,
         now: datetime,
         may_write: Callable[[], bool],
@@ -171,12 +230,14 @@ class Changes:
         done: dict[str, str] = {}
         for action in plan.actions:
             node = snapshot.node(action.node)
-            if (action.step not in rollout.WRITES and action.burn_in is None) or node is None:
+            jobs = action.burn_in is not None or action.change_job
+            if (action.step not in rollout.WRITES and not jobs) or node is None:
                 continue
             if not may_write():
                 done[action.node] = "dry-run"
                 continue
             self._start_burn_in(node, plan, action)
+            self._start_change_job(node, spec, action)
             if action.step not in rollout.WRITES:
                 continue
             try:

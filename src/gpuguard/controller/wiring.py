@@ -160,6 +160,7 @@ def build_guard(
                 notifier=notifier,
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
+                templates=changes.JobTemplates(client, c.change_templates),
             ),
         )
         yield guard, client

@@ -170,6 +170,7 @@ def _play(
                 kured=changes.KuredLock(client),
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
+                templates=changes.JobTemplates(client, settings.controller.change_templates),
             ),
         )
         try:

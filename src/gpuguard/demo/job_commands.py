@@ -21,7 +21,7 @@ from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
 from gpuguard.policy import burnin
-from gpuguard.sim import state, world
+from gpuguard.sim import change_tool, state, world
 
 HEALTHY_SHARE = 0.9  # of the model's expected dense throughput
 
@@ -130,6 +130,8 @@ def runner(
         if argv[:2] == ["gpuguard", "burnin"]:
             code, summary = _burnin(node, argv)
             return code, termination_message(argv, summary)
+        if argv[:2] == ["/bin/sh", "-c"]:  # a change's Job: the admin's template's script
+            return change_tool.run_job(played, node)
         return 2, f"the simulated node cannot run {' '.join(argv[:2])!r}"
 
     return run

@@ -83,7 +83,8 @@ class NodeFacts:
 class NodeAction:
     """One node's step: the annotations to write (None removes), the cordon to set (None:
     leave), the reason and the evidence; ``burn_in``: the burn-in Job to create if absent
-    (its mode; on the boot in the node's mark)."""
+    (its mode; on the boot in the node's mark); ``change_job``: the change's Job (method
+    job) to create if absent."""
 
     node: str
     step: Step
@@ -94,6 +95,7 @@ class NodeAction:
     cordon: bool | None = None
     check: str | None = None
     burn_in: restore_model.BurnInMode | None = None
+    change_job: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,11 +210,12 @@ def _advance(
             return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
                               wave=mark.wave)
         applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id,
-                                  gpus=mark.gpus)
+                                  gpus=mark.gpus, was=f"{f.driver or ''}|{f.kernel or ''}")
         request = {keys.CHANGE_REQUESTED: spec.name} if spec.method is model.Method.EXTERNAL else {}
         return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
                           (f"boot {f.node.boot_id[:8]}",), mark.wave,
-                          {keys.CHANGE: applying.encode(), **request})
+                          {keys.CHANGE: applying.encode(), **request},
+                          change_job=spec.method is model.Method.JOB)
     if mark.phase is Phase.BURN_IN:
         return _burned_in(spec, f, mark, now)
     return _verify(spec, f, mark, now)
@@ -230,11 +233,16 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                          f"not applied, rebooted and Ready after {waited}")
         what = ("the change to be applied" if not f.applied else
                 "the reboot" if spec.reboot and f.node.boot_id == mark.boot else "Ready")
-        return NodeAction(name, Step.WAIT, f"waiting for {what}", wave=mark.wave)
+        return NodeAction(name, Step.WAIT, f"waiting for {what}", wave=mark.wave,
+                          change_job=not f.applied and spec.method is model.Method.JOB)
+    before = dict(zip(("driver-version", "kernel-version"), mark.was.split("|"), strict=False))
+    stale = []  # still the version it ran before: gpu-feature-discovery has not relabelled yet
     for declared, seen, check in ((spec.driver, f.driver, "driver-version"),
                                   (spec.kernel, f.kernel, "kernel-version")):
         if declared is not None and seen is not None and not seen.startswith(declared):
-            return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
+            if seen != before.get(check):
+                return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
+            stale.append(check)
     required = _required(spec, f) | _gpus_back(f, mark)
     failing = sorted(c for c, s in required.items() if s is Status.FAIL)
     if failing:
@@ -242,13 +250,14 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
     pending = sorted(c for c, s in required.items() if s not in (Status.PASS, Status.FIXED))
     versions = [(d, s) for d, s in ((spec.driver, f.driver), (spec.kernel, f.kernel))
                 if d is not None and s is None]
-    if pending or versions or not required:
+    if stale or pending or versions or not required:
         if waited > spec.apply_timeout + spec.verify_timeout:
-            return _fail(spec, f, mark, now, pending[0] if pending else "conformance-unknown",
-                         "checks not reported as PASS in time")
+            return _fail(spec, f, mark, now, (stale or pending or ["conformance-unknown"])[0],
+                         "still the version it ran before the change" if stale
+                         else "checks not reported as PASS in time")
         return NodeAction(name, Step.WAIT, "waiting for the checks: " + (
-            ", ".join(pending) if pending else "versions not reported" if versions
-            else "no check reported"), wave=mark.wave)
+            "still the old " + ", ".join(stale) if stale else ", ".join(pending) if pending
+            else "versions not reported" if versions else "no check reported"), wave=mark.wave)
     evidence = tuple(f"{c}: PASS" for c in sorted(required)) + _versions(f)
     if spec.burn_in is not None:
         burning = model.NodeMark(spec.name, Phase.BURN_IN, mark.wave, now, f.node.boot_id,
