@@ -70,6 +70,8 @@ RETURN_CHECK_STATUS = "gpuguard_return_check_status"  # labels: node, check, sta
 PHANTOM_GPUS = "gpuguard_phantom_gpu"  # labels: node, gpu; value: wasted watts
 GPU_ISOLATED = "gpuguard_gpu_isolated"  # labels: node, gpu, uuid; value: unix time isolated
 GPU_ISOLATION_OVERDUE = "gpuguard_gpu_isolation_overdue"  # node, gpu, uuid: 1 past rma_deadline
+CHANGE_NODES = "gpuguard_change_nodes"  # labels: change, phase (model.change.Phase, pending)
+CHANGE_STOPPED = "gpuguard_change_stopped"  # labels: change, node, check: 1 while stopped there
 GPU_PROCESSES = "gpuguard_gpu_processes"  # agent: processes holding {node,gpu,pci,uuid} open
 GPU_PROCESS_SCAN_COMPLETE = "gpuguard_gpu_process_scan_complete"  # agent: 1/0 per node
 

@@ -115,6 +115,7 @@ class Plan:
     pool: int
     out: int  # nodes out of service for this change after this plan's writes
     stopped_by: tuple[str, str] | None = None  # (node, check)
+    nodes: Mapping[str, int] = field(default_factory=dict)  # pool nodes per phase, "pending"
 
     def action_for(self, node: str) -> NodeAction | None:
         return next((a for a in self.actions if a.node == node), None)
@@ -165,9 +166,11 @@ def plan(
     elif spec.control is model.Control.RUN:
         actions += _start(spec, pool, marks, actions, targets, now, kured_holder)
     out = _out_after(pool, marks, actions)
-    waves = _waves(targets, marks, actions)
+    phases = _phases(marks, actions)
+    waves = _waves(targets, phases, {n: m.wave for n, m in marks.items()}, actions)
+    counts = {str(p): sum(1 for q in phases.values() if q is p) for p in Phase}
     return Plan(spec.name, _state(spec, failed, pool, marks, actions), waves, tuple(actions),
-                len(pool), out, failed)
+                len(pool), out, failed, {**counts, "pending": len(pool) - len(phases)})
 
 
 def _marks(
@@ -431,19 +434,26 @@ def _out_after(pool: Sequence[NodeFacts], marks: Mapping[str, model.NodeMark],
     return len(out)
 
 
-def _waves(targets: tuple[int, ...], marks: Mapping[str, model.NodeMark],
-           actions: Sequence[NodeAction]) -> tuple[Wave, ...]:
+_AFTER = {Step.CORDON: Phase.CORDONED, Step.APPLY: Phase.APPLYING, Step.BURN_IN: Phase.BURN_IN,
+          Step.UNCORDON: Phase.DONE, Step.FAIL: Phase.FAILED}
+
+
+def _phases(marks: Mapping[str, model.NodeMark],
+            actions: Sequence[NodeAction]) -> dict[str, Phase]:
+    """Each node's phase in this change once this plan's writes are made."""
     phases = {n: m.phase for n, m in marks.items()}
-    waves_of = {n: m.wave for n, m in marks.items()}
     for a in actions:
-        if a.step is Step.CORDON and a.wave is not None:
-            phases[a.node], waves_of[a.node] = Phase.CORDONED, a.wave
-        elif a.step is Step.UNCORDON:
-            phases[a.node] = Phase.DONE
-        elif a.step is Step.FAIL:
-            phases[a.node] = Phase.FAILED
+        if a.step in _AFTER:
+            phases[a.node] = _AFTER[a.step]
         elif a.step is Step.RELEASE:
             phases.pop(a.node, None)
+    return phases
+
+
+def _waves(targets: tuple[int, ...], phases: Mapping[str, Phase], marked: Mapping[str, int],
+           actions: Sequence[NodeAction]) -> tuple[Wave, ...]:
+    waves_of = dict(marked) | {a.node: a.wave for a in actions
+                               if a.step is Step.CORDON and a.wave is not None}
     out = []
     for i, target in enumerate(targets):
         size = target - (targets[i - 1] if i else 0)
