@@ -4,6 +4,7 @@ human's cordon, 409s and dry-run."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -293,3 +294,39 @@ def test_a_job_change_without_the_admins_template_creates_nothing_and_times_out(
     (outcome,) = empty.run(nodes.snapshot(late), late, may_write=lambda: True)
     assert outcome.plan is not None
     assert outcome.plan.stopped_by == ("gpu-node-0", "apply-timeout")
+
+
+class Evictions:
+    """The Eviction API: a PodDisruptionBudget refuses the pods named in ``budgeted``."""
+
+    def __init__(self, budgeted: set[str]) -> None:
+        self.budgeted = budgeted
+        self.asked: list[tuple[str, str]] = []
+
+    def evict(self, pod_namespace: str, name: str) -> bool:
+        self.asked.append((pod_namespace, name))
+        return name not in self.budgeted
+
+
+def test_a_drain_window_evicts_the_busy_canarys_gpu_pods_through_the_eviction_api() -> None:
+    nodes = cluster()
+    drains = change_source.declared("drv-580", {
+        change.SPEC_KEY: "driver: '580.159.03'\nwaves: [1, '100%']\ncanary: [gpu-node-0]\n"
+                         "drain_after: 1h\n"})  # fmt: skip
+    pods = (fleet.Pod("team-a", "train-0", "gpu-node-0", fleet.PodPhase.RUNNING, gpu_request=8),
+            fleet.Pod("team-a", "train-1", "gpu-node-0", fleet.PodPhase.RUNNING, gpu_request=8),
+            fleet.Pod("team-a", "web", "gpu-node-0", fleet.PodPhase.RUNNING))
+    evictions = Evictions({"train-1"})
+    roll = step.Changes(source=fakes.FakeChanges((drains,)), writer=nodes, checks=agents(nodes),
+                        jobs=burn_ins, image=IMAGE, evictions=evictions)
+    for minutes in (0, 30):
+        at = START + timedelta(minutes=minutes)
+        roll.run(dataclasses.replace(nodes.snapshot(at), pods=pods), at, may_write=lambda: True)
+    assert nodes.nodes["gpu-node-0"].unschedulable  # taken though busy: the drain window
+    assert evictions.asked == []  # not before the window
+    at = START + timedelta(minutes=61)
+    (outcome,) = roll.run(dataclasses.replace(nodes.snapshot(at), pods=pods), at,
+                          may_write=lambda: True)
+    assert evictions.asked == [("team-a", "train-0"), ("team-a", "train-1")]  # GPU pods only
+    assert outcome.done["gpu-node-0"] == (
+        "evicted 1, refused (PodDisruptionBudget or error): train-1")  # it waits on

@@ -101,6 +101,24 @@ def test_the_next_wave_waits_for_the_canary_then_respects_size_and_floor() -> No
     assert len(steps(rollout.plan(limit, fleet_of(12, n00=done), NOW), Step.CORDON)) == 2
 
 
+def test_busy_nodes_are_never_evicted_unless_the_change_opts_into_a_drain_window() -> None:
+    cordoned = rollout.NodeFacts(marked("n00", change.Phase.CORDONED,
+                                        since=NOW - timedelta(hours=5)), gpu_pods=2)
+    never = rollout.plan(SPEC, fleet_of(12, n00=cordoned), NOW).action_for("n00")
+    assert never is not None
+    assert (never.step, never.evict) == (Step.WAIT, False)
+    drains = dataclasses.replace(SPEC, drain_after=timedelta(hours=1))
+    early = dataclasses.replace(cordoned, node=marked("n00", change.Phase.CORDONED,
+                                                      since=NOW - timedelta(minutes=30)))
+    assert rollout.plan(drains, fleet_of(12, n00=early), NOW).action_for("n00").evict is False  # type: ignore[union-attr]
+    late = rollout.plan(drains, fleet_of(12, n00=cordoned), NOW).action_for("n00")
+    assert late is not None
+    assert (late.step, late.evict, late.annotations) == (Step.WAIT, True, {})
+    busy = {f"n{i:02d}": rollout.NodeFacts(node(f"n{i:02d}"), gpu_pods=1) for i in range(12)}
+    assert steps(rollout.plan(SPEC, fleet_of(12, **busy), NOW), Step.CORDON) == []
+    assert steps(rollout.plan(drains, fleet_of(12, **busy), NOW), Step.CORDON) == ["n00"]
+
+
 def test_a_human_cordon_and_a_fault_isolation_are_skipped_and_never_touched() -> None:
     human = rollout.NodeFacts(node("n00", cordoned=True))
     isolated = {keys.ISOLATED_AT: "2026-12-01T11:00:00Z"}

@@ -67,6 +67,10 @@ class TemplateSource(Protocol):
     def templates(self) -> dict[str, str]: ...
 
 
+class EvictionPort(Protocol):
+    def evict(self, pod_namespace: str, name: str) -> bool: ...
+
+
 class JobsPort(Protocol):
     def create(self, manifest: dict[str, Any]) -> bool: ...
 
@@ -89,6 +93,7 @@ class Changes:
     namespace: str = "gpuguard"
     runtime_class: str | None = None
     templates: TemplateSource | None = None
+    evictions: EvictionPort | None = None  # a change's opt-in drain window
 
     def run(
         self,
@@ -196,6 +201,26 @@ class Changes:
             log.warning("%s: change %s: its Job not created (next tick retries): %s",
                         node.name, spec.name, e)
 
+    def _drain(self, snapshot: fleet.FleetSnapshot, name: str, node: str) -> str:
+        """Evict the node's running GPU pods (the drain window passed); what became of them."""
+        if self.evictions is None:
+            return "no eviction port: waits"
+        pods = [p for p in snapshot.pods if p.node == node and p.gpu_request > 0
+                and p.phase is fleet.PodPhase.RUNNING]
+        refused = []
+        for pod in pods:
+            try:
+                if not self.evictions.evict(pod.namespace, pod.name):
+                    refused.append(pod.name)
+            except GpuguardError as e:
+                log.warning("%s: change %s: evicting %s/%s failed: %s", node, name,
+                            pod.namespace, pod.name, e)
+                refused.append(pod.name)
+        log.info("%s: change %s: drain window passed: %d GPU pod(s) evicted, %d refused",
+                 node, name, len(pods) - len(refused), len(refused))
+        return f"evicted {len(pods) - len(refused)}" + (
+            f", refused (PodDisruptionBudget or error): {', '.join(refused)}" if refused else "")
+
     def _start_burn_in(self, node: fleet.Node, plan: rollout.Plan,
                        action: rollout.NodeAction) -> None:
         """The burn-in Job for the boot the node is verified on (create-if-absent)."""
@@ -230,11 +255,14 @@ class Changes:
         done: dict[str, str] = {}
         for action in plan.actions:
             node = snapshot.node(action.node)
-            jobs = action.burn_in is not None or action.change_job
-            if (action.step not in rollout.WRITES and not jobs) or node is None:
+            acts = action.burn_in is not None or action.change_job or action.evict
+            if (action.step not in rollout.WRITES and not acts) or node is None:
                 continue
             if not may_write():
                 done[action.node] = "dry-run"
+                continue
+            if action.evict:
+                done[action.node] = self._drain(snapshot, plan.change, action.node)
                 continue
             self._start_burn_in(node, plan, action)
             self._start_change_job(node, spec, action)

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import jobs, ledger, nodes, notify
+from gpuguard.actuators import evictions, jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
@@ -161,6 +161,7 @@ def build_guard(
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
                 templates=changes.JobTemplates(client, c.change_templates),
+                evictions=evictions.Evictions(client),
             ),
         )
         yield guard, client

@@ -130,6 +130,7 @@ class _Spec(pydantic.BaseModel):
     kured: str | None = "kube-system/kured"
     burn_in: restore_model.BurnInMode | Literal["none"] = restore_model.BurnInMode.MATMUL
     burn_in_timeout: str = "2h"
+    drain_after: str | None = None
     job_template: Annotated[str, pydantic.Field(pattern=_TEMPLATE_NAME)] | None = None
 
     @pydantic.field_validator("waves")
@@ -168,6 +169,7 @@ class ChangeSpec:
     kured: tuple[str, str] | None = ("kube-system", "kured")
     burn_in: restore_model.BurnInMode | None = restore_model.BurnInMode.MATMUL
     burn_in_timeout: timedelta = timedelta(hours=2)
+    drain_after: timedelta | None = None  # opt-in: evict its GPU pods after this long cordoned
     job_template: str | None = None  # method job: the admin's approved template's name
     control: Control = Control.RUN
 
@@ -210,6 +212,8 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         burn_in=None if spec.burn_in == "none" else restore_model.BurnInMode(spec.burn_in),
         burn_in_timeout=durations.parse_duration(spec.burn_in_timeout,
                                                  what=f"{where}: burn_in_timeout"),
+        drain_after=None if spec.drain_after is None else durations.parse_duration(
+            spec.drain_after, what=f"{where}: drain_after"),
         job_template=spec.job_template,
         control=parse_control(control, name),
     )  # fmt: skip

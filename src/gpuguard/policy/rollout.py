@@ -11,8 +11,10 @@ The rules:
   first; a wave's size is a node count or a cumulative share of the pool (``"25%"``);
 - a node is taken only when it is schedulable (a cordon by a person, another tool or a
   gpuguard fault isolation is skipped and reported — never touched), holds no GPU pod (never
-  evict training), fewer than ``max_unavailable`` nodes are out for the change and the pool
-  keeps ``min_available`` of its nodes schedulable;
+  evict training; with the opt-in ``drain_after`` a busy node is taken too, idle ones first,
+  and its GPU pods are evicted through the Eviction API once it waited that long), fewer
+  than ``max_unavailable`` nodes are out for the change and the pool keeps
+  ``min_available`` of its nodes schedulable;
 - it is cordoned first and the change requested only once its GPU pods ended (a pod that
   landed before the cordon runs to its end);
 - after the change the node must have rebooted (when the change needs it), be Ready, run the
@@ -96,6 +98,7 @@ class NodeAction:
     check: str | None = None
     burn_in: restore_model.BurnInMode | None = None
     change_job: bool = False
+    evict: bool = False  # evict the node's GPU pods (Eviction API: PodDisruptionBudgets decide)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +210,7 @@ def _advance(
     name = f.node.name
     if mark.phase is Phase.CORDONED:
         if f.gpu_pods:
-            return NodeAction(name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: waiting "
-                              "for them to end (gpuguard never evicts)", wave=mark.wave)
+            return _busy(spec, f, mark, now)
         if kured_holder is not None and spec.reboot:
             return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
                               wave=mark.wave)
@@ -222,6 +224,23 @@ def _advance(
     if mark.phase is Phase.BURN_IN:
         return _burned_in(spec, f, mark, now)
     return _verify(spec, f, mark, now)
+
+
+def _busy(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
+          now: datetime) -> NodeAction:
+    """GPU pods still run on the cordoned node: wait for them to end, or, past the opt-in
+    drain window, evict them (a PodDisruptionBudget may refuse: then it waits on)."""
+    waited = now - mark.since
+    if spec.drain_after is None:
+        return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: "
+                          "waiting for them to end (no drain window: never evicted)",
+                          wave=mark.wave)
+    if waited < spec.drain_after:
+        return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: "
+                          f"evicted after {spec.drain_after} cordoned", wave=mark.wave)
+    return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running after "
+                      f"{waited}: evicting them (PodDisruptionBudgets decide)", wave=mark.wave,
+                      evict=True)
 
 
 def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
@@ -386,7 +405,7 @@ def _start(
             continue
         if wave == 0 and canaries and name not in canaries:
             continue
-        why = _not_takeable(f, kured_holder)
+        why = _not_takeable(f, kured_holder, drains=spec.drain_after is not None)
         if why is None and room <= 0:
             why = _no_room(targets[wave] - started, spec.max_unavailable - in_flight,
                            schedulable - floor, wave)
@@ -403,12 +422,12 @@ def _start(
     return out
 
 
-def _not_takeable(f: NodeFacts, kured_holder: str | None) -> str | None:
+def _not_takeable(f: NodeFacts, kured_holder: str | None, *, drains: bool) -> str | None:
     if f.node.unschedulable:
         if keys.ISOLATED_AT in f.node.annotations:
             return "isolated by gpuguard for a fault: skipped"
         return "cordoned by someone else: skipped, never touched"
-    if f.gpu_pods:
+    if f.gpu_pods and not drains:
         return f"{f.gpu_pods} GPU pod(s) running: waits until idle (gpuguard never evicts)"
     if kured_holder is not None:
         return f"kured holds its reboot lock ({kured_holder})"
