@@ -37,12 +37,15 @@ def refusals(
     username: str,
     old: dict[str, Any] | None = None,
     operation: str = "CREATE",
+    params: dict[str, Any] | None = None,
 ) -> list[str] | None:
     """The messages of the validations that refuse ``obj``; None when the policy does not
-    match the request (its matchConditions are not all true)."""
+    match the request (its matchConditions are not all true). ``params``: the object the
+    binding's ``paramRef`` names (a policy with a ``paramKind``)."""
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(obj),
         "oldObject": celpy.json_to_cel(old),
+        "params": celpy.json_to_cel(params),
         "request": celpy.json_to_cel(
             {"userInfo": {"username": username}, "operation": operation}
         ),

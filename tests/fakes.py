@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,6 +91,23 @@ class FakeJobs:
 
     def result(self, name: str) -> jobs.JobResult:
         return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
+
+
+@dataclass
+class FakeBurnIns(FakeJobs):
+    """Burn-in Jobs that end as soon as they are created, with ``gpuguard burnin``'s summary
+    as their termination message: passed, or failed on the nodes in ``failing``."""
+
+    failing: set[str] = field(default_factory=set)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        passed = manifest["spec"]["template"]["spec"]["nodeName"] not in self.failing
+        checks = [] if passed else [{"check": "throughput-floor", "status": "FAIL",
+                                     "evidence": "GPU 3 at 0.61 of its model"}]
+        summary = json.dumps({"passed": passed, "found_gpus": 8, "checks": checks})
+        state = jobs.JobState.SUCCEEDED if passed else jobs.JobState.FAILED
+        self.results[manifest["metadata"]["name"]] = jobs.JobResult(state, summary)
+        return super().create(manifest)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpuguard.actuators import jobs
+from gpuguard.model import settings
 from tests import cel, chart
 from tests.admission import (
     GPUGUARD,
@@ -42,7 +43,15 @@ Obj = dict[str, Any]
 
 
 
-@pytest.mark.parametrize("build", [evidence, burnin], ids=["evidence", "burnin"])
+def change_burnin() -> Obj:
+    """The burn-in after a declared change: the same shape, named by the change and boot."""
+    runtime = settings.ControllerSettings().job_runtime_class  # as the controller is wired
+    return jobs.change_burnin_job(NODE, "drv-580", "boot-2", gpus=8, mode="matmul", image=IMAGE,
+                                  runtime_class=runtime)
+
+
+@pytest.mark.parametrize("build", [evidence, burnin, change_burnin],
+                         ids=["evidence", "burnin", "change-burnin"])
 def test_gpuguards_jobs_their_defaulted_form_and_their_pods_are_admitted(
     build: Callable[[], Obj],
 ) -> None:

@@ -4,6 +4,7 @@ human's cordon, 409s and dry-run."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,6 +23,18 @@ DECLARED = change_source.declared("drv-580", {
     change.SPEC_KEY: "driver: '580.159.03'\nkernel: 6.8.0-60-generic\nwaves: [1, '100%']\n"
                      "max_unavailable: 2\nmin_available: 0.5\n",
 })  # fmt: skip
+
+
+IMAGE = "ghcr.io/example/gpuguard:test"
+burn_ins = fakes.FakeBurnIns()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_burn_ins() -> None:
+    """Each test starts with no burn-in Job (they end when created, see fakes.FakeBurnIns)."""
+    burn_ins.created.clear()
+    burn_ins.results.clear()
+    burn_ins.failing.clear()
 
 
 def cluster() -> fakes.FakeNodes:
@@ -50,8 +63,8 @@ def the_tool(nodes: fakes.FakeNodes) -> None:
 def changes(nodes: fakes.FakeNodes, source: fakes.FakeChanges | None = None,
             failing: tuple[str, str] | None = None) -> step.Changes:
     return step.Changes(source=source or fakes.FakeChanges((DECLARED,)), writer=nodes,
-                        checks=agents(nodes, failing), kured=source or fakes.FakeChanges(),
-                        notifier=nodes)
+                        checks=agents(nodes, failing), jobs=burn_ins, image=IMAGE,
+                        kured=source or fakes.FakeChanges(), notifier=nodes)
 
 
 def tick(nodes: fakes.FakeNodes, at: datetime, **kw: object) -> step.Outcome:
@@ -77,13 +90,14 @@ def test_a_rollout_runs_to_completion_one_canary_then_the_rest_within_limits() -
 
 def test_a_restarted_controller_plans_the_same_rollout_from_the_marks() -> None:
     nodes, at = cluster(), START
-    for _ in range(3):  # canary cordoned, applied, returned; wave 2 starts
+    for _ in range(4):  # canary cordoned, applied, burnt in, returned; wave 2 starts
         tick(nodes, at)
         the_tool(nodes)
         at += timedelta(minutes=1)
     before = {n: node.annotations.get(keys.CHANGE) for n, node in nodes.nodes.items()}
     fresh = step.Changes(source=fakes.FakeChanges((DECLARED,)), writer=nodes,
-                         checks=agents(nodes), kured=fakes.FakeChanges())  # a new process
+                         checks=agents(nodes), jobs=burn_ins, image=IMAGE,
+                         kured=fakes.FakeChanges())  # a new process
     (outcome,) = fresh.run(nodes.snapshot(at), at, may_write=lambda: True)
     assert outcome.plan is not None
     assert outcome.plan.waves[0].result == "passed"
@@ -173,3 +187,146 @@ def test_explain_names_the_rollout_step_and_the_gpu_operators_budget() -> None:
 ])
 def test_kureds_lock_as_kured_writes_it(lock: str | None, holder: str | None) -> None:
     assert change.kured_holder(lock, START) == holder
+
+
+def test_a_failed_burn_in_stops_the_rollout_and_the_canary_stays_cordoned() -> None:
+    nodes, at = cluster(), START
+    burn_ins.failing.add("gpu-node-0")
+    for _ in range(6):
+        outcome = tick(nodes, at)
+        the_tool(nodes)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "burn-in")
+    assert [n for n, node in nodes.nodes.items() if node.unschedulable] == ["gpu-node-0"]
+    mark = change.read_mark(nodes.nodes["gpu-node-0"])
+    assert mark is not None
+    assert "throughput-floor" in mark.detail
+    (job,) = burn_ins.created  # the return to pool's burn-in, pinned to the canary's new boot
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "gpu-node-0"
+    assert pod["containers"][0]["command"][:2] == ["gpuguard", "burnin"]
+    assert pod["containers"][0]["image"] == IMAGE
+    assert job["metadata"]["annotations"] == {keys.CHANGE: "drv-580",
+                                              keys.BOOT_ID: "gpu-node-0-boot-1"}
+
+
+BY_JOB = change_source.declared("drv-580", {
+    change.SPEC_KEY: "driver: '580.159.03'\nkernel: 6.8.0-60-generic\nwaves: [1, '100%']\n"
+                     "max_unavailable: 2\nmin_available: 0.5\nmethod: job\n"
+                     "job_template: host-apt\n",
+})  # fmt: skip
+INSTALLER = "registry.example/ops/host-apt:1"
+
+
+class AdminTemplates:
+    """The cluster admin's template ConfigMap (sources.changes.JobTemplates)."""
+
+    def templates(self) -> dict[str, str]:
+        return {"host-apt.image": INSTALLER, "host-apt.privileged": "true",
+                "host-apt.script": 'apt-get install -y "nvidia-driver=$GPUGUARD_DRIVER"\n'}
+
+
+def the_change_jobs(nodes: fakes.FakeNodes, ran: set[str]) -> None:
+    """Each change Job that ended well installed the change and rebooted its node."""
+    for job in burn_ins.created:
+        name = job["metadata"]["name"]
+        if job["metadata"]["labels"]["gpuguard.io/job"] != "change" or name in ran:
+            continue
+        ran.add(name)
+        node = job["spec"]["template"]["spec"]["nodeName"]
+        if node not in burn_ins.failing:
+            nodes.update(node, boot_id=f"{node}-boot-1", kernel_version="6.8.0-60-generic",
+                         labels={change.DRIVER_LABELS[0]: "580.159.03"})
+
+
+def by_job(nodes: fakes.FakeNodes, at: datetime) -> step.Outcome:
+    (outcome,) = step.Changes(
+        source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
+        jobs=burn_ins, image=IMAGE, templates=AdminTemplates(), notifier=nodes,
+    ).run(nodes.snapshot(at), at, may_write=lambda: True)  # fmt: skip
+    return outcome
+
+
+def test_a_rollout_by_job_runs_the_admins_template_pinned_to_each_node() -> None:
+    nodes, at, ran = cluster(), START, set[str]()
+    for _ in range(14):
+        outcome = by_job(nodes, at)
+        the_change_jobs(nodes, ran)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.state is change.RolloutState.COMPLETED
+    changed = [j for j in burn_ins.created
+               if j["metadata"]["labels"]["gpuguard.io/job"] == "change"]
+    assert sorted(j["spec"]["template"]["spec"]["nodeName"] for j in changed) == NAMES  # once each
+    (container,) = changed[0]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == INSTALLER
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "GPUGUARD_CHANGE": "drv-580", "GPUGUARD_DRIVER": "580.159.03",
+        "GPUGUARD_KERNEL": "6.8.0-60-generic"}
+    assert changed[0]["spec"]["template"]["spec"]["serviceAccountName"] == "gpuguard-change"
+    assert all(w[1].get(keys.CHANGE_REQUESTED) is None for w in nodes.writes)  # no tool asked
+    assert not any(n.unschedulable for n in nodes.nodes.values())
+
+
+def test_a_failed_change_job_stops_the_rollout_naming_apply() -> None:
+    nodes, at, ran = cluster(), START, set[str]()
+    burn_ins.failing.add("gpu-node-0")
+    for _ in range(5):
+        outcome = by_job(nodes, at)
+        the_change_jobs(nodes, ran)
+        at += timedelta(minutes=1)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "apply")
+    assert [n for n, node in nodes.nodes.items() if node.unschedulable] == ["gpu-node-0"]
+
+
+def test_a_job_change_without_the_admins_template_creates_nothing_and_times_out() -> None:
+    nodes = cluster()
+    empty = step.Changes(source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
+                         jobs=burn_ins, image=IMAGE, templates=None)
+    for i in range(3):
+        empty.run(nodes.snapshot(START + timedelta(minutes=i)), START + timedelta(minutes=i),
+                  may_write=lambda: True)
+    assert burn_ins.created == []
+    late = START + timedelta(hours=3)
+    (outcome,) = empty.run(nodes.snapshot(late), late, may_write=lambda: True)
+    assert outcome.plan is not None
+    assert outcome.plan.stopped_by == ("gpu-node-0", "apply-timeout")
+
+
+class Evictions:
+    """The Eviction API: a PodDisruptionBudget refuses the pods named in ``budgeted``."""
+
+    def __init__(self, budgeted: set[str]) -> None:
+        self.budgeted = budgeted
+        self.asked: list[tuple[str, str]] = []
+
+    def evict(self, pod_namespace: str, name: str) -> bool:
+        self.asked.append((pod_namespace, name))
+        return name not in self.budgeted
+
+
+def test_a_drain_window_evicts_the_busy_canarys_gpu_pods_through_the_eviction_api() -> None:
+    nodes = cluster()
+    drains = change_source.declared("drv-580", {
+        change.SPEC_KEY: "driver: '580.159.03'\nwaves: [1, '100%']\ncanary: [gpu-node-0]\n"
+                         "drain_after: 1h\n"})  # fmt: skip
+    pods = (fleet.Pod("team-a", "train-0", "gpu-node-0", fleet.PodPhase.RUNNING, gpu_request=8),
+            fleet.Pod("team-a", "train-1", "gpu-node-0", fleet.PodPhase.RUNNING, gpu_request=8),
+            fleet.Pod("team-a", "web", "gpu-node-0", fleet.PodPhase.RUNNING))
+    evictions = Evictions({"train-1"})
+    roll = step.Changes(source=fakes.FakeChanges((drains,)), writer=nodes, checks=agents(nodes),
+                        jobs=burn_ins, image=IMAGE, evictions=evictions)
+    for minutes in (0, 30):
+        at = START + timedelta(minutes=minutes)
+        roll.run(dataclasses.replace(nodes.snapshot(at), pods=pods), at, may_write=lambda: True)
+    assert nodes.nodes["gpu-node-0"].unschedulable  # taken though busy: the drain window
+    assert evictions.asked == []  # not before the window
+    at = START + timedelta(minutes=61)
+    (outcome,) = roll.run(dataclasses.replace(nodes.snapshot(at), pods=pods), at,
+                          may_write=lambda: True)
+    assert evictions.asked == [("team-a", "train-0"), ("team-a", "train-1")]  # GPU pods only
+    assert outcome.done["gpu-node-0"] == (
+        "evicted 1, refused (PodDisruptionBudget or error): train-1")  # it waits on

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuguard.controller import change as change_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import telemetry, tick
-from gpuguard.model import annotation_keys, fleet, gpu_isolation, settings
-from gpuguard.policy import admission, isolate
+from gpuguard.model import annotation_keys, change, fleet, gpu_isolation, settings
+from gpuguard.policy import admission, isolate, rollout
 
 NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
 
@@ -143,3 +145,25 @@ def test_isolated_gpus_and_overdue_cards_are_exported() -> None:
     assert seen[("gpuguard_gpu_isolation_overdue", labels)] == 1
     metrics.set_leading(False)
     assert ("gpuguard_gpu_isolated", labels) not in values(metrics)
+
+
+def test_a_rollouts_nodes_per_phase_and_where_it_stopped_are_exported() -> None:
+    stopped = rollout.Plan("drv-580", change.RolloutState.STOPPED, (), (), 12, 1,
+                           ("gpu-node-000", "ipvs-loaded"),
+                           {"failed": 1, "done": 0, "pending": 11})
+    result = tick.TickResult(
+        at=NOW, decision=isolate.IsolationDecision((), (), admission.admit(
+            [], admission.history([]), None, 12, settings.IsolationSettings(), NOW).state),
+        changes=[change_step.Outcome("drv-580", stopped), change_step.Outcome("bad", error="x")],
+    )  # fmt: skip
+    metrics = telemetry.GuardMetrics()
+    metrics.set_leading(True)
+    metrics.observe(result)
+    seen = values(metrics)
+    assert seen[("gpuguard_change_nodes", (("change", "drv-580"), ("phase", "pending")))] == 11
+    assert seen[("gpuguard_change_nodes", (("change", "drv-580"), ("phase", "failed")))] == 1
+    key = ("gpuguard_change_stopped",
+           (("change", "drv-580"), ("check", "ipvs-loaded"), ("node", "gpu-node-000")))
+    assert seen[key] == 1
+    metrics.observe(dataclasses.replace(result, changes=[]))  # the change ConfigMap deleted
+    assert not [k for k in values(metrics) if k[0].startswith("gpuguard_change_")]

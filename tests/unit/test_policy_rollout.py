@@ -10,7 +10,7 @@ import pytest
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import change, decisions, fleet, settings
+from gpuguard.model import change, decisions, fleet, restore, settings
 from gpuguard.policy import admission, lifecycle, rollout
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -101,6 +101,24 @@ def test_the_next_wave_waits_for_the_canary_then_respects_size_and_floor() -> No
     assert len(steps(rollout.plan(limit, fleet_of(12, n00=done), NOW), Step.CORDON)) == 2
 
 
+def test_busy_nodes_are_never_evicted_unless_the_change_opts_into_a_drain_window() -> None:
+    cordoned = rollout.NodeFacts(marked("n00", change.Phase.CORDONED,
+                                        since=NOW - timedelta(hours=5)), gpu_pods=2)
+    never = rollout.plan(SPEC, fleet_of(12, n00=cordoned), NOW).action_for("n00")
+    assert never is not None
+    assert (never.step, never.evict) == (Step.WAIT, False)
+    drains = dataclasses.replace(SPEC, drain_after=timedelta(hours=1))
+    early = dataclasses.replace(cordoned, node=marked("n00", change.Phase.CORDONED,
+                                                      since=NOW - timedelta(minutes=30)))
+    assert rollout.plan(drains, fleet_of(12, n00=early), NOW).action_for("n00").evict is False  # type: ignore[union-attr]
+    late = rollout.plan(drains, fleet_of(12, n00=cordoned), NOW).action_for("n00")
+    assert late is not None
+    assert (late.step, late.evict, late.annotations) == (Step.WAIT, True, {})
+    busy = {f"n{i:02d}": rollout.NodeFacts(node(f"n{i:02d}"), gpu_pods=1) for i in range(12)}
+    assert steps(rollout.plan(SPEC, fleet_of(12, **busy), NOW), Step.CORDON) == []
+    assert steps(rollout.plan(drains, fleet_of(12, **busy), NOW), Step.CORDON) == ["n00"]
+
+
 def test_a_human_cordon_and_a_fault_isolation_are_skipped_and_never_touched() -> None:
     human = rollout.NodeFacts(node("n00", cordoned=True))
     isolated = {keys.ISOLATED_AT: "2026-12-01T11:00:00Z"}
@@ -121,15 +139,72 @@ def applied(boot: str = "boot-2", **kw: object) -> rollout.NodeFacts:
     return rollout.NodeFacts(rebooted, **(base | kw))  # type: ignore[arg-type]
 
 
-def test_verified_node_returns_with_the_evidence() -> None:
+def test_a_verified_node_is_burnt_in_on_the_boot_it_was_verified_on() -> None:
     plan = rollout.plan(SPEC, fleet_of(12, n00=applied()), NOW)
+    burn = plan.action_for("n00")
+    assert burn is not None
+    assert burn.step is Step.BURN_IN
+    assert burn.burn_in is restore.BurnInMode.MATMUL  # the Job to create
+    assert burn.cordon is None  # still out of service
+    assert "ipvs-loaded: PASS" in burn.evidence
+    assert "driver 580.159.03" in burn.evidence
+    mark = change.read_mark(dataclasses.replace(node("n00"), annotations=burn.annotations))
+    assert mark is not None
+    assert (mark.phase, mark.boot) == (change.Phase.BURN_IN, "boot-2")
+    assert plan.waves[0].result == "running"
+    assert plan.out == 1
+
+
+def burning(result: restore.BurnInOutcome | None, *, boot: str = "boot-2",
+            since: datetime = NOW, failed: str = "") -> rollout.NodeFacts:
+    on = marked("n00", change.Phase.BURN_IN, since=since, boot=boot)
+    found = None if result is None else restore.BurnInResult(
+        result, restore.BurnInMode.MATMUL, boot, NOW, failed, "8 GPU(s), min/max 0.97")
+    return dataclasses.replace(applied(), node=dataclasses.replace(on, boot_id="boot-2"),
+                               burn_in=found)
+
+
+def test_a_passed_burn_in_returns_the_node_with_the_evidence() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12, n00=burning(restore.BurnInOutcome.PASSED)), NOW)
     back = plan.action_for("n00")
     assert back is not None
     assert back.step is Step.UNCORDON
     assert back.cordon is False
-    assert "ipvs-loaded: PASS" in back.evidence
+    assert "burn-in (matmul): passed 8 GPU(s), min/max 0.97" in back.evidence
     assert "driver 580.159.03" in back.evidence
     assert plan.waves[0].result == "passed"
+
+
+@pytest.mark.parametrize(("facts", "detail"), [
+    (burning(restore.BurnInOutcome.FAILED, failed="throughput-floor FAIL: GPU 3"), "GPU 3"),
+    (burning(restore.BurnInOutcome.RUNNING, since=NOW - timedelta(hours=3)), "not ended"),
+    (burning(None, boot="boot-1"), "rebooted during"),  # a result of another boot never counts
+])
+def test_a_failed_burn_in_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
+                                                       detail: str) -> None:
+    plan = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW)
+    stop = plan.action_for("n00")
+    assert stop is not None
+    assert (stop.step, stop.cordon) == (Step.FAIL, None)  # stays cordoned
+    assert plan.stopped_by == ("n00", "burn-in")
+    assert detail in stop.evidence[0]
+    assert steps(plan, Step.CORDON) == []
+
+
+@pytest.mark.parametrize("result", [None, restore.BurnInOutcome.RUNNING])
+def test_a_burn_in_under_way_waits_and_its_job_is_made_sure_of(
+    result: restore.BurnInOutcome | None,
+) -> None:
+    wait = rollout.plan(SPEC, fleet_of(12, n00=burning(result)), NOW).action_for("n00")
+    assert wait is not None
+    assert (wait.step, wait.burn_in) == (Step.WAIT, restore.BurnInMode.MATMUL)
+
+
+def test_a_change_declared_without_burn_in_returns_once_verified() -> None:
+    spec = dataclasses.replace(SPEC, burn_in=None)
+    back = rollout.plan(spec, fleet_of(12, n00=applied()), NOW).action_for("n00")
+    assert back is not None
+    assert (back.step, back.burn_in) == (Step.UNCORDON, None)
 
 
 @pytest.mark.parametrize(("facts", "why"), [
@@ -163,6 +238,19 @@ def test_a_failed_check_stops_the_rollout_and_keeps_the_node_cordoned() -> None:
     again = rollout.plan(SPEC, fleet_of(12, n00=failed), NOW)
     assert again.stopped_by == ("n00", "ipvs-loaded")
     assert steps(again, Step.CORDON) == []
+
+
+def test_a_driver_label_not_yet_relabelled_waits_then_fails_at_the_timeout() -> None:
+    mark = change.NodeMark("drv-580", change.Phase.APPLYING, 0, NOW, "boot-1", gpus=8,
+                           was="580.126.09|6.8.0-45-generic")
+    stale_node = node("n00", cordoned=True, boot="boot-2", **{keys.CHANGE: mark.encode()})
+    stale = dataclasses.replace(applied(driver="580.126.09"), node=stale_node)
+    wait = rollout.plan(SPEC, fleet_of(12, n00=stale), NOW).action_for("n00")
+    assert wait is not None
+    assert wait.step is Step.WAIT
+    assert "still the old driver-version" in wait.reason
+    late = rollout.plan(SPEC, fleet_of(12, n00=stale), NOW + timedelta(hours=3))
+    assert late.stopped_by == ("n00", "driver-version")
 
 
 def test_a_wrong_version_fails_with_the_version_named() -> None:
@@ -235,6 +323,23 @@ def test_a_change_spec_is_checked_when_read() -> None:
         change.parse_spec("drv", "waves: [1]\n")
     with pytest.raises(InputError, match="pause"):
         change.parse_spec("drv", "driver: x\n", control="stop")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("driver: '580.159.03'\nmethod: job\n", "names its job_template"),
+    ("driver: '580.159.03'\njob_template: host-apt\n", "names its job_template"),
+    ("driver: '580; curl x|sh'\nmethod: job\njob_template: host-apt\n", "not a package version"),
+    ("driver: '580'\nmethod: job\njob_template: '../x'\n", "job_template"),
+    ("driver: '580'\nburn_in: stress\n", "burn_in"),
+])
+def test_a_job_change_names_an_admins_template_and_passes_only_plain_versions(
+    text: str, why: str,
+) -> None:
+    with pytest.raises(InputError, match=why):
+        change.parse_spec("drv", text)
+    ok = change.parse_spec("drv", "driver: '580.159.03'\nmethod: job\njob_template: host-apt\n"
+                           "burn_in: none\n")
+    assert (ok.method, ok.job_template, ok.burn_in) == (change.Method.JOB, "host-apt", None)
 
 
 def test_a_change_cordon_is_its_own_lifecycle_state() -> None:

@@ -21,6 +21,7 @@ NAMESPACE_ATTRIBUTES = {
     "pod_namespace": CLUSTER,  # the evicted pod's own namespace: any
     "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
     "workload_namespace": CLUSTER,  # Events on workloads, in their own namespace
+    "_templates_namespace": "kube-system",  # the admin's Job templates (changes.jobTemplates)
 }
 CLUSTER_SCOPED = {"Node", "DeviceTaintRule", "ResourceSlice"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
@@ -184,6 +185,9 @@ def test_the_chart_grants_exactly_what_the_controllers_code_calls() -> None:
         f"granted but never called: {sorted(granted(opted_in()) - uses)}; "
         f"called but not granted: {sorted(uses - granted(opted_in()))}"
     )
+    opted = chart.defaults()
+    opted["changes"] = {**opted["changes"], "drainWindow": True}
+    assert granted(opted) == uses  # the drain window's eviction, once the values opt in
 
 
 def test_an_opt_in_call_is_granted_only_when_its_setting_is_on() -> None:

@@ -30,6 +30,7 @@ from lightkube.resources.core_v1 import Pod
 from gpuguard.actuators import api_errors
 from gpuguard.errors import ConflictError, SourceError
 from gpuguard.model import annotation_keys
+from gpuguard.model import change as change_model
 from gpuguard.model import jobs as job_model
 from gpuguard.model import restore as restore_model
 
@@ -54,6 +55,7 @@ class JobKind(StrEnum):
     EVIDENCE = "evidence"
     BURNIN = "burnin"
     GPU_ISOLATION = "gpu-isolation"
+    CHANGE = "change"
 
 
 def job_name(kind: JobKind, node: str, isolated_at: str) -> str:
@@ -187,6 +189,90 @@ def burnin_job(
         **({annotation_keys.RESET_DONE: reset_done} if reset_done else {}),
     }
     job["spec"]["activeDeadlineSeconds"] = BURNIN_DEADLINE_S
+    return job
+
+
+def change_burnin_name(node: str, change: str, boot_id: str, mode: str) -> str:
+    """The burn-in Job after change ``change`` on the node's boot ``boot_id``."""
+    key = restore_model.burnin_key(_change_key(change), boot_id, mode)
+    return job_name(JobKind.BURNIN, node, key)
+
+
+def change_burnin_job(
+    node: str,
+    change: str,
+    boot_id: str,
+    *,
+    gpus: int,
+    mode: str,
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = None,
+) -> dict[str, Any]:
+    """The burn-in after a declared change (docs/change-management.md): the same Job as after
+    a repair, so the same admission rules admit it, named by the change and the boot it tests
+    (a failed one is not run again on that boot); annotated with the change, not an
+    isolation."""
+    job = burnin_job(node, _change_key(change), boot_id, gpus=gpus, mode=mode, image=image,
+                     namespace=namespace, runtime_class=runtime_class)
+    job["metadata"]["annotations"] = {annotation_keys.CHANGE: change,
+                                      annotation_keys.BOOT_ID: boot_id}
+    return job
+
+
+def _change_key(change: str) -> str:
+    return f"change/{change}"
+
+
+CHANGE_SERVICE_ACCOUNT = "gpuguard-change"
+"""The change Job's account: no RBAC, no token; its own admission policy
+(``gpuguard-change-jobs``) admits only the admin's templates for it."""
+
+
+def change_job_name(node: str, change: str, boot_id: str) -> str:
+    """The change's Job on the node, for the boot it was requested on."""
+    return job_name(JobKind.CHANGE, node, f"{_change_key(change)}/{boot_id}")
+
+
+def change_job(
+    node: str,
+    change: str,
+    boot_id: str,
+    template: change_model.JobTemplate,
+    *,
+    env: dict[str, str],
+    deadline_s: int,
+    namespace: str = "gpuguard",
+) -> dict[str, Any]:
+    """A declared change's Job (method job, docs/change-management.md): the admin's approved
+    template — its image running ``/bin/sh -c SCRIPT``, privileged (with the host's PID
+    namespace) only when the template says so — pinned to the node, with the change's name
+    and versions in ``env`` (``GPUGUARD_CHANGE``, ``GPUGUARD_DRIVER``, ``GPUGUARD_KERNEL``).
+    Everything else is gpuguard's fixed shape; the admission policy checks both."""
+    privileged = template.privileged
+    security: dict[str, Any] = {"privileged": privileged, "allowPrivilegeEscalation": privileged}
+    if not privileged:
+        security["capabilities"] = {"drop": ["ALL"]}
+    container = {
+        "name": "change",
+        "image": template.image,
+        "command": ["/bin/sh", "-c", template.script],
+        "env": _env(env),
+        "securityContext": security,
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    job = _job(JobKind.CHANGE, node, f"{_change_key(change)}/{boot_id}", namespace, container,
+               [], None)
+    pod = job["spec"]["template"]["spec"]
+    pod["serviceAccountName"] = CHANGE_SERVICE_ACCOUNT
+    pod["hostPID"] = privileged
+    for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
+        labels[change_model.TEMPLATE_LABEL] = template.name
+    job["metadata"]["annotations"] = {annotation_keys.CHANGE: change,
+                                      annotation_keys.BOOT_ID: boot_id}
+    job["spec"]["activeDeadlineSeconds"] = deadline_s
     return job
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuguard.actuators import change_control
+from gpuguard.actuators import change_control, jobs
 from gpuguard.cli import guard, output
 from gpuguard.controller import change as change_step
 from gpuguard.controller import wiring
@@ -162,8 +162,10 @@ def _preview(name: str, config: Any, kubeconfig: Any, kube_server: Any,
         reader = kubernetes.KubernetesReader(client)
         source = changes.ChangeReader(client, settings.controller.namespace)
         snapshot = fleet.FleetSnapshot(taken_at=now, nodes=reader.nodes(), pods=reader.pods())
-        step = change_step.Changes(source=source, writer=_NoWrites(), checks=checks,
-                                   kured=changes.KuredLock(client))
+        step = change_step.Changes(  # the burn-in Jobs are read, never created (no writes)
+            source=source, writer=_NoWrites(), checks=checks,
+            jobs=jobs.Jobs(client, settings.controller.namespace),
+            image=settings.controller.image, kured=changes.KuredLock(client))
         try:
             outcomes = step.run(snapshot, now, may_write=lambda: False)
         finally:

@@ -3,24 +3,32 @@
 
 Facts: the tick's snapshot (nodes, GPU pods, the kernel from ``nodeInfo``, the driver from
 gpu-feature-discovery's label), the agent's conformance statuses (the same
-``gpuguard_check_status`` series the return checks read) and kured's lock. Writes: one merge
-patch per node, conditional on its ``resourceVersion`` (a 409 leaves the node for the next
-tick), re-checked against leadership and skipped in dry-run; an Event for each. Nothing is
-stored but the nodes' ``gpuguard.io/change`` marks: a restarted controller or a new leader
-plans the same rollout from the cluster alone.
+``gpuguard_check_status`` series the return checks read), kured's lock and, for a node in its
+burn-in, the burn-in Job (the one the return to pool runs, ``actuators.jobs.burnin_job``,
+named by the change and the boot it tests); for a change applied by a Job (method job), that
+Job (built from the cluster admin's approved template, ``actuators.jobs.change_job``): its
+success is the change applied, its failure stops the rollout. Writes: those Jobs
+(create-if-absent), one merge patch per node, conditional on its ``resourceVersion`` (a 409
+leaves the node for the next tick), re-checked against leadership and skipped in dry-run; an
+Event for each. Nothing is stored but the nodes' ``gpuguard.io/change`` marks: a restarted
+controller or a new leader plans the same rollout from the cluster alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuguard.errors import ConflictError, GpuguardError
+from gpuguard.actuators import jobs as job_specs
+from gpuguard.controller import restore as restore_step
+from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, decisions, fleet, ports
+from gpuguard.model import jobs as job_model
 from gpuguard.policy import rollout, xid_signals
 from gpuguard.sources import changes as change_source
 from gpuguard.sources import return_facts
@@ -55,15 +63,37 @@ class Outcome:
     error: str | None = None
 
 
+class TemplateSource(Protocol):
+    def templates(self) -> dict[str, str]: ...
+
+
+class EvictionPort(Protocol):
+    def evict(self, pod_namespace: str, name: str) -> bool: ...
+
+
+class JobsPort(Protocol):
+    def create(self, manifest: dict[str, Any]) -> bool: ...
+
+    def result(self, name: str) -> job_model.JobResult: ...
+
+
 @dataclass
 class Changes:
-    """The rollout step's ports."""
+    """The rollout step's ports; ``jobs``, ``image``, ``namespace`` and ``runtime_class``:
+    where and how the burn-in Job runs (as for the return to pool); ``templates``: the admin's
+    change Job templates (method job)."""
 
     source: ChangeSource
     writer: ChangeWriter
     checks: ports.MetricsSource
+    jobs: JobsPort
+    image: str
     kured: LockSource | None = None
     notifier: ports.Notifier | None = None  # a stopped rollout is told to people
+    namespace: str = "gpuguard"
+    runtime_class: str | None = None
+    templates: TemplateSource | None = None
+    evictions: EvictionPort | None = None  # a change's opt-in drain window
 
     def run(
         self,
@@ -86,9 +116,11 @@ class Changes:
             except GpuguardError as e:
                 out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
                 continue
-            plan = rollout.plan(item.spec, node_facts(snapshot, samples), now,
-                                kured_holder=holder)
-            out.append(Outcome(item.name, plan, self._apply(snapshot, plan, now, may_write)))
+            facts = self._burn_ins(item.spec, node_facts(snapshot, samples), now)
+            facts = self._change_jobs(item.spec, facts)
+            plan = rollout.plan(item.spec, facts, now, kured_holder=holder)
+            out.append(Outcome(item.name, plan,
+                               self._apply(snapshot, item.spec, plan, now, may_write)))
         return out
 
     def _samples(self, now: datetime) -> tuple[fleet.MetricSample, ...]:
@@ -99,6 +131,114 @@ class Changes:
             log.warning("change rollout: conformance unreadable, nothing verified: %s", e)
             return ()
 
+    def _burn_ins(self, spec: change.ChangeSpec, facts: list[rollout.NodeFacts],
+                  now: datetime) -> list[rollout.NodeFacts]:
+        """Each node in this change's burn-in with its burn-in Job's result (unreadable:
+        None, and the policy waits)."""
+        out = []
+        for f in facts:
+            mark = _mark(f.node)
+            if (spec.burn_in is not None and mark is not None and mark.change == spec.name
+                    and mark.phase is change.Phase.BURN_IN):
+                name = job_specs.change_burnin_name(f.node.name, spec.name, mark.boot,
+                                                    str(spec.burn_in))
+                try:
+                    job = self.jobs.result(name)
+                except GpuguardError as e:
+                    log.warning("%s: burn-in Job %s unreadable: %s", f.node.name, name, e)
+                    job = job_model.JobResult(job_model.JobState.RUNNING)
+                result = restore_step.burn_in_result(job, spec.burn_in, mark.boot, now)
+                out.append(dataclasses.replace(f, burn_in=result))
+                continue
+            out.append(f)
+        return out
+
+    def _change_jobs(self, spec: change.ChangeSpec,
+                     facts: list[rollout.NodeFacts]) -> list[rollout.NodeFacts]:
+        """Method job: each node whose change was requested with its Job's outcome (succeeded:
+        applied; failed: the rollout stops; unreadable: not applied yet)."""
+        if spec.method is not change.Method.JOB:
+            return facts
+        out = []
+        for f in facts:
+            mark = _mark(f.node)
+            if mark is None or mark.change != spec.name or mark.phase is not change.Phase.APPLYING:
+                out.append(f)
+                continue
+            name = job_specs.change_job_name(f.node.name, spec.name, mark.boot)
+            try:
+                job = self.jobs.result(name)
+            except GpuguardError as e:
+                log.warning("%s: change Job %s unreadable: %s", f.node.name, name, e)
+                job = job_model.JobResult(job_model.JobState.RUNNING)
+            failed = (f"Job {name} {job.detail or 'failed'}" if job.state is
+                      job_model.JobState.FAILED else None)
+            out.append(dataclasses.replace(f, applied=job.state is job_model.JobState.SUCCEEDED,
+                                           apply_failed=failed))
+        return out
+
+    def _start_change_job(self, node: fleet.Node, spec: change.ChangeSpec,
+                          action: rollout.NodeAction) -> None:
+        """The change's Job from the admin's template, for the boot it is requested on."""
+        if not action.change_job or spec.job_template is None:
+            return
+        try:
+            template = change.job_template(
+                self.templates.templates() if self.templates else {}, spec.job_template)
+            env = {"GPUGUARD_CHANGE": spec.name, "GPUGUARD_DRIVER": spec.driver or "",
+                   "GPUGUARD_KERNEL": spec.kernel or ""}
+            mark = _mark(node)  # applying: the boot it was requested on; else this one
+            boot = (mark.boot if mark is not None and mark.phase is change.Phase.APPLYING
+                    else node.boot_id)
+            manifest = job_specs.change_job(
+                node.name, spec.name, boot, template,
+                env={k: v for k, v in env.items() if v}, namespace=self.namespace,
+                deadline_s=int(spec.apply_timeout.total_seconds()))
+            if self.jobs.create(manifest):
+                log.info("%s: change %s: Job %s created from template %s", node.name,
+                         spec.name, manifest["metadata"]["name"], template.name)
+        except GpuguardError as e:
+            log.warning("%s: change %s: its Job not created (next tick retries): %s",
+                        node.name, spec.name, e)
+
+    def _drain(self, snapshot: fleet.FleetSnapshot, name: str, node: str) -> str:
+        """Evict the node's running GPU pods (the drain window passed); what became of them."""
+        if self.evictions is None:
+            return "no eviction port: waits"
+        pods = [p for p in snapshot.pods if p.node == node and p.gpu_request > 0
+                and p.phase is fleet.PodPhase.RUNNING]
+        refused = []
+        for pod in pods:
+            try:
+                if not self.evictions.evict(pod.namespace, pod.name):
+                    refused.append(pod.name)
+            except GpuguardError as e:
+                log.warning("%s: change %s: evicting %s/%s failed: %s", node, name,
+                            pod.namespace, pod.name, e)
+                refused.append(pod.name)
+        log.info("%s: change %s: drain window passed: %d GPU pod(s) evicted, %d refused",
+                 node, name, len(pods) - len(refused), len(refused))
+        return f"evicted {len(pods) - len(refused)}" + (
+            f", refused (PodDisruptionBudget or error): {', '.join(refused)}" if refused else "")
+
+    def _start_burn_in(self, node: fleet.Node, plan: rollout.Plan,
+                       action: rollout.NodeAction) -> None:
+        """The burn-in Job for the boot the node is verified on (create-if-absent)."""
+        if action.burn_in is None:
+            return
+        manifest = job_specs.change_burnin_job(
+            node.name, plan.change, node.boot_id, gpus=node.gpu_capacity,
+            mode=str(action.burn_in), image=self.image, namespace=self.namespace,
+            runtime_class=self.runtime_class,
+        )  # fmt: skip
+        try:
+            if self.jobs.create(manifest):
+                log.info("%s: change %s: burn-in Job %s created", node.name, plan.change,
+                         manifest["metadata"]["name"])
+        except GpuguardError as e:
+            log.warning("%s: change %s: burn-in Job not created (next tick retries): %s",
+                        node.name, plan.change, e)
+
     def _kured(self, spec: change.ChangeSpec, now: datetime) -> str | None:
         if self.kured is None or spec.kured is None:
             return None
@@ -107,6 +247,7 @@ class Changes:
     def _apply(
         self,
         snapshot: fleet.FleetSnapshot,
+        spec: change.ChangeSpec,
         plan: rollout.Plan,
         now: datetime,
         may_write: Callable[[], bool],
@@ -114,10 +255,18 @@ class Changes:
         done: dict[str, str] = {}
         for action in plan.actions:
             node = snapshot.node(action.node)
-            if action.step not in rollout.WRITES or node is None:
+            acts = action.burn_in is not None or action.change_job or action.evict
+            if (action.step not in rollout.WRITES and not acts) or node is None:
                 continue
             if not may_write():
                 done[action.node] = "dry-run"
+                continue
+            if action.evict:
+                done[action.node] = self._drain(snapshot, plan.change, action.node)
+                continue
+            self._start_burn_in(node, plan, action)
+            self._start_change_job(node, spec, action)
+            if action.step not in rollout.WRITES:
                 continue
             try:
                 self.writer.set_schedulable(node, dict(action.annotations), action.cordon)
@@ -192,6 +341,13 @@ def node_facts(
         )
         for n in snapshot.nodes
     ]
+
+
+def _mark(node: fleet.Node) -> change.NodeMark | None:
+    try:
+        return change.read_mark(node)
+    except InputError:
+        return None  # the policy reports it and skips the node
 
 
 def _applied(node: fleet.Node) -> bool:

@@ -104,6 +104,18 @@ class GuardMetrics:
             _counter_base(names.RETURNED_TOTAL), "Nodes returned to the pool after a burn-in.",
             ["node"], registry=r,
         )
+        self.change_nodes = Gauge(
+            names.CHANGE_NODES,
+            "Nodes of each declared change's pool by phase (pending: not taken yet).",
+            ["change", "phase"],
+            registry=r,
+        )
+        self.change_stopped = Gauge(
+            names.CHANGE_STOPPED,
+            "1 per stopped change rollout, with the node and the check that stopped it.",
+            ["change", "node", "check"],
+            registry=r,
+        )
         self.return_checks = Gauge(
             names.RETURN_CHECK_STATUS,
             "1 for each return condition's current status, per isolated node.",
@@ -148,6 +160,7 @@ class GuardMetrics:
         self._observe_isolated(result)
         self._observe_gpus(result)
         self._observe_returns(result)
+        self._observe_changes(result)
 
     def _observe_fleet_health(self, result: tick.TickResult) -> None:
         health = result.fleet_health
@@ -221,6 +234,8 @@ class GuardMetrics:
             self.gang_gpu_hours,
             self.fleet_findings,
             self.persistently_unhealthy,
+            self.change_nodes,
+            self.change_stopped,
         ):
             labelled.clear()
 
@@ -243,6 +258,19 @@ class GuardMetrics:
                 self.return_checks.labels(decision.node, str(check.name), str(check.status)).set(1)
             if outcome.returned:
                 self.returned.labels(decision.node).inc()
+
+    def _observe_changes(self, result: tick.TickResult) -> None:
+        """Each rollout's nodes per phase, and where a stopped one stopped (an alert's cue)."""
+        self.change_nodes.clear()
+        self.change_stopped.clear()
+        for outcome in result.changes:
+            if outcome.plan is None:
+                continue
+            for phase, count in outcome.plan.nodes.items():
+                self.change_nodes.labels(outcome.name, phase).set(count)
+            if outcome.plan.stopped_by is not None:
+                node, check = outcome.plan.stopped_by
+                self.change_stopped.labels(outcome.name, node, check).set(1)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,7 +13,16 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import dra, eviction, jobs, ledger, nodes, notify, workload_events
+from gpuguard.actuators import (
+    dra,
+    eviction,
+    evictions,
+    jobs,
+    ledger,
+    nodes,
+    notify,
+    workload_events,
+)
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
@@ -164,8 +173,14 @@ def build_guard(
                 source=changes.ChangeReader(client, c.namespace),
                 writer=writer,
                 checks=read(changes.ConformancePlan()),
+                jobs=jobs.Jobs(client, c.namespace),
+                image=c.image,
                 kured=changes.KuredLock(client),
                 notifier=notifier,
+                namespace=c.namespace,
+                runtime_class=c.job_runtime_class,
+                templates=changes.JobTemplates(client, c.change_templates),
+                evictions=evictions.Evictions(client),
             ),
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=gang_pods.GangPodReader(client),

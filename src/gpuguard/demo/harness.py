@@ -178,7 +178,12 @@ def _play(
                 source=changes.ChangeReader(client, namespace),
                 writer=writer,
                 checks=host_checks.HostChecks(played, hosts),
+                jobs=jobs.Jobs(client, namespace),
+                image=settings.controller.image,
                 kured=changes.KuredLock(client),
+                namespace=namespace,
+                runtime_class=settings.controller.job_runtime_class,
+                templates=changes.JobTemplates(client, settings.controller.change_templates),
             ),
             # the gang check with its Events on the owners, over HTTP like the real guard; the
             # interconnect and topology checks run once at the end (demo.findings), not per tick

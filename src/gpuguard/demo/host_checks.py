@@ -17,7 +17,7 @@ from gpuguard.agent.checks import running
 from gpuguard.agent.checks import settings as check_settings
 from gpuguard.demo import agents, job_commands
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import fleet
+from gpuguard.model import change, fleet
 from gpuguard.model import metric_names as names
 from gpuguard.sim import state, world
 
@@ -41,8 +41,11 @@ class HostChecks:
         return tuple(out)
 
     def _in_a_change(self, name: str) -> bool:
+        """Applying or burning in: requested of a tool, or of a Job (``gpuguard.io/change``)."""
         annotations = self.played.store.get("Node", "", name)["metadata"].get("annotations")
-        return keys.CHANGE_REQUESTED in (annotations or {})
+        mark = (annotations or {}).get(keys.CHANGE, "")
+        return keys.CHANGE_REQUESTED in (annotations or {}) or any(
+            f'"phase":"{phase}"' in mark for phase in (change.Phase.APPLYING, change.Phase.BURN_IN))
 
     def _statuses(self, node: state.SimNode) -> list[tuple[str, str]]:
         key = (node.boot_id, node.driver_library, node.kernel_release, node.ipvs_persisted,

@@ -22,7 +22,7 @@ from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
 from gpuguard.policy import burnin
-from gpuguard.sim import state, world
+from gpuguard.sim import change_tool, state, world
 
 
 class NoHostPrograms:
@@ -137,6 +137,8 @@ def runner(
         if argv[:2] == ["gpuguard", "burnin"]:
             code, summary = _burnin(node, argv)
             return code, termination_message(argv, summary)
+        if argv[:2] == ["/bin/sh", "-c"]:  # a change's Job: the admin's template's script
+            return change_tool.run_job(played, node)
         return 2, f"the simulated node cannot run {' '.join(argv[:2])!r}"
 
     return run

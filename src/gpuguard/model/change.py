@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, durations, fleet, timestamps
+from gpuguard.model import restore as restore_model
 
 CONFIGMAP_LABEL = annotation_keys.PREFIX + "change"
 """On a ConfigMap in gpuguard's namespace: it declares a change (its value: the change's name)."""
@@ -37,6 +38,35 @@ DRIVER_LABELS = ("nvidia.com/cuda.driver-version.full",)
 GFD_DRIVER_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor",
                     "nvidia.com/cuda.driver.rev")  # older gpu-feature-discovery releases
 _PERCENT = re.compile(r"^(100|[1-9][0-9]?)%$")
+_TEMPLATE_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+JOB_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+:~_-]{0,63}$")
+"""What a change may pass to its Job's environment (a package version, the change's name): no
+shell metacharacters, whatever the template's script does with it (the admission policy
+``gpuguard-change-jobs`` checks the same pattern)."""
+TEMPLATE_LABEL = annotation_keys.PREFIX + "change-template"
+"""On a change Job and its pod: the admin's template it was built from."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """A Job template the cluster admin approved for changes (docs/change-management.md): keys
+    ``NAME.image``, ``NAME.script`` and optionally ``NAME.privileged`` (``"true"``: a privileged
+    container in the host's PID namespace, to nsenter into the host) of the admin's ConfigMap,
+    which the ``gpuguard-change-jobs`` admission policy reads too."""
+
+    name: str
+    image: str
+    script: str
+    privileged: bool = False
+
+
+def job_template(data: Mapping[str, str], name: str) -> JobTemplate:
+    """Template ``name`` of the admin's ConfigMap data; InputError when it is not there."""
+    image, script = data.get(f"{name}.image"), data.get(f"{name}.script")
+    if not image or not script:
+        raise InputError(f"job template {name}: no {name}.image and {name}.script in the "
+                         "admin's template ConfigMap (docs/change-management.md)")
+    return JobTemplate(name, image, script, data.get(f"{name}.privileged") == "true")
 
 
 class Control(StrEnum):
@@ -59,6 +89,7 @@ class Phase(StrEnum):
 
     CORDONED = "cordoned"  # out of service for the change, waiting for its GPU pods to end
     APPLYING = "applying"  # the change was requested; waiting for it, the reboot, the checks
+    BURN_IN = "burn-in"  # verified; the burn-in Job runs on the boot it verified
     DONE = "done"  # verified and returned to service
     FAILED = "failed"  # a check failed: stays cordoned, the rollout stops
 
@@ -97,7 +128,10 @@ class _Spec(pydantic.BaseModel):
     apply_timeout: str = "2h"
     verify_timeout: str = "30m"
     kured: str | None = "kube-system/kured"
-    job_template: dict[str, Any] | None = None
+    burn_in: restore_model.BurnInMode | Literal["none"] = restore_model.BurnInMode.MATMUL
+    burn_in_timeout: str = "2h"
+    drain_after: str | None = None
+    job_template: Annotated[str, pydantic.Field(pattern=_TEMPLATE_NAME)] | None = None
 
     @pydantic.field_validator("waves")
     @classmethod
@@ -115,7 +149,8 @@ class ChangeSpec:
     """A change as declared. ``checks``: the conformance checks that must PASS after the
     change (None: every check the node's agent reports); ``check`` adds the expected-state
     check of an arbitrary change. ``min_available``: the share of the pool's nodes that must
-    stay schedulable (the pool's free-capacity floor)."""
+    stay schedulable (the pool's free-capacity floor). ``burn_in``: the burn-in's mode after
+    the checks pass (the Job the return to pool runs; None: no burn-in, e.g. a taint)."""
 
     name: str
     driver: str | None = None
@@ -132,7 +167,10 @@ class ChangeSpec:
     apply_timeout: timedelta = timedelta(hours=2)
     verify_timeout: timedelta = timedelta(minutes=30)
     kured: tuple[str, str] | None = ("kube-system", "kured")
-    job_template: Mapping[str, Any] | None = None
+    burn_in: restore_model.BurnInMode | None = restore_model.BurnInMode.MATMUL
+    burn_in_timeout: timedelta = timedelta(hours=2)
+    drain_after: timedelta | None = None  # opt-in: evict its GPU pods after this long cordoned
+    job_template: str | None = None  # method job: the admin's approved template's name
     control: Control = Control.RUN
 
     def selects(self, node: fleet.Node) -> bool:
@@ -153,9 +191,13 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         raise InputError(f"{where}: {key}: {first['msg']}") from e
     if not (spec.driver or spec.kernel or spec.check):
         raise InputError(f"{where}: declare a driver, a kernel or an expected-state check")
-    if spec.method is Method.JOB:
-        raise InputError(f"{where}: method job is not implemented yet: use external "
+    if (spec.method is Method.JOB) != (spec.job_template is not None):
+        raise InputError(f"{where}: method job names its job_template, and only it does "
                          "(docs/change-management.md#how-a-node-is-changed)")
+    for what, version in (("driver", spec.driver), ("kernel", spec.kernel)):
+        if spec.method is Method.JOB and version and not JOB_VALUE.match(version):
+            raise InputError(f"{where}: {what}: {version!r} is not a package version (letters, "
+                             "digits and . + : ~ _ - only): it is passed to the change's Job")
     return ChangeSpec(
         name=name, driver=spec.driver, kernel=spec.kernel, check=spec.check,
         checks=tuple(spec.checks) if spec.checks is not None else None,
@@ -166,7 +208,13 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         apply_timeout=durations.parse_duration(spec.apply_timeout, what=f"{where}: apply_timeout"),
         verify_timeout=durations.parse_duration(spec.verify_timeout,
                                                 what=f"{where}: verify_timeout"),
-        kured=_kured(spec.kured, where), job_template=spec.job_template,
+        kured=_kured(spec.kured, where),
+        burn_in=None if spec.burn_in == "none" else restore_model.BurnInMode(spec.burn_in),
+        burn_in_timeout=durations.parse_duration(spec.burn_in_timeout,
+                                                 what=f"{where}: burn_in_timeout"),
+        drain_after=None if spec.drain_after is None else durations.parse_duration(
+            spec.drain_after, what=f"{where}: drain_after"),
+        job_template=spec.job_template,
         control=parse_control(control, name),
     )  # fmt: skip
 
@@ -201,6 +249,7 @@ class NodeMark:
     check: str | None = None  # the check that failed
     detail: str = ""
     gpus: int = 0  # GPU capacity when it was taken (0: unknown): all must come back
+    was: str = ""  # "DRIVER|KERNEL" it ran when the change was requested (a stale label)
 
     def encode(self) -> str:
         body: dict[str, Any] = {"change": self.change, "phase": str(self.phase),
@@ -213,6 +262,8 @@ class NodeMark:
             body["detail"] = self.detail[:300]
         if self.gpus:
             body["gpus"] = self.gpus
+        if self.was:
+            body["was"] = self.was
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -230,7 +281,7 @@ def read_mark(node: fleet.Node) -> NodeMark | None:
         return NodeMark(change=str(raw["change"]), phase=Phase(raw["phase"]),
                         wave=int(raw["wave"]), since=since, boot=str(raw.get("boot", "")),
                         check=raw.get("check"), detail=str(raw.get("detail", "")),
-                        gpus=int(raw.get("gpus", 0)))
+                        gpus=int(raw.get("gpus", 0)), was=str(raw.get("was", "")))
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(
             f"node {node.name}: annotation {annotation_keys.CHANGE}: unreadable ({e})"

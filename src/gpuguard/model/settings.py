@@ -187,6 +187,13 @@ class ControllerSettings(_Section):
         "toolkit's RuntimeClass (the GPU Operator creates `nvidia`); null where the toolkit is "
         "the node's default runtime. The admission policy admits exactly this value.",
     )
+    change_templates: str = Field(
+        default="kube-system/gpuguard-change-templates",
+        pattern=r"^[a-z0-9-]+/[a-z0-9.-]+$",
+        description="NAMESPACE/NAME of the cluster admin's ConfigMap of approved change Job "
+        "templates (method job, docs/change-management.md); the admission policy "
+        "gpuguard-change-jobs reads the same one (the Helm chart sets both).",
+    )
     recovery: bool = Field(
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",

@@ -11,13 +11,17 @@ The rules:
   first; a wave's size is a node count or a cumulative share of the pool (``"25%"``);
 - a node is taken only when it is schedulable (a cordon by a person, another tool or a
   gpuguard fault isolation is skipped and reported — never touched), holds no GPU pod (never
-  evict training), fewer than ``max_unavailable`` nodes are out for the change and the pool
-  keeps ``min_available`` of its nodes schedulable;
+  evict training; with the opt-in ``drain_after`` a busy node is taken too, idle ones first,
+  and its GPU pods are evicted through the Eviction API once it waited that long), fewer
+  than ``max_unavailable`` nodes are out for the change and the pool keeps
+  ``min_available`` of its nodes schedulable;
 - it is cordoned first and the change requested only once its GPU pods ended (a pod that
   landed before the cordon runs to its end);
 - after the change the node must have rebooted (when the change needs it), be Ready, run the
-  declared driver and kernel, and every required check must PASS; a FAIL (or a wrong
-  version, or a timeout) stops the rollout and keeps the node cordoned with the check named;
+  declared driver and kernel, and every required check must PASS; then the burn-in (the
+  Job the return to pool runs, on the boot just verified) must pass; a FAIL (or a wrong
+  version, a failed burn-in, or a timeout) stops the rollout and keeps the node cordoned
+  with the check named;
 - nothing new starts while kured holds its reboot lock: two tools never reboot at once;
 - ``pause`` starts nothing new; ``abort`` also returns the nodes not yet changed.
 
@@ -36,6 +40,7 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change as model
 from gpuguard.model import decisions, fleet
+from gpuguard.model import restore as restore_model
 
 Phase = model.Phase
 Status = decisions.CheckStatus
@@ -46,6 +51,7 @@ class Step(StrEnum):
 
     CORDON = "cordon-for-change"
     APPLY = "apply"
+    BURN_IN = "burn-in"
     UNCORDON = "uncordon"
     FAIL = "stop-rollout"
     RELEASE = "release"
@@ -54,13 +60,16 @@ class Step(StrEnum):
     NONE = "none"
 
 
-WRITES = frozenset({Step.CORDON, Step.APPLY, Step.UNCORDON, Step.FAIL, Step.RELEASE})
+WRITES = frozenset({Step.CORDON, Step.APPLY, Step.BURN_IN, Step.UNCORDON, Step.FAIL,
+                    Step.RELEASE})
+LIVE = (Phase.CORDONED, Phase.APPLYING, Phase.BURN_IN)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     """One node as the rollout reads it. ``checks``: the agent's statuses (empty: none
-    reported); ``applied``: the change's tool reported it done (its mark, or its Job)."""
+    reported); ``applied``: the change's tool reported it done (its mark, or its Job);
+    ``burn_in``: the burn-in Job of the boot the node's mark names (None: none exists)."""
 
     node: fleet.Node
     gpu_pods: int = 0
@@ -69,12 +78,15 @@ class NodeFacts:
     driver: str | None = None
     applied: bool = False
     apply_failed: str | None = None
+    burn_in: restore_model.BurnInResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NodeAction:
     """One node's step: the annotations to write (None removes), the cordon to set (None:
-    leave), the reason and the evidence."""
+    leave), the reason and the evidence; ``burn_in``: the burn-in Job to create if absent
+    (its mode; on the boot in the node's mark); ``change_job``: the change's Job (method
+    job) to create if absent."""
 
     node: str
     step: Step
@@ -84,6 +96,9 @@ class NodeAction:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     cordon: bool | None = None
     check: str | None = None
+    burn_in: restore_model.BurnInMode | None = None
+    change_job: bool = False
+    evict: bool = False  # evict the node's GPU pods (Eviction API: PodDisruptionBudgets decide)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +118,7 @@ class Plan:
     pool: int
     out: int  # nodes out of service for this change after this plan's writes
     stopped_by: tuple[str, str] | None = None  # (node, check)
+    nodes: Mapping[str, int] = field(default_factory=dict)  # pool nodes per phase, "pending"
 
     def action_for(self, node: str) -> NodeAction | None:
         return next((a for a in self.actions if a.node == node), None)
@@ -144,7 +160,7 @@ def plan(
                                                        if any(f.node.name == c for f in pool)]))
     for f in pool:
         mark = marks.get(f.node.name)
-        if mark is not None and mark.phase in (Phase.CORDONED, Phase.APPLYING):
+        if mark is not None and mark.phase in LIVE:
             actions.append(_advance(spec, f, mark, now, kured_holder))
     failed = _failed(marks, actions)
     stopping = failed is not None or spec.control is model.Control.ABORT
@@ -153,9 +169,11 @@ def plan(
     elif spec.control is model.Control.RUN:
         actions += _start(spec, pool, marks, actions, targets, now, kured_holder)
     out = _out_after(pool, marks, actions)
-    waves = _waves(targets, marks, actions)
+    phases = _phases(marks, actions)
+    waves = _waves(targets, phases, {n: m.wave for n, m in marks.items()}, actions)
+    counts = {str(p): sum(1 for q in phases.values() if q is p) for p in Phase}
     return Plan(spec.name, _state(spec, failed, pool, marks, actions), waves, tuple(actions),
-                len(pool), out, failed)
+                len(pool), out, failed, {**counts, "pending": len(pool) - len(phases)})
 
 
 def _marks(
@@ -192,18 +210,37 @@ def _advance(
     name = f.node.name
     if mark.phase is Phase.CORDONED:
         if f.gpu_pods:
-            return NodeAction(name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: waiting "
-                              "for them to end (gpuguard never evicts)", wave=mark.wave)
+            return _busy(spec, f, mark, now)
         if kured_holder is not None and spec.reboot:
             return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
                               wave=mark.wave)
         applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id,
-                                  gpus=mark.gpus)
+                                  gpus=mark.gpus, was=f"{f.driver or ''}|{f.kernel or ''}")
         request = {keys.CHANGE_REQUESTED: spec.name} if spec.method is model.Method.EXTERNAL else {}
         return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
                           (f"boot {f.node.boot_id[:8]}",), mark.wave,
-                          {keys.CHANGE: applying.encode(), **request})
+                          {keys.CHANGE: applying.encode(), **request},
+                          change_job=spec.method is model.Method.JOB)
+    if mark.phase is Phase.BURN_IN:
+        return _burned_in(spec, f, mark, now)
     return _verify(spec, f, mark, now)
+
+
+def _busy(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
+          now: datetime) -> NodeAction:
+    """GPU pods still run on the cordoned node: wait for them to end, or, past the opt-in
+    drain window, evict them (a PodDisruptionBudget may refuse: then it waits on)."""
+    waited = now - mark.since
+    if spec.drain_after is None:
+        return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: "
+                          "waiting for them to end (no drain window: never evicted)",
+                          wave=mark.wave)
+    if waited < spec.drain_after:
+        return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running: "
+                          f"evicted after {spec.drain_after} cordoned", wave=mark.wave)
+    return NodeAction(f.node.name, Step.WAIT, f"{f.gpu_pods} GPU pod(s) still running after "
+                      f"{waited}: evicting them (PodDisruptionBudgets decide)", wave=mark.wave,
+                      evict=True)
 
 
 def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
@@ -218,11 +255,16 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                          f"not applied, rebooted and Ready after {waited}")
         what = ("the change to be applied" if not f.applied else
                 "the reboot" if spec.reboot and f.node.boot_id == mark.boot else "Ready")
-        return NodeAction(name, Step.WAIT, f"waiting for {what}", wave=mark.wave)
+        return NodeAction(name, Step.WAIT, f"waiting for {what}", wave=mark.wave,
+                          change_job=not f.applied and spec.method is model.Method.JOB)
+    before = dict(zip(("driver-version", "kernel-version"), mark.was.split("|"), strict=False))
+    stale = []  # still the version it ran before: gpu-feature-discovery has not relabelled yet
     for declared, seen, check in ((spec.driver, f.driver, "driver-version"),
                                   (spec.kernel, f.kernel, "kernel-version")):
         if declared is not None and seen is not None and not seen.startswith(declared):
-            return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
+            if seen != before.get(check):
+                return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
+            stale.append(check)
     required = _required(spec, f) | _gpus_back(f, mark)
     failing = sorted(c for c, s in required.items() if s is Status.FAIL)
     if failing:
@@ -230,18 +272,49 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
     pending = sorted(c for c, s in required.items() if s not in (Status.PASS, Status.FIXED))
     versions = [(d, s) for d, s in ((spec.driver, f.driver), (spec.kernel, f.kernel))
                 if d is not None and s is None]
-    if pending or versions or not required:
+    if stale or pending or versions or not required:
         if waited > spec.apply_timeout + spec.verify_timeout:
-            return _fail(spec, f, mark, now, pending[0] if pending else "conformance-unknown",
-                         "checks not reported as PASS in time")
+            return _fail(spec, f, mark, now, (stale or pending or ["conformance-unknown"])[0],
+                         "still the version it ran before the change" if stale
+                         else "checks not reported as PASS in time")
         return NodeAction(name, Step.WAIT, "waiting for the checks: " + (
-            ", ".join(pending) if pending else "versions not reported" if versions
-            else "no check reported"), wave=mark.wave)
-    done = model.NodeMark(spec.name, Phase.DONE, mark.wave, now, mark.boot)
+            "still the old " + ", ".join(stale) if stale else ", ".join(pending) if pending
+            else "versions not reported" if versions else "no check reported"), wave=mark.wave)
     evidence = tuple(f"{c}: PASS" for c in sorted(required)) + _versions(f)
-    return NodeAction(name, Step.UNCORDON, "changed, rebooted, every check PASS", evidence,
-                      mark.wave, {keys.CHANGE: done.encode(), keys.CHANGE_REQUESTED: None},
-                      cordon=False)
+    if spec.burn_in is not None:
+        burning = model.NodeMark(spec.name, Phase.BURN_IN, mark.wave, now, f.node.boot_id,
+                                 gpus=mark.gpus)
+        return NodeAction(name, Step.BURN_IN, "changed, rebooted, every check PASS: burn-in",
+                          evidence, mark.wave, {keys.CHANGE: burning.encode()},
+                          burn_in=spec.burn_in)
+    return _uncordon(spec, name, mark, now, "changed, rebooted, every check PASS", evidence)
+
+
+def _uncordon(spec: model.ChangeSpec, node: str, mark: model.NodeMark, now: datetime,
+              reason: str, evidence: tuple[str, ...]) -> NodeAction:
+    done = model.NodeMark(spec.name, Phase.DONE, mark.wave, now, mark.boot)
+    return NodeAction(node, Step.UNCORDON, reason, evidence, mark.wave,
+                      {keys.CHANGE: done.encode(), keys.CHANGE_REQUESTED: None}, cordon=False)
+
+
+def _burned_in(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
+               now: datetime) -> NodeAction:
+    """The burn-in on the boot that was verified: passed returns the node, failed (or not
+    ended within ``burn_in_timeout``, or the node rebooted meanwhile) stops the rollout."""
+    result, mode = f.burn_in, spec.burn_in or restore_model.BurnInMode.MATMUL
+    if f.node.boot_id != mark.boot:
+        return _fail(spec, f, mark, now, BURN_IN, "the node rebooted during its burn-in")
+    if result is not None and result.outcome is restore_model.BurnInOutcome.FAILED:
+        return _fail(spec, f, mark, now, BURN_IN, result.failed_check or "failed")
+    if result is not None and result.outcome is restore_model.BurnInOutcome.PASSED:
+        return _uncordon(spec, f.node.name, mark, now, "changed, every check PASS, burn-in "
+                         "passed", (f"burn-in ({mode}): passed {result.detail}".strip(),
+                                    *_versions(f)))
+    if now - mark.since > spec.burn_in_timeout:
+        return _fail(spec, f, mark, now, BURN_IN, f"not ended after {now - mark.since}")
+    what = "running" if result is not None else "starting"
+    return NodeAction(f.node.name, Step.WAIT, f"burn-in ({mode}) {what}", wave=mark.wave,
+                      burn_in=mode)
 
 
 def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
@@ -252,6 +325,7 @@ def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
 
 
 GPUS = "gpus"
+BURN_IN = "burn-in"  # the check a failed burn-in names
 
 
 def _gpus_back(f: NodeFacts, mark: model.NodeMark) -> dict[str, Status]:
@@ -315,7 +389,7 @@ def _start(
     wave = next((i for i, t in enumerate(targets) if done < t), None)
     if wave is None:
         return []
-    in_flight = sum(1 for m in marks.values() if m.phase in (Phase.CORDONED, Phase.APPLYING)) - sum(
+    in_flight = sum(1 for m in marks.values() if m.phase in LIVE) - sum(
         1 for a in actions if a.step is Step.UNCORDON)
     schedulable = sum(1 for f in pool if not f.node.unschedulable) + sum(
         1 for a in actions if a.step is Step.UNCORDON)
@@ -331,7 +405,7 @@ def _start(
             continue
         if wave == 0 and canaries and name not in canaries:
             continue
-        why = _not_takeable(f, kured_holder)
+        why = _not_takeable(f, kured_holder, drains=spec.drain_after is not None)
         if why is None and room <= 0:
             why = _no_room(targets[wave] - started, spec.max_unavailable - in_flight,
                            schedulable - floor, wave)
@@ -348,12 +422,12 @@ def _start(
     return out
 
 
-def _not_takeable(f: NodeFacts, kured_holder: str | None) -> str | None:
+def _not_takeable(f: NodeFacts, kured_holder: str | None, *, drains: bool) -> str | None:
     if f.node.unschedulable:
         if keys.ISOLATED_AT in f.node.annotations:
             return "isolated by gpuguard for a fault: skipped"
         return "cordoned by someone else: skipped, never touched"
-    if f.gpu_pods:
+    if f.gpu_pods and not drains:
         return f"{f.gpu_pods} GPU pod(s) running: waits until idle (gpuguard never evicts)"
     if kured_holder is not None:
         return f"kured holds its reboot lock ({kured_holder})"
@@ -379,19 +453,26 @@ def _out_after(pool: Sequence[NodeFacts], marks: Mapping[str, model.NodeMark],
     return len(out)
 
 
-def _waves(targets: tuple[int, ...], marks: Mapping[str, model.NodeMark],
-           actions: Sequence[NodeAction]) -> tuple[Wave, ...]:
+_AFTER = {Step.CORDON: Phase.CORDONED, Step.APPLY: Phase.APPLYING, Step.BURN_IN: Phase.BURN_IN,
+          Step.UNCORDON: Phase.DONE, Step.FAIL: Phase.FAILED}
+
+
+def _phases(marks: Mapping[str, model.NodeMark],
+            actions: Sequence[NodeAction]) -> dict[str, Phase]:
+    """Each node's phase in this change once this plan's writes are made."""
     phases = {n: m.phase for n, m in marks.items()}
-    waves_of = {n: m.wave for n, m in marks.items()}
     for a in actions:
-        if a.step is Step.CORDON and a.wave is not None:
-            phases[a.node], waves_of[a.node] = Phase.CORDONED, a.wave
-        elif a.step is Step.UNCORDON:
-            phases[a.node] = Phase.DONE
-        elif a.step is Step.FAIL:
-            phases[a.node] = Phase.FAILED
+        if a.step in _AFTER:
+            phases[a.node] = _AFTER[a.step]
         elif a.step is Step.RELEASE:
             phases.pop(a.node, None)
+    return phases
+
+
+def _waves(targets: tuple[int, ...], phases: Mapping[str, Phase], marked: Mapping[str, int],
+           actions: Sequence[NodeAction]) -> tuple[Wave, ...]:
+    waves_of = dict(marked) | {a.node: a.wave for a in actions
+                               if a.step is Step.CORDON and a.wave is not None}
     out = []
     for i, target in enumerate(targets):
         size = target - (targets[i - 1] if i else 0)

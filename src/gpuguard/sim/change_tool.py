@@ -10,6 +10,10 @@ reboots the node, and marks it done once the node is back. The node then boots a
 configured — without ``ip_vs`` when its persistence was never written
 (``host_config: {ip_vs_persisted: false}``).
 
+A change applied by a Job (method job) is the same install and reboot, done when the Job's pod
+runs on the node (``run_job``: the script of the admin's template, as the simulated kubelet
+runs it).
+
 gpu-feature-discovery relabels a node with the loaded driver's version
 (``nvidia.com/cuda.driver-version.full``) after the driver changes; the world does the same.
 """
@@ -24,6 +28,7 @@ REQUESTED = "gpuguard.io/change-requested"  # gpuguard's request (docs/change-ma
 APPLIED = "gpuguard.io/change-applied"  # the tool's "done"
 TOOL = "change-tool"  # the field manager of the tool's writes
 GFD = "gpu-feature-discovery"
+JOB_KIND = "gpuguard.io/job"  # the kind label on gpuguard's Jobs and their pods
 
 
 def follow(w: reactions.Stage, nodes: Iterable[state.SimNode]) -> None:
@@ -48,8 +53,33 @@ def follow(w: reactions.Stage, nodes: Iterable[state.SimNode]) -> None:
 
 
 def _start(w: reactions.Stage, node: state.SimNode, name: str) -> None:
-    driver, kernel = w.memory.playbooks.get(name, (None, None))
     w.memory.applying[node.name] = (name, node.boot_id)
+    _install_and_reboot(w, node, name)
+
+
+def run_job(w: reactions.Stage, node: state.SimNode) -> tuple[int, str]:
+    """A change's Job (method job) runs its template's script on ``node``: the change named
+    in its pod's ``GPUGUARD_CHANGE`` is installed and a reboot scheduled, and the script
+    exits 0 (a Job that rebooted its own node mid-run would end Failed)."""
+    name = _running_change(w, node.name)
+    if name is None or name not in w.memory.playbooks:
+        return 1, f"no change to apply on {node.name}"
+    _install_and_reboot(w, node, name)
+    return 0, f"change {name} installed, reboot scheduled"
+
+
+def _running_change(w: reactions.Stage, node: str) -> str | None:
+    for pod in w.store.list("Pod"):
+        labels = pod["metadata"].get("labels") or {}
+        if (pod["spec"].get("nodeName") == node and labels.get(JOB_KIND) == "change"
+                and (pod.get("status") or {}).get("phase") == "Running"):
+            env = pod["spec"]["containers"][0].get("env") or []
+            return next((e["value"] for e in env if e["name"] == "GPUGUARD_CHANGE"), None)
+    return None
+
+
+def _install_and_reboot(w: reactions.Stage, node: state.SimNode, name: str) -> None:
+    driver, kernel = w.memory.playbooks.get(name, (None, None))
     if driver is not None:
         upgrade = scenario.DriverUpgradePayload(node=node.name, version=driver, kernel=kernel)
         reactions.on_driver_upgrade(w, upgrade, node)

@@ -684,8 +684,12 @@ def on_rollout(w: Stage, p: scenario.RolloutPayload, _node: None) -> None:
     spec: dict[str, object] = {"waves": p.waves, "canary": p.canary}
     spec |= {k: v for k, v in (("driver", p.driver), ("kernel", p.kernel),
                                ("max_unavailable", p.max_unavailable),
-                               ("min_available", p.min_available), ("checks", p.checks))
+                               ("min_available", p.min_available), ("checks", p.checks),
+                               ("job_template", p.job_template))
              if v is not None}
+    if p.job_template is not None:
+        spec["method"] = "job"
+        _admin_templates(w, p.job_template)
     configmap = {"metadata": {"name": p.name, "namespace": p.namespace,
                               "labels": {CHANGE_LABEL: p.name}},
                  "data": {"change.yaml": yaml.safe_dump(spec, sort_keys=True)}}
@@ -745,6 +749,29 @@ def on_ib_flap(w: Stage, p: scenario.IbFlapPayload, node: state.SimNode) -> None
     node.ib_link_downs.extend((now + p.every * k, p.port) for k in range(p.count))
     w.record("ib_flap", node.name, f"InfiniBand {p.port} goes down {p.count} times")
 
+
+ADMIN_TEMPLATES = ("kube-system", "gpuguard-change-templates")  # the chart's default
+INSTALLER_SCRIPT = ('nsenter -t 1 -m -u -i -n -p -- apt-get install -y '
+                    '"nvidia-driver-580-server=$GPUGUARD_DRIVER" '
+                    '"linux-image-$GPUGUARD_KERNEL" && nsenter -t 1 -m -- shutdown -r +1\n')
+
+
+def _admin_templates(w: Stage, name: str) -> None:
+    """The cluster admin approved a privileged installer template once (their ConfigMap,
+    docs/change-management.md#how-a-node-is-changed)."""
+    namespace, configmap = ADMIN_TEMPLATES
+    data = {f"{name}.image": "registry.example/ops/host-apt:1", f"{name}.script": INSTALLER_SCRIPT,
+            f"{name}.privileged": "true"}
+    try:
+        found = w.store.get("ConfigMap", namespace, configmap)
+    except store.StoreNotFound:
+        meta = {"name": configmap, "namespace": namespace}
+        w.store.create("ConfigMap", namespace, {"metadata": meta, "data": data},
+                       manager=KUBECTL + "client-side-apply")
+        return
+    merged = {**(found.get("data") or {}), **data}
+    w.store.merge_patch("ConfigMap", namespace, configmap, {"data": merged},
+                        manager=KUBECTL + "client-side-apply")
 
 # ---- the table -----------------------------------------------------------------------------------
 

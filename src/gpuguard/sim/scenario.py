@@ -202,6 +202,10 @@ class RolloutPayload(_Strict):
     min_available: Annotated[float, pydantic.Field(ge=0, le=1)] | None = None
     checks: list[str] | None = None
     namespace: str = "gpuguard"
+    job_template: Annotated[str, pydantic.Field(pattern=r"^[a-z0-9-]{1,40}$")] | None = None
+    """Applied by a Job from the admin's template of that name (method job), not the tool."""
+
+
 class GangJobPayload(_Strict):
     """A job of several GPU pods placed as ``scheduler`` would (``sim.gangs``)."""
 

@@ -80,3 +80,23 @@ class KuredLock:
             return None
         annotations = (ds.metadata.annotations if ds.metadata else None) or {}
         return annotations.get(change.KURED_LOCK)
+
+
+class JobTemplates:
+    """The cluster admin's approved change Job templates: one ConfigMap, read by name, in a
+    namespace the admin owns (never one a change's author can write: the admission policy
+    ``gpuguard-change-jobs`` admits only what it holds). Absent: no template."""
+
+    def __init__(self, client: Client, location: str) -> None:
+        self._client = client
+        self._templates_namespace, _, self._name = location.partition("/")
+
+    def templates(self) -> dict[str, str]:
+        where = f"ConfigMap {self._templates_namespace}/{self._name}"
+        try:
+            with api_errors.translated(f"reading the change Job templates ({where})", SourceError):
+                found = self._client.get(ConfigMap, name=self._name,
+                                         namespace=self._templates_namespace)
+        except NotFoundError:
+            return {}
+        return dict(found.data or {})
