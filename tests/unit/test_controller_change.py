@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gpuguard.actuators import eviction
 from gpuguard.controller import change as step
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, fleet
@@ -303,9 +304,9 @@ class Evictions:
         self.budgeted = budgeted
         self.asked: list[tuple[str, str]] = []
 
-    def evict(self, pod_namespace: str, name: str) -> bool:
+    def evict(self, pod_namespace: str, name: str) -> eviction.Evicted:
         self.asked.append((pod_namespace, name))
-        return name not in self.budgeted
+        return eviction.Evicted.BLOCKED if name in self.budgeted else eviction.Evicted.EVICTED
 
 
 def test_a_drain_window_evicts_the_busy_canarys_gpu_pods_through_the_eviction_api() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from gpuguard.actuators import eviction
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.controller import restore as restore_step
 from gpuguard.errors import ConflictError, GpuguardError, InputError
@@ -68,7 +69,7 @@ class TemplateSource(Protocol):
 
 
 class EvictionPort(Protocol):
-    def evict(self, pod_namespace: str, name: str) -> bool: ...
+    def evict(self, pod_namespace: str, name: str) -> eviction.Evicted: ...
 
 
 class JobsPort(Protocol):
@@ -210,7 +211,7 @@ class Changes:
         refused = []
         for pod in pods:
             try:
-                if not self.evictions.evict(pod.namespace, pod.name):
+                if self.evictions.evict(pod.namespace, pod.name) is eviction.Evicted.BLOCKED:
                     refused.append(pod.name)
             except GpuguardError as e:
                 log.warning("%s: change %s: evicting %s/%s failed: %s", node, name,

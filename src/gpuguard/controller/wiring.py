@@ -16,7 +16,6 @@ from lightkube.config.models import Cluster, User
 from gpuguard.actuators import (
     dra,
     eviction,
-    evictions,
     jobs,
     ledger,
     nodes,
@@ -180,7 +179,7 @@ def build_guard(
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
                 templates=changes.JobTemplates(client, c.change_templates),
-                evictions=evictions.Evictions(client),
+                evictions=eviction.Evictor(client),
             ),
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=gang_pods.GangPodReader(client),
