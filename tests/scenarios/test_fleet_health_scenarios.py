@@ -13,6 +13,7 @@ import pytest
 from gpuguard.demo import findings, harness, score
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import clock, scenario, store, world
+from tests import demo_runs
 
 SETTINGS = settings_model.GuardSettings()
 OURS = {
@@ -117,3 +118,11 @@ def test_no_fleet_health_finding_on_any_other_shipped_scenario(name: str) -> Non
 
 def test_the_false_positive_traps_are_all_checked() -> None:
     assert set(FALSE_POSITIVE_TRAPS) <= set(scenario.shipped_names()) - set(OURS)
+
+
+def test_a_gpu_the_guard_isolates_leaves_no_topology_finding_behind() -> None:
+    """Played with the guard: with GPU 1 of gpu-node-a isolated, the next 2-GPU pod gets a
+    NUMA-local pair from the device plugin's preferred allocation, not a split one."""
+    report = score.scenario_report(demo_runs.play("ecc-dbe-five"))
+    assert report["gpu_isolated"], "the scenario must isolate a GPU for this to mean anything"
+    assert kinds(report) == []

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuguard.sim import kube_objects, scenario, state, store
+from gpuguard.sim import kube_objects, scenario, state, store, topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -165,7 +165,7 @@ def waiting(
 def gpus_for(node: state.SimNode, count: int) -> tuple[int, ...]:
     busy = {i for w in node.workloads for i in w.gpus}
     free = [g.index for g in node.gpus if g.registered and g.offered and g.index not in busy]
-    return tuple(free[:count])
+    return topology.preferred(node, free, count) or tuple(free[:count])
 
 
 def summary(placed: Sequence[str | None]) -> str:

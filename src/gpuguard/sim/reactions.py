@@ -75,7 +75,7 @@ import yaml
 from gpuguard.model import durations
 from gpuguard.model import metric_names as mn
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import gangs, hosts, kernel_lines, kube_objects, scenario, state, store
+from gpuguard.sim import gangs, hosts, kernel_lines, kube_objects, scenario, state, store, topology
 
 EXCLUDING_INSTANCE = "excluding"  # state.SimNode.plugin_instance
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -593,7 +593,7 @@ def _free_gpus(
     withheld = node.gpu_allocatable - node.gpu_allocatable_at(w.clock.now())
     free = free[: max(0, len(free) - withheld)]
     if isinstance(wanted, int):
-        return tuple(free[:wanted]) if len(free) >= wanted else None
+        return topology.preferred(node, free, wanted)
     return tuple(wanted) if set(wanted) <= set(free) else None
 
 

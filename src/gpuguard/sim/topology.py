@@ -17,6 +17,10 @@ real node's.
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Sequence
+
 from gpuguard.sim import state
 
 _ALL_TO_ALL = {"H100 80GB HBM3": "NV18", "H200": "NV18", "A100-SXM4": "NV12", "B200": "NV18"}
@@ -37,6 +41,31 @@ def link(model: str, a: int, b: int, gpus: int) -> str:
             if name in model and "NVL" not in model:
                 return cell
     return "NODE" if numa_of(a, gpus) == numa_of(b, gpus) else "SYS"
+
+
+_RANK = {"NODE": 1, "SYS": 0}  # any NV# link ranks above both
+_MOST_SETS = 5_000  # beyond this many candidate sets, the lowest indices
+
+
+def preferred(node: state.SimNode, free: Sequence[int], count: int) -> tuple[int, ...] | None:
+    """The ``count`` GPUs of ``free`` the NVIDIA device plugin hands a pod: its
+    GetPreferredAllocation picks the best-connected set (go-gpuallocator's best-effort policy,
+    https://github.com/NVIDIA/go-gpuallocator), here the set whose weakest link is best, then
+    the best total, then the lowest indices. None when too few are free."""
+    if len(free) < count:
+        return None
+    if math.comb(len(free), count) > _MOST_SETS:
+        return tuple(sorted(free)[:count])
+    gpus, model = len(node.gpus), node.gpus[0].model if node.gpus else ""
+
+    def rank(a: int, b: int) -> int:
+        return _RANK.get(link(model, a, b, gpus), 2)
+
+    def score(subset: tuple[int, ...]) -> tuple[int, int]:
+        ranks = [rank(a, b) for a, b in itertools.combinations(subset, 2)] or [2]
+        return min(ranks), sum(ranks)
+
+    return max(itertools.combinations(sorted(free), count), key=score)
 
 
 def topo_matrix(node: state.SimNode) -> str:
