@@ -9,6 +9,7 @@ import typer
 
 from gpuguard.cli import (
     agent,
+    audit,
     backtest,
     breaker,
     burnin,
@@ -100,6 +101,9 @@ app.command("gate", short_help="Onboarding gate: remove the registration taint i
     gate.gate
 )
 
+app.command("audit", short_help="Read-only review of the cluster's GPU gaps; HTML report.")(
+    audit.audit
+)
 app.command("hygiene", short_help="Workloads that can leave GPUs busy with nothing.")(
     hygiene.hygiene
 )
