@@ -76,7 +76,7 @@ _PREFERRED = "GetPreferredAllocation"
 def device_plugin_version(view: AuditView) -> Iterable[Hit] | NotChecked:
     hits = list(_admission_failures(view))
     plugins = kube.pods_named(view, *DEVICE_PLUGIN_PODS)
-    versions = {kube.name(p): _plugin_version(p) for p in plugins}
+    versions = {kube.ref("Pod", p): _plugin_version(p) for p in plugins}
     for policy in view.of(Input.CLUSTER_POLICIES):
         shown = str((kube.spec(policy).get("devicePlugin") or {}).get("version") or "")
         versions[kube.ref("ClusterPolicy", policy)] = kube.version(shown)
