@@ -20,6 +20,7 @@ from gpuguard.cli import (
     gate,
     gpu_isolate,
     guard,
+    health,
     hygiene,
     ledger,
     manifest,
@@ -103,6 +104,9 @@ app.command("gate", short_help="Onboarding gate: remove the registration taint i
 
 app.command("audit", short_help="Read-only review of the cluster's GPU gaps; HTML report.")(
     audit.audit
+)
+app.command("health", short_help="Is NODE fit to run training? yes/no with the reasons.")(
+    health.health
 )
 app.command("hygiene", short_help="Workloads that can leave GPUs busy with nothing.")(
     hygiene.hygiene
