@@ -1,5 +1,5 @@
 """``gpuguard health NODE``: fit to run training, yes or no, with the reasons
-(``policy.fitness``; docs/audit.md#health)."""
+(``policy.fitness``; docs/audit.md#health-verdict)."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ def health(
         statuses = onboarding.check_statuses(prom, node)
         view = onboarding.GateReader(client).read(
             node, statuses, namespace=settings.controller.namespace, read_version=False)
-    said = tuple(f"{r['decision']} {r['reason']}: {r['detail']}".rstrip(": ")
-                 for r in guard.decision_rows(result)
-                 if r["node"] == node)
+    decision = result.decision
+    said = fitness.guard_said(decision.actions if decision else (),
+                              (*decision.findings, *result.silent) if decision else (), node)
     facts = fitness.FitnessFacts(found, result.at, said, None if result.ok else result.error,
                                  view.check_status, view.burnin_jobs)
     verdict = fitness.verdict(facts, require_conformance=settings.restore.require_conformance)

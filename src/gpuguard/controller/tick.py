@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
-from gpuguard.controller import failsafe, fault_history, phantom_watch
+from gpuguard.controller import failsafe, fault_history, fitness_label, phantom_watch
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
@@ -72,6 +72,7 @@ class Guard:
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
+    fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -119,6 +120,11 @@ class Guard:
             back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip
             result.returns = failsafe.guarded("restore", subject, errors, back, [])
+        if self.fitness_label is not None and decision is not None:
+            label = partial(self.fitness_label.run, snapshot.nodes, result.at, decision.actions,
+                            (*decision.findings, *result.silent), may_write=may_write)
+            unlabelled: dict[str, str] = {}
+            failsafe.guarded("fitness-label", subject, errors, label, unlabelled)
 
     def _history(
         self,

@@ -17,6 +17,7 @@ from gpuguard.actuators import jobs, ledger, nodes, notify
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import (
     fault_history,
+    fitness_label,
     gpu_isolation,
     phantom_watch,
     recovery,
@@ -149,6 +150,8 @@ def build_guard(
                 namespace=c.namespace,
                 runtime_class=c.job_runtime_class,
             ),
+            fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
+            else None,
         )
         yield guard, client
 

@@ -29,6 +29,7 @@ GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (mode
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
+FIT_LABEL = PREFIX + "fit-to-train"  # opt-in node label: yes/no (docs/audit.md#health-verdict)
 
 PER_ISOLATION = (
     REASON,

@@ -329,6 +329,16 @@ class ReturnSettings(_Section):
     )
 
 
+class HealthSettings(_Section):
+    """The yes/no "fit to run training" verdict per node (docs/audit.md#health-verdict)."""
+
+    label: bool = Field(
+        default=False,
+        description="Opt-in: the controller keeps the node label gpuguard.io/fit-to-train=yes|no "
+        "up to date every tick, so training can select fit nodes (nodeSelector).",
+    )
+
+
 class GuardSettings(_Section):
     """The whole tree."""
 
@@ -340,6 +350,7 @@ class GuardSettings(_Section):
     utilization: UtilizationSettings = UtilizationSettings()
     hygiene: HygieneSettings = HygieneSettings()
     restore: ReturnSettings = ReturnSettings()
+    health: HealthSettings = HealthSettings()
     notifications: NotificationSettings = NotificationSettings()
 
     @classmethod

@@ -1,4 +1,5 @@
-"""Is this node fit to run training? A yes/no verdict with its reasons (docs/audit.md#health).
+"""Is this node fit to run training? Yes or no, with the reasons
+(docs/audit.md#health-verdict).
 
 From everything gpuguard knows about the node: its lifecycle state, what the guard decides
 about it now, a fault the breaker withheld, isolated or missing GPUs, the node agent's
@@ -9,11 +10,19 @@ a yes (Imbue's "is this host fit to train" check: https://imbue.com/research/70b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuguard.model import fleet, gpu_isolation, jobs, onboarding, timestamps, withheld
+from gpuguard.model import (
+    decisions,
+    fleet,
+    gpu_isolation,
+    jobs,
+    onboarding,
+    timestamps,
+    withheld,
+)
 from gpuguard.model.decisions import CheckStatus
 from gpuguard.policy import gate, lifecycle
 
@@ -51,6 +60,16 @@ class FitnessVerdict:
 
     def reasons(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if c.status not in _FIT]
+
+
+def guard_said(
+    actions: Iterable[decisions.Action], findings: Iterable[decisions.Finding], node: str
+) -> tuple[str, ...]:
+    """What the guard decides or reports about ``node`` now, one line each."""
+    said = [(str(a.kind), a.reason, a.detail) for a in actions if a.node == node]
+    said += [("finding", f.reason, f.detail) for f in findings if f.node == node]
+    return tuple(f"{kind} {reason}" + (f": {detail}" if detail else "")
+                 for kind, reason, detail in said)
 
 
 def verdict(facts: FitnessFacts, *, require_conformance: bool) -> FitnessVerdict:
