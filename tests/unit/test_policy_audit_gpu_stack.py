@@ -103,3 +103,11 @@ def test_coredns_forward_without_sequential_policy() -> None:
     assert len(run_rule("DNS-1", view({Input.CONFIGMAPS: [random]})).findings) == 1
     assert run_rule("DNS-1", view({Input.CONFIGMAPS: [sequential]})).findings == ()
     assert run_rule("DNS-1", view({Input.CONFIGMAPS: []})).status is RuleStatus.NOT_CHECKED
+
+
+def test_tags_that_are_not_versions_are_not_read_as_versions() -> None:
+    dated = system_pod("kube-proxy-gpu-3", "gpu-3", "mirror/kube-proxy:2024.01",
+                       namespace="kube-system")
+    latest = system_pod("nvidia-device-plugin-daemonset-c", "gpu-3", "dp:latest")
+    assert run_rule("SKEW-2", view({P: [dated]})).status is RuleStatus.NOT_CHECKED
+    assert run_rule("DP-1", view({P: [latest]})).status is RuleStatus.NOT_CHECKED

@@ -20,7 +20,8 @@ section{margin-top:1.6em}h2{font-size:1.15em;border-bottom:2px solid #ddd;paddin
 .high{background:#c0392b;border-color:#c0392b}.medium{background:#d35400;border-color:#d35400}
 .low{background:#b7950b;border-color:#b7950b}.info{background:#2471a3;border-color:#2471a3}
 .none{background:#7f8c8d}.f.high,.f.medium,.f.low,.f.info{background:#fafafa}
-table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #e5e5e5;
+table{border-collapse:collapse;width:100%}td:first-child{white-space:nowrap}
+td,th{border-bottom:1px solid #e5e5e5;
 text-align:left;padding:.3em .5em;vertical-align:top}
 """
 

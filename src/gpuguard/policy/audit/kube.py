@@ -115,8 +115,9 @@ def time_of(text: object) -> datetime | None:
 
 
 def version(text: str) -> tuple[int, int, int] | None:
-    """``v1.34.3+rke2r1`` or an image tag ``v0.17.1-ubi9`` → (1, 34, 3); None without one."""
-    match = _VERSION.search(text)
+    """``v1.34.3+rke2r1`` or an image tag ``v0.17.1-ubi9`` → (1, 34, 3); None when the text
+    does not start with a version (``latest``, a digest)."""
+    match = _VERSION.match(text.strip())
     return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
 
 

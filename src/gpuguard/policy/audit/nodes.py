@@ -25,7 +25,7 @@ AKS_GPU_CONDITIONS = (
 )  # fmt: skip
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
-_SILENCING = re.compile(r"\b(unless|and|on)\b[^\n]*kube_node_spec_unschedulable")
+_SILENCING = re.compile(r"\b(unless|and|on)\b.*kube_node_spec_unschedulable", re.DOTALL)
 
 
 # CORDON-1 ---------------------------------------------------------------------------------
