@@ -15,7 +15,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 _FINISHED = ("Succeeded", "Failed")
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+_VERSION = re.compile(r"v(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def meta(obj: Obj) -> Mapping[str, Any]:
@@ -116,7 +116,7 @@ def time_of(text: object) -> datetime | None:
 
 def version(text: str) -> tuple[int, int, int] | None:
     """``v1.34.3+rke2r1`` or an image tag ``v0.17.1-ubi9`` → (1, 34, 3); None when the text
-    does not start with a version (``latest``, a digest)."""
+    does not start with a ``v`` version (``latest``, ``2024.01``, a digest)."""
     match = _VERSION.match(text.strip())
     return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
 
