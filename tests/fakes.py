@@ -103,3 +103,29 @@ class FakeLedger:
         if self.error:
             raise self.error
         self.lines.append(entry)
+
+
+@dataclass
+class FakeWorkloadPods:
+    """The gang detector's pod source (``controller.fleet_health.PodSource``)."""
+
+    pod_list: list[Any] = field(default_factory=list)
+    error: Exception | None = None
+
+    def pods(self) -> tuple[Any, ...]:
+        if self.error is not None:
+            raise self.error
+        return tuple(self.pod_list)
+
+
+@dataclass
+class FakeWorkloadEvents:
+    """Records the Events written on workloads; ``error`` makes each write fail."""
+
+    recorded: list[tuple[str, Any, decisions.Finding]] = field(default_factory=list)
+    error: Exception | None = None
+
+    def record(self, namespace: str, about: Any, finding: decisions.Finding, now: datetime) -> None:
+        if self.error is not None:
+            raise self.error
+        self.recorded.append((namespace, about, finding))

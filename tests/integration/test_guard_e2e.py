@@ -165,6 +165,9 @@ def test_once_dry_run_explain_and_status_tell_why_and_change_nothing(tmp_path: P
     assert fleet_status["nodes"] == {"serving": ["gpu-node-a", "gpu-node-b"]}
     assert fleet_status["can_decide"] is True
     assert fleet_status["pending_actions"] == ["gpu-node-b"]
+    health = fleet_status["fleet_health"]  # a real Prometheus answered the fleet-health plan
+    assert (health["findings"], health["persistent"]) == ([], [])
+    assert not [why for why in health["not_checked"] if "refused" in why]
     assert missing.exit_code == 2
 
 

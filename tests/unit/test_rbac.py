@@ -17,6 +17,7 @@ VERBS = {"get": "get", "list": "list", "watch": "watch", "create": "create",
 CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"
 NAMESPACE_ATTRIBUTES = {
     "_namespace": OWN, "_events_namespace": DEFAULT, "events_namespace": DEFAULT,
+    "workload_namespace": CLUSTER,  # Events on workloads, in their own namespace
 }
 CLUSTER_SCOPED = {"Node"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
@@ -167,7 +168,7 @@ def test_the_chart_grants_exactly_what_the_controllers_code_calls() -> None:
 def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
     uses = derived()
     assert ("nodes", "patch", CLUSTER) in uses
-    assert ("events", "create", DEFAULT) in uses
+    assert ("events", "create", CLUSTER) in uses  # Nodes' in default, workloads' in theirs
     assert ("leases", "update", OWN) in uses
     assert ("pods", "list", CLUSTER) in uses
     assert not {u for u in uses if u[1] in {"delete", "deletecollection"}}, "gpuguard never deletes"

@@ -307,6 +307,10 @@ EVERY_KIND = """
 {at: 35m, job_hang: {node: 1, job: burnin}}
 {at: 36m, host_job: {node: 1, gpu: 0}}
 {at: 37m, nvreg_exclude: {node: 1, gpu: 7}}
+{at: 38m, gang_job: {name: llm, pods: 2, gpus_per_pod: 8, scheduler: volcano}}
+{at: 38m, throttle: {node: 1, gpu: 1, reason: hw-thermal, duration: 5m}}
+{at: 38m, nvlink_errors: {node: 1, gpu: 1, rate: 3, duration: 5m}}
+{at: 38m, ib_flap: {node: 1, count: 2}}
 """
 
 

@@ -20,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from gpuguard.agent import exporter, gpu_processes, journal, position
+from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import result
 from gpuguard.kernlog import parse
 
@@ -57,6 +59,7 @@ class Agent:
         *,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        topology: agent_topology.TopologyProbe | None = None,
     ) -> None:
         self.config = config
         saved = position.load(config.state_dir)
@@ -68,6 +71,8 @@ class Agent:
         self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
+        self.topology = self.collector.topology = topology
+        self._bus_losses_at_start = _bus_losses(self.tally)
         self.registry: CollectorRegistry = exporter.registry_for(self.collector)
         self._run_checks = run_checks
         self._wall = wall
@@ -103,9 +108,19 @@ class Agent:
         self._last_check_start = started = self._monotonic()
         results = self._run_checks()
         self.collector.processes = self.scan_processes()
+        if self.topology is not None:
+            self.topology.run(datetime.fromtimestamp(self._wall(), UTC), self._hung_signs())
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
         return cycle
+
+    def _hung_signs(self) -> list[str]:
+        """A GPU fell off the bus (Xid 79 or the kernel's message) since this agent started —
+        with the node, usually: nvidia-smi would hang on that driver (docs/design.md#invariants)."""
+        lost = _bus_losses(self.tally) - self._bus_losses_at_start
+        if lost <= 0:
+            return []
+        return [f"{lost} GPU off-the-bus event(s) in the kernel log since the agent started"]
 
     def scan_processes(self) -> gpu_processes.ProcessReport:
         found = gpu_processes.scan(
@@ -163,6 +178,13 @@ class Agent:
             except Exception:
                 log.exception("check cycle failed")
             stop.wait(self.config.check_interval_s)
+
+
+def _bus_losses(tally: exporter.Tally) -> int:
+    """Xid 79 lines and "fallen off the bus" messages counted so far."""
+    snapshot = tally.as_json()
+    xid79 = sum(int(n) for *_, code, n in snapshot["xids"] if str(code) == "79")
+    return xid79 + sum(int(n) for *_, n in snapshot["fallen_off"])
 
 
 def _open_follower(

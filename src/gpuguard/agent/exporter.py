@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuguard.agent import gpu_processes
+from gpuguard.agent import gpu_processes, topology
 from gpuguard.agent.checks import nvidia, result
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
@@ -128,6 +128,7 @@ class AgentCollector(Collector):
         self.cycle: CheckCycle | None = None
         self.processes: gpu_processes.ProcessReport | None = None
         self.kernel_log_readable = True
+        self.topology: topology.TopologyProbe | None = None  # opt-in: gpuguard agent --topology
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -135,6 +136,8 @@ class AgentCollector(Collector):
             yield from self._checks(self.cycle)
         if self.processes is not None:
             yield from self._processes(self.processes)
+        if self.topology is not None:
+            yield from self.topology.families()
 
     def _kernel_log(self) -> Iterator[Metric]:
         snapshot = self.tally.as_json()

@@ -18,6 +18,7 @@ import typer
 
 from gpuguard import errors, metrics_http
 from gpuguard.agent import commands, daemon, journal, position
+from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import running, settings
 from gpuguard.cli import check as check_cli
 from gpuguard.cli import failures
@@ -78,6 +79,11 @@ StateDirOption = Annotated[
 IntervalOption = Annotated[str, typer.Option(help="How often the host checks run, e.g. 5m.")]
 PortOption = Annotated[int, typer.Option(help="Port for /metrics and /healthz.")]
 HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
+TopologyOption = Annotated[bool, typer.Option(
+    "--topology",
+    help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
+    "needs nvidia-smi in the container (the NVIDIA runtime class). docs/fleet-health.md",
+)]  # fmt: skip
 
 
 def agent(
@@ -94,6 +100,7 @@ def agent(
     control_plane_version: check_cli.VersionOption = None,
     allowed_dns: check_cli.DnsOption = None,
     timeout: check_cli.TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
+    topology: TopologyOption = False,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
@@ -102,7 +109,8 @@ def agent(
     gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
     in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
     loses an Xid and its counters never go down. Never calls NVML or nvidia-smi; every check
-    has a hard timeout.
+    has a hard timeout. With --topology it also reads nvidia-smi topo -m every 6 h (never
+    while a GPU has fallen off the bus) and serves gpuguard_gpu_link and gpuguard_gpu_numa_node.
 
     \b
     Examples:
@@ -130,7 +138,10 @@ def agent(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        the_agent = daemon.Agent(config, follow, run)
+        probe = (
+            agent_topology.TopologyProbe(name, commands.SubprocessRunner()) if topology else None
+        )
+        the_agent = daemon.Agent(config, follow, run, topology=probe)
     except OSError as e:
         raise errors.InputError(f"--state-dir {state_dir}: {e.strerror or e}") from e
     stop = threading.Event()

@@ -110,7 +110,9 @@ def _figures(report: dict[str, Any]) -> Text:
         for node, seconds in report["time_to_return_s"].items()
     ]
     parts += [f"{node} still isolated, {why}" for node, why in report["held"].items()]
-    phantoms = report.get("findings", [])
+    phantoms = [f for f in report.get("findings", []) if "wasted_w" in f]
+    others = [f for f in report.get("findings", []) if "wasted_w" not in f]
+    parts += [f"{f['kind']} on {f['node'] or '-'}: {f['detail']}" for f in others]
     if phantoms:
         wasted = sum(f.get("wasted_w", 0.0) for f in phantoms)
         parts.append(
@@ -132,7 +134,8 @@ def _summary(reports: list[dict[str, Any]]) -> Table:
     table = Table(title=f"figures (the cluster's earlier guard isolated the Xid 79 incident "
                         f"after {EARLIER_GUARD_XID79})")
     table.add_column("scenario", no_wrap=True)
-    for header in ("isolated", "→ isolation", "returned", "held", "phantom", "false", "missed"):
+    for header in ("isolated", "→ isolation", "returned", "held", "phantom", "false", "missed",
+                   "health"):  # fmt: skip
         table.add_column(header, no_wrap=True)
     for r in reports:
         slowest = max(r["time_to_isolate_s"].values(), default=None)
@@ -142,8 +145,9 @@ def _summary(reports: list[dict[str, Any]]) -> Table:
             sim.offset_text(slowest) if slowest is not None else "-",
             str(len(r["returned"])),
             str(len(r["held"])),
-            str(len(r.get("findings", []))),
+            str(sum(1 for f in r.get("findings", []) if "wasted_w" in f)),
             str(len(r["false_isolations"])),
             str(len(r["missed"])),
+            str(sum(1 for f in r.get("findings", []) if "wasted_w" not in f)),  # fleet health
         )
     return table

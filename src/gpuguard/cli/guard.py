@@ -339,6 +339,23 @@ def _status(result: tick.TickResult, lease: dict[str, Any]) -> dict[str, Any]:
         "error": result.error,
         "pending_actions": [a.node for a in result.decision.actions] if result.decision else [],
         "withheld": _withheld(result),
+        "fleet_health": _fleet_health(result),
+    }
+
+
+def _fleet_health(result: tick.TickResult) -> dict[str, Any] | None:
+    """Nodes that throttle or flap persistently, and the scheduling and interconnect findings
+    standing now (docs/fleet-health.md); None when the step did not run."""
+    health = result.fleet_health
+    if health is None:
+        return None
+    return {
+        "persistent": [{"node": n.node, "reasons": list(n.reasons)} for n in health.persistent],
+        "findings": [
+            {"kind": f.kind, "node": f.node, "gpu": f.gpu, "detail": f.detail}
+            for f in health.findings
+        ],
+        "not_checked": list(health.unchecked),
     }
 
 
@@ -367,6 +384,14 @@ def _print_status(data: dict[str, Any]) -> None:
             f" ({item['reason']}; pending, isolated when the breaker allows)",
             highlight=False,
         )
+    health = data.get("fleet_health") or {}
+    for item in health.get("persistent", []):
+        reasons = "; ".join(item["reasons"])
+        con.print(f"persistently unhealthy: {item['node']}: {reasons}", highlight=False)
+    for finding in health.get("findings", []):
+        con.print(f"{finding['kind']}: {finding['detail']}", highlight=False, soft_wrap=True)
+    for why in health.get("not_checked", []):
+        con.print(f"not checked: {why}", highlight=False)
     if data["can_decide"]:
         pending = ", ".join(data["pending_actions"]) or "-"
         con.print(f"guard can decide now; would act on: {pending}")

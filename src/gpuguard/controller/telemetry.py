@@ -110,6 +110,24 @@ class GuardMetrics:
             ["node", "check", "status"],
             registry=r,
         )
+        self.gang_gpu_hours = Gauge(
+            names.GANG_GPU_HOURS_HELD,
+            "GPU-hours held by a job while part of it is unschedulable (partial allocation).",
+            ["namespace", "job", "system"],
+            registry=r,
+        )
+        self.fleet_findings = Gauge(
+            names.FLEET_FINDING,
+            "1 per standing scheduling or interconnect finding (docs/fleet-health.md).",
+            ["kind", "node", "gpu"],
+            registry=r,
+        )
+        self.persistently_unhealthy = Gauge(
+            names.NODE_PERSISTENTLY_UNHEALTHY,
+            "1 per node that throttles or flaps over the persistence window.",
+            ["node"],
+            registry=r,
+        )
 
     def observe(self, result: tick.TickResult) -> None:
         self.ticks.inc()
@@ -118,6 +136,7 @@ class GuardMetrics:
             self.tick_errors.labels(result.error_kind, step).inc()
         for step, _ in result.step_errors:
             self.tick_errors.labels("internal", step).inc()
+        self._observe_fleet_health(result)
         if result.decision is None:
             return
         if result.error_kind is None:
@@ -129,6 +148,22 @@ class GuardMetrics:
         self._observe_isolated(result)
         self._observe_gpus(result)
         self._observe_returns(result)
+
+    def _observe_fleet_health(self, result: tick.TickResult) -> None:
+        health = result.fleet_health
+        if health is None:
+            return
+        for gauge in (self.gang_gpu_hours, self.fleet_findings, self.persistently_unhealthy):
+            gauge.clear()
+        for deadlock in health.gangs:
+            job = deadlock.job
+            self.gang_gpu_hours.labels(job.namespace, job.name, job.system).set(
+                round(deadlock.gpu_hours, 2)
+            )
+        for finding in health.findings:
+            self.fleet_findings.labels(finding.kind, finding.node, finding.gpu or "").set(1)
+        for node in health.persistent:
+            self.persistently_unhealthy.labels(node.node).set(1)
 
     def _observe_gpus(self, result: tick.TickResult) -> None:
         self.gpu_isolated.clear()
@@ -183,6 +218,9 @@ class GuardMetrics:
             self.return_checks,
             self.gpu_isolated,
             self.gpu_overdue,
+            self.gang_gpu_hours,
+            self.fleet_findings,
+            self.persistently_unhealthy,
         ):
             labelled.clear()
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import partial
 
 from gpuguard.controller import failsafe, fault_history, fitness_label, phantom_watch
+from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
 from gpuguard.controller import restore as restore_step
@@ -48,6 +49,7 @@ class TickResult:
     step_errors: failsafe.StepErrors = field(default_factory=list)  # failed closed, went on
     silent: tuple[decisions.Finding, ...] = ()  # nodes whose dcgm-exporter stopped answering
     gpus: list[gpu_step.Outcome] = field(default_factory=list)
+    fleet_health: fleet_health_step.FleetHealth | None = None  # read-only findings
 
     @property
     def ok(self) -> bool:
@@ -72,6 +74,7 @@ class Guard:
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
+    fleet_health: fleet_health_step.FleetHealthWatch | None = None
     fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
 
     def tick(self) -> TickResult:
@@ -120,6 +123,9 @@ class Guard:
             back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip
             result.returns = failsafe.guarded("restore", subject, errors, back, [])
+        if self.fleet_health is not None:
+            health = partial(self.fleet_health.run, result.at, may_write=may_write)
+            result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
         if self.fitness_label is not None and decision is not None:
             label = partial(self.fitness_label.run, snapshot.nodes, result.at, decision.actions,
                             (*decision.findings, *result.silent), may_write=may_write)

@@ -13,11 +13,12 @@ from typing import Any, Protocol, TypeVar
 from lightkube import Client, ConfigError, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from gpuguard.actuators import jobs, ledger, nodes, notify
+from gpuguard.actuators import jobs, ledger, nodes, notify, workload_events
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import (
     fault_history,
     fitness_label,
+    fleet_health,
     gpu_isolation,
     phantom_watch,
     recovery,
@@ -28,7 +29,8 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
-from gpuguard.sources import gpu_metrics, kubernetes, prometheus, return_facts
+from gpuguard.sources import fleet_health as health_plan
+from gpuguard.sources import gang_pods, gpu_metrics, kubernetes, prometheus, return_facts
 
 
 class SystemClock:
@@ -152,6 +154,12 @@ def build_guard(
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
+            fleet_health=fleet_health.FleetHealthWatch(
+                pods=gang_pods.GangPodReader(client),
+                metrics=read(_health_plan(guard_settings.fleet)),
+                settings=guard_settings.fleet,
+                events=workload_events.WorkloadEvents(client),
+            ),
         )
         yield guard, client
 
@@ -186,6 +194,10 @@ def closed_on_exit(source: _Closable, closing: ExitStack) -> _Closable:
     """``source``, closed when ``closing`` unwinds."""
     closing.callback(source.close)
     return source
+
+
+def _health_plan(fleet: settings_model.FleetHealthSettings) -> health_plan.HealthQueryPlan:
+    return health_plan.HealthQueryPlan(fleet.window, fleet.persistence_window)
 
 
 def _gpu_windows(

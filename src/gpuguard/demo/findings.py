@@ -1,4 +1,5 @@
-"""Findings the demo reports beside isolations: phantom GPUs standing at a scenario's end.
+"""Findings the demo reports beside isolations: phantom GPUs standing at a scenario's end, and
+the scheduling and interconnect findings (docs/fleet-health.md) standing then.
 
 Phantom utilization is waste, not a fault (the phantom incident [docs/design.md#incidents]): the
 guard never cordons for it, so a scenario's score would show nothing. The demo asks the world's
@@ -10,14 +11,19 @@ now.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuguard.agent import topology as agent_topology
 from gpuguard.catalog import gpu_models
+from gpuguard.model import decisions, ports
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import phantom
-from gpuguard.sim import prometheus_view
-from gpuguard.sources import gpu_metrics
+from gpuguard.policy import gang, interconnect, phantom, topology
+from gpuguard.sim import fleet_view, prometheus_view, state, world
+from gpuguard.sim import topology as sim_topology
+from gpuguard.sources import fleet_health, gang_pods, gpu_metrics
 
 
 def phantom_findings(
@@ -49,4 +55,55 @@ def as_dict(p: phantom.PhantomGpu) -> dict[str, Any]:
         "wasted_w": round(p.wasted_w, 1),
         "gpu_hours": round(p.hours, 2),
         "detail": p.finding.detail,
+    }
+
+
+# ---- scheduling and interconnect health (docs/fleet-health.md) -------------------------------
+
+
+def fleet_health_findings(
+    played: world.World, settings: settings_model.FleetHealthSettings, at: datetime
+) -> list[dict[str, Any]]:
+    """Gang partial allocations, topology mismatches, throttling and interconnect errors at
+    ``at``, found by the product's detectors on what the world shows: its pods (the API's
+    JSON), the agent's ``nvidia-smi topo -m`` probe run on each node's simulated output, and the
+    world's answer to the fleet-health plan."""
+    pods = [gang_pods.workload_pod(obj) for obj in played.store.list("Pod")]
+    found = [_gang_dict(d) for d in gang.detect(pods, at, grace=settings.gang_grace)]
+    samples = fleet_view.health_samples(played, at, settings.window, settings.persistence_window)
+    topologies = {}
+    for node in played.nodes:
+        probe = agent_topology.TopologyProbe(node.name, _SimNvidiaSmi(node))
+        read = probe.run(at)
+        if read is not None:
+            topologies[node.name] = read
+    found += [_dict(f) for f in topology.mismatches(topologies, fleet_health.pod_gpus(samples))]
+    found += [_dict(f) for f in interconnect.detect(samples, settings)]
+    return found
+
+
+@dataclass
+class _SimNvidiaSmi:
+    """The node's ``nvidia-smi`` as the agent's probe runs it: the world's topology text."""
+
+    node: state.SimNode
+
+    def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
+        return ports.CommandResult(tuple(argv), 0, sim_topology.topo_matrix(self.node), "")
+
+
+def _dict(f: decisions.Finding) -> dict[str, Any]:
+    return {"kind": f.kind, "node": f.node, "gpu": f.gpu, "reason": str(f.reason),
+            "detail": f.detail}  # fmt: skip
+
+
+def _gang_dict(d: gang.GangDeadlock) -> dict[str, Any]:
+    return _dict(d.finding()) | {
+        "job": d.job.name,
+        "namespace": d.job.namespace,
+        "system": d.job.system,
+        "gpus_held": d.gpus_held,
+        "gpu_hours": round(d.gpu_hours, 2),
+        "pods_bound": len(d.bound),
+        "pods_pending": len(d.pending),
     }

@@ -18,10 +18,10 @@ from typing import Any
 
 import lightkube
 
-from gpuguard.actuators import jobs, ledger
+from gpuguard.actuators import jobs, ledger, workload_events
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller import fault_history, recovery, restore, tick
+from gpuguard.controller import fault_history, fleet_health, recovery, restore, tick
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.demo import agents, job_commands
 from gpuguard.demo import findings as demo_findings
@@ -41,7 +41,7 @@ from gpuguard.sim import (
     store,
     world,
 )
-from gpuguard.sources import kubernetes
+from gpuguard.sources import gang_pods, kubernetes
 
 STEP = timedelta(seconds=15)
 MARGIN = timedelta(minutes=2)
@@ -157,6 +157,14 @@ def _play(
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
             ),
+            # the gang check with its Events on the owners, over HTTP like the real guard; the
+            # interconnect and topology checks run once at the end (demo.findings), not per tick
+            fleet_health=fleet_health.FleetHealthWatch(
+                pods=gang_pods.GangPodReader(client),
+                metrics=None,
+                settings=settings.fleet,
+                events=workload_events.WorkloadEvents(client),
+            ),
         )
         try:
             _drive(run, guard, view, settings, jobs_kubelet)
@@ -246,6 +254,7 @@ def _drive(
     view.scrape()
     played.run(step=STEP, on_step=on_step)
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
+    run.findings += demo_findings.fleet_health_findings(played, settings.fleet, played.now)
 
 
 Shown = dict[tuple[str, str], decisions.Finding]

@@ -90,6 +90,11 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "scenarios": len(reports),
         "false_isolations": sum(len(r["false_isolations"]) for r in reports),
         "missed": sum(len(r["missed"]) for r in reports),
-        "phantom_gpus": sum(len(r["findings"]) for r in reports),
-        "phantom_wasted_w": round(sum(f["wasted_w"] for r in reports for f in r["findings"]), 1),
+        "phantom_gpus": sum(1 for r in reports for f in r["findings"] if "wasted_w" in f),
+        "phantom_wasted_w": round(
+            sum(f.get("wasted_w", 0.0) for r in reports for f in r["findings"]), 1
+        ),
+        "fleet_health_findings": sum(
+            1 for r in reports for f in r["findings"] if "wasted_w" not in f
+        ),
     }

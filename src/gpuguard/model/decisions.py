@@ -92,6 +92,15 @@ class Reason(StrEnum):
     RAYJOB_KEEPS_CLUSTER = "rayjob-keeps-cluster"
     SHORT_GRACE_PERIOD = "short-grace-period"
     NCCL_HANG_UNBOUNDED = "nccl-hang-unbounded"
+    # Scheduling and interconnect health (docs/fleet-health.md; policy.gang, policy.topology,
+    # policy.interconnect): findings only, never an action on a workload
+    GANG_PARTIAL_ALLOCATION = "gang-partial-allocation"
+    GANG_SCHEDULING_MISSING = "gang-scheduling-missing"
+    TOPOLOGY_MISMATCH = "topology-mismatch"
+    GPU_THROTTLED = "gpu-throttled"
+    NVLINK_ERRORS = "nvlink-errors"
+    PCIE_REPLAYS = "pcie-replays"
+    IB_LINK_FLAPPING = "ib-link-flapping"
 
 
 class ActionKind(StrEnum):

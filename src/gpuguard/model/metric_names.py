@@ -116,3 +116,49 @@ AGENT_MALFORMED_LINES_TOTAL = "gpuguard_agent_malformed_lines_total"  # agent: u
 AGENT_KERNEL_LOG_READABLE = "gpuguard_agent_kernel_log_readable"  # agent: 0 = cannot read it
 AGENT_CHECK_DURATION = "gpuguard_agent_check_duration_seconds"  # agent: last check cycle
 AGENT_LAST_CHECK = "gpuguard_agent_last_check_timestamp_seconds"  # agent: end of last cycle
+
+# Scheduling and interconnect health (docs/fleet-health.md). dcgm-exporter field names are
+# DCGM's (https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-constants.html);
+# node_infiniband_* are node-exporter's infiniband collector (labels device, port).
+DCGM_CLOCKS_EVENT_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask gauge (DCGM 3.3+)
+DCGM_CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"  # its older name
+DCGM_NVLINK_CRC_FLIT = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+DCGM_NVLINK_CRC_DATA = "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"
+DCGM_NVLINK_REPLAY = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+DCGM_NVLINK_RECOVERY = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+DCGM_PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+IB_LINK_DOWNED = "node_infiniband_link_downed_total"
+IB_LINK_ERROR_RECOVERY = "node_infiniband_link_error_recovery_total"
+IB_SYMBOL_ERRORS = "node_infiniband_symbol_error_total"
+IB_PORT_RCV_ERRORS = "node_infiniband_port_errors_received_total"
+GANG_GPU_HOURS_HELD = "gpuguard_gang_gpu_hours_held"  # labels: namespace, job, system
+GPU_NVLINK_PEER = "gpuguard_gpu_link"  # agent: 1 per {node, gpu, peer, link} (topo -m cell)
+GPU_NUMA_NODE = "gpuguard_gpu_numa_node"  # agent: 1 per {node, gpu, numa}
+GPU_TOPOLOGY_READ = "gpuguard_gpu_topology_read"  # agent: 1 read, 0 skipped or failed
+
+# Derived series of the interconnect plan (sources.fleet_health), "<what> <window>"
+# ("short": the finding window; "long": the persistence window).
+THROTTLE_FRACTION = "clock event fraction"  # per GPU and reason label: share of the window
+NVLINK_ERRORS_INCREASE = "nvlink errors increase"  # per GPU and counter label
+PCIE_REPLAYS_INCREASE = "pcie replays increase"  # per GPU
+IB_ERRORS_INCREASE = "infiniband errors increase"  # per node, device, port and counter label
+# DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits (DCGM_CLOCKS_EVENT_REASON_*, 1:1 with NVML's
+# nvmlClocksEventReason*; https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
+# Idle (0x1), application clocks (0x2), sync boost (0x10) and display clocks (0x100) are not
+# slowdowns and are left out.
+CLOCK_EVENT_REASON_BITS = {
+    "sw-power-cap": 0x4,
+    "hw-slowdown": 0x8,
+    "sw-thermal": 0x20,
+    "hw-thermal": 0x40,
+    "hw-power-brake": 0x80,
+}
+SHORT, LONG = "short", "long"  # the finding window and the persistence window
+
+
+def windowed(what: str, window: str) -> str:
+    """The sample name of a derived interconnect series over the ``short``/``long`` window."""
+    return f"{what} {window}"
+GPU_POD_MAPPING = "gpu pod mapping"  # per GPU: dcgm-exporter's series with its pod labels
+FLEET_FINDING = "gpuguard_fleet_health_finding"  # 1 per {kind, node, gpu} finding standing now
+NODE_PERSISTENTLY_UNHEALTHY = "gpuguard_node_persistently_unhealthy"  # 1 per node, persistent

@@ -339,6 +339,52 @@ class HealthSettings(_Section):
     )
 
 
+class FleetHealthSettings(_Section):
+    """Scheduling and interconnect health findings (docs/fleet-health.md): read-only reports,
+    never an action on a node or a workload."""
+
+    gang_grace: Duration = Field(
+        default=timedelta(minutes=10),
+        description="A job's pod must be unschedulable this long, while others of the job hold "
+        "GPUs, to be a partial-allocation deadlock (docs/fleet-health.md#gang-deadlock).",
+    )
+    window: Duration = Field(
+        default=timedelta(minutes=15),
+        description="Throttling and interconnect error counts are taken over this window.",
+    )
+    persistence_window: Duration = Field(
+        default=timedelta(hours=6),
+        description="A node that throttles or flaps over this longer window is listed in "
+        "`gpuguard status` as persistently unhealthy.",
+    )
+    throttle_min_fraction: float = Field(
+        default=0.25, ge=0.0, le=1.0,
+        description="Share of the window a GPU must report a counted clock-event reason.",
+    )
+    throttle_reasons: frozenset[str] = Field(
+        default=frozenset({"sw-thermal", "hw-thermal", "hw-slowdown", "hw-power-brake"}),
+        description="Clock-event reasons that count as throttling; sw-power-cap is left out by "
+        "default (a GPU at its power limit under full load reports it all the time).",
+    )
+    nvlink_errors_min: float = Field(
+        default=10.0, ge=0.0,
+        description="NVLink CRC (flit + data) and replay errors in the window that make a "
+        "finding; any NVLink recovery error does.",
+    )
+    pcie_replays_min: float = Field(
+        default=10.0, ge=0.0, description="PCIe replays in the window that make a finding."
+    )
+    ib_flaps_min: float = Field(
+        default=1.0, ge=0.0,
+        description="InfiniBand link-downed events of one port in the window that make a finding.",
+    )
+    persistent_ib_flaps: float = Field(
+        default=3.0, ge=0.0,
+        description="Link-downed events of one port over the persistence window that list the "
+        "node as flapping persistently.",
+    )
+
+
 class GuardSettings(_Section):
     """The whole tree."""
 
@@ -352,6 +398,7 @@ class GuardSettings(_Section):
     restore: ReturnSettings = ReturnSettings()
     health: HealthSettings = HealthSettings()
     notifications: NotificationSettings = NotificationSettings()
+    fleet: FleetHealthSettings = FleetHealthSettings()
 
     @classmethod
     def load(

@@ -205,7 +205,7 @@ class JobKubelet:
         terminated = []
         for pod in self.world.store.list("Pod"):
             refs = pod["metadata"].get("ownerReferences") or []
-            if any(ref.get("kind") == "Job" and ref.get("uid") not in uids for ref in refs):
+            if any(_batch_job(ref) and ref.get("uid") not in uids for ref in refs):
                 self._delete_pod(pod)  # the garbage collector: its owner is gone
             elif pod["status"].get("phase") in ("Succeeded", "Failed"):
                 terminated.append(pod)
@@ -214,6 +214,12 @@ class JobKubelet:
             terminated.sort(key=lambda pod: pod["metadata"]["creationTimestamp"])
             for pod in terminated[:excess]:
                 self._delete_pod(pod)
+
+
+def _batch_job(ref: dict[str, Any]) -> bool:
+    """An owner reference to a batch/v1 Job (a Volcano ``batch.volcano.sh`` Job is another kind
+    that the Job controller's garbage collection does not follow)."""
+    return ref.get("kind") == "Job" and ref.get("apiVersion", "batch/v1") == "batch/v1"
 
 
 def parse_time(text: str) -> datetime:

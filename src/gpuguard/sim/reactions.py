@@ -50,6 +50,11 @@ The world's rules (deterministic):
   Compute mode resets to DEFAULT at every boot and GPU reset. ``nvreg_exclude``: a person puts
   the GPU in ``NVreg_ExcludedGpus``; from the next boot the driver does not attach it.
 - ``pcie_degrade``: the GPU's link trains narrower/slower; only a power cycle retrains it.
+- ``gang_job``: a job of several GPU pods placed as its scheduler would (``sim.gangs``): the
+  default scheduler pod by pod, Volcano all or nothing, Kueue admitted against free GPUs (else
+  gated) then pod by pod; placed pods run like workloads, the rest wait Unschedulable.
+- ``throttle``, ``nvlink_errors``, ``ib_flap``: clock-event reason bits, NVLink error counters
+  and InfiniBand link-downs over time, rendered by ``sim.fleet_view`` (docs/fleet-health.md).
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
   ``ipvs_*``, ``dcgm_exporter_restart``, ``device_plugin_restart``, ``gfd_restart``,
   ``prometheus_down``, ``exporter_down``, ``job_hang``) do what their names say; see the
@@ -64,8 +69,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gpuguard.model import durations
+from gpuguard.model import metric_names as mn
 from gpuguard.sim import clock as simclock
-from gpuguard.sim import hosts, kernel_lines, kube_objects, scenario, state, store
+from gpuguard.sim import gangs, hosts, kernel_lines, kube_objects, scenario, state, store
 
 EXCLUDING_INSTANCE = "excluding"  # state.SimNode.plugin_instance
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -101,6 +107,7 @@ class Stage(Protocol):
     store: store.ObjectStore
     memory: Memory
     prometheus_down_until: datetime | None
+    nodes: list[state.SimNode]
 
     def record(self, kind: str, node: str | None, detail: str) -> None: ...
     def touch(self, node: state.SimNode) -> None: ...
@@ -642,6 +649,56 @@ def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> 
     gpu.compute_mode = "DEFAULT"
 
 
+# ---- scheduling and interconnect health (docs/fleet-health.md) -----------------------------------
+
+
+def on_gang_job(w: Stage, p: scenario.GangJobPayload, _node: None) -> None:
+    """A job of ``p.pods`` pods placed as its scheduler would (``sim.gangs``): bound pods run
+    a training profile on their GPUs; the others wait Pending (or gated, Kueue)."""
+    now = w.clock.now()
+    placed = gangs.plan(w, p, now)
+    owner = gangs.owner_object(p, now)
+    uid = w.store.create("Job", p.namespace, owner)["metadata"]["uid"] if owner else None
+    for index, where in enumerate(placed):
+        pod = gangs.pod_object(p, index, now, uid)
+        name = pod["metadata"]["name"]
+        w.memory.pods[name] = (p.namespace, "Succeeded")
+        node = next((n for n in w.nodes if n.name == where), None)
+        if node is None:
+            w.store.create("Pod", p.namespace, gangs.waiting(pod, p, len(w.nodes), now))
+            continue
+        gpus = gangs.gpus_for(node, p.gpus_per_pod)
+        w.store.create("Pod", p.namespace, kube_objects.bound(pod, node.name, now))
+        ends = now + p.duration if p.duration is not None else None
+        profile = state.WorkloadProfile.TRAINING
+        node.workloads.append(state.Workload(name, p.namespace, gpus, profile, now, ends))
+    w.record("gang_job", None, f"{p.name} ({p.scheduler} scheduler): {gangs.summary(placed)}")
+
+
+def on_throttle(w: Stage, p: scenario.ThrottlePayload, node: state.SimNode) -> None:
+    """The GPU's clock-event reasons include ``p.reason``'s bit for ``p.duration``."""
+    now = w.clock.now()
+    bit = mn.CLOCK_EVENT_REASON_BITS[p.reason]
+    node.gpu(p.gpu).clock_events.append((now, now + p.duration, bit))
+    span = durations.format_duration(p.duration)
+    w.record("throttle", node.name, f"GPU {p.gpu}: {p.reason} clock events for {span}")
+
+
+def on_nvlink_errors(w: Stage, p: scenario.NvlinkErrorsPayload, node: state.SimNode) -> None:
+    now = w.clock.now()
+    node.gpu(p.gpu).nvlink_errors.append((now, now + p.duration, p.rate, p.counter))
+    span = durations.format_duration(p.duration)
+    detail = f"GPU {p.gpu}: NVLink {p.counter} errors {p.rate:g}/min for {span}"
+    w.record("nvlink_errors", node.name, detail)
+
+
+def on_ib_flap(w: Stage, p: scenario.IbFlapPayload, node: state.SimNode) -> None:
+    """The port goes down ``p.count`` times, ``p.every`` apart, from now (link_downed +1 each)."""
+    now = w.clock.now()
+    node.ib_link_downs.extend((now + p.every * k, p.port) for k in range(p.count))
+    w.record("ib_flap", node.name, f"InfiniBand {p.port} goes down {p.count} times")
+
+
 # ---- the table -----------------------------------------------------------------------------------
 
 Reaction = Callable[[Stage, Any, Any], None]
@@ -677,4 +734,8 @@ REACTIONS: Mapping[str, Reaction] = {
     "job_hang": on_job_hang,
     "host_job": on_host_job,
     "nvreg_exclude": on_nvreg_exclude,
+    "gang_job": on_gang_job,
+    "throttle": on_throttle,
+    "nvlink_errors": on_nvlink_errors,
+    "ib_flap": on_ib_flap,
 }

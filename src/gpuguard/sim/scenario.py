@@ -169,6 +169,47 @@ class JobHangPayload(NodePayload):
     job: Literal["evidence", "burnin"]
 
 
+class GangJobPayload(_Strict):
+    """A job of several GPU pods placed as ``scheduler`` would (``sim.gangs``)."""
+
+    name: Annotated[str, pydantic.Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")]
+    pods: Annotated[int, pydantic.Field(ge=1, le=256)]
+    gpus_per_pod: Annotated[int, pydantic.Field(ge=1, le=16)]
+    scheduler: Literal["default", "volcano", "kueue"] = "default"
+    # the label system the pods carry (default: the scheduler's own; "none": no marker at all)
+    marker: Literal["job", "volcano", "coscheduling", "kueue", "training-operator", "jobset",
+                    "kuberay", "none"] | None = None  # fmt: skip
+    namespace: str = "ml"
+    duration: Duration | None = None  # None: the placed pods run until the scenario ends
+
+
+CLOCK_EVENT_REASONS = Literal["sw-power-cap", "hw-slowdown", "sw-thermal", "hw-thermal",
+                              "hw-power-brake"]  # fmt: skip
+
+
+class ThrottlePayload(GpuPayload):
+    """The GPU reports a clock-event reason (DCGM_FI_DEV_CLOCKS_EVENT_REASONS bit) for a while."""
+
+    reason: CLOCK_EVENT_REASONS = "hw-thermal"
+    duration: Duration = timedelta(hours=1)
+
+
+class NvlinkErrorsPayload(GpuPayload):
+    """The GPU's NVLink error counter grows at ``rate`` per minute for ``duration``."""
+
+    rate: Annotated[float, pydantic.Field(gt=0)]
+    duration: Duration = timedelta(hours=1)
+    counter: Literal["crc_flit", "crc_data", "replay", "recovery"] = "crc_flit"
+
+
+class IbFlapPayload(NodePayload):
+    """An InfiniBand port (``device/port``) goes down and back ``count`` times, ``every`` apart."""
+
+    port: Annotated[str, pydantic.Field(pattern=r"^[A-Za-z0-9_.-]+/[0-9]+$")] = "mlx5_0/1"
+    count: Annotated[int, pydantic.Field(ge=1, le=1000)] = 1
+    every: Duration = timedelta(minutes=2)
+
+
 PAYLOADS: dict[str, type[_Strict]] = {
     "xid": XidPayload,
     "gpu_lost": GpuLostPayload,
@@ -198,6 +239,10 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "job_hang": JobHangPayload,
     "host_job": HostJobPayload,
     "nvreg_exclude": GpuPayload,
+    "gang_job": GangJobPayload,
+    "throttle": ThrottlePayload,
+    "nvlink_errors": NvlinkErrorsPayload,
+    "ib_flap": IbFlapPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------

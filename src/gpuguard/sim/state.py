@@ -59,6 +59,9 @@ class SimGpu:
     # resets to Default" (nvmlDeviceSetComputeMode); a GPU reset re-initialises it as well.
     compute_mode: str = "DEFAULT"
     metric_overrides: dict[str, float] = field(default_factory=dict)  # dcgm name -> value
+    # Added for fleet health (sim.fleet_view): spans in time, so any past instant renders
+    clock_events: list[tuple[datetime, datetime, int]] = field(default_factory=list)  # bits
+    nvlink_errors: list[tuple[datetime, datetime, float, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -108,6 +111,7 @@ class SimNode:
     # attached or used"), so neither NVML nor the device plugin see them.
     nvreg_configured: set[str] = field(default_factory=set)
     nvreg_active: set[str] = field(default_factory=set)
+    ib_link_downs: list[tuple[datetime, str]] = field(default_factory=list)  # (when, device/port)
 
     # Added for the exporters (sim.exporters): what this node's dcgm-exporter collects.
     profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported

@@ -1,0 +1,127 @@
+"""What the world's Prometheus would answer to the fleet-health plan
+(``sources.fleet_health.HealthQueryPlan``), computed from the world's state over time.
+
+The simulated dcgm-exporter and node-exporter render, at any instant, each GPU's clock-event
+reasons bitmask (``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``, the OR of the bits of the ``throttle``
+spans active then), its NVLink error counters (``nvlink_errors`` spans: rate × time), a PCIe
+replay counter (0: no event changes it) and each node's InfiniBand port counters
+(``node_infiniband_link_downed_total`` counts the ``ib_flap`` downs so far; the link comes
+back each time, so ``link_error_recovery`` is not counted). Because the state keeps spans and
+times, any past instant renders exactly, and the plan's windows are answered from 15 s scrapes:
+the share of 1-minute steps a bit was set (``avg_over_time(...[w:1m])``), and a counter's value
+at the end minus at the start of the window (``increase`` without Prometheus' extrapolation).
+Only GPUs and nodes whose exporter answers are shown. The world, never the product's logic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from gpuguard.model import fleet
+from gpuguard.model import metric_names as names
+from gpuguard.sim import exporters, state, world
+
+SCRAPE = timedelta(seconds=15)
+STEP = timedelta(minutes=1)
+IB_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_errors_received")
+NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+DEFAULT_PORT = "mlx5_0/1"  # every simulated node has one InfiniBand port
+
+
+def clock_events(gpu: state.SimGpu, at: datetime) -> int:
+    bits = 0
+    for start, end, bit in gpu.clock_events:
+        if start <= at < end:
+            bits |= bit
+    return bits
+
+
+def nvlink_count(gpu: state.SimGpu, counter: str, at: datetime) -> float:
+    total = 0.0
+    for start, end, rate, which in gpu.nvlink_errors:
+        if which == counter and at > start:
+            total += rate * (min(at, end) - start).total_seconds() / 60
+    return float(math.floor(total))
+
+
+def link_downed(node: state.SimNode, port: str, at: datetime) -> float:
+    return float(sum(1 for when, p in node.ib_link_downs if p == port and when <= at))
+
+
+def health_samples(
+    played: world.World, at: datetime, window: timedelta, long_window: timedelta
+) -> tuple[fleet.MetricSample, ...]:
+    """The plan's named samples at ``at`` (windows ``window`` and ``long_window``)."""
+    out: list[fleet.MetricSample] = []
+    scraped = _scrape_before(played, at)
+    for node in played.nodes:
+        if not exporters.exporter_up(node, scraped):
+            continue
+        out += _gpu_samples(played, node, scraped, at, window, long_window)
+        out += _ib_samples(node, scraped, at, window, long_window)
+    return tuple(out)
+
+
+def _scrape_before(played: world.World, at: datetime) -> datetime:
+    return played.origin + SCRAPE * math.floor((at - played.origin) / SCRAPE)
+
+
+def _labels(node: state.SimNode, gpu: state.SimGpu) -> dict[str, str]:
+    return {node.hostname_label: node.name, "gpu": str(gpu.index), "UUID": gpu.uuid,
+            "pci_bus_id": exporters.dcgm_pci(gpu.pci), "modelName": gpu.model}  # fmt: skip
+
+
+def _gpu_samples(
+    played: world.World, node: state.SimNode, scraped: datetime, at: datetime,
+    window: timedelta, long_window: timedelta,
+) -> Iterable[fleet.MetricSample]:  # fmt: skip
+    pods = exporters.pods_by_gpu(node, played.store, scraped)
+    for gpu in (g for g in node.gpus if g.on_bus):
+        labels = _labels(node, gpu)
+        for which, span in ((names.SHORT, window), (names.LONG, long_window)):
+            name = names.windowed(names.THROTTLE_FRACTION, which)
+            steps = _steps(played, at, span) if gpu.clock_events else []
+            masks = [clock_events(gpu, t) for t in steps] if gpu.clock_events else []
+            for reason, bit in names.CLOCK_EVENT_REASON_BITS.items():
+                share = sum(1 for mask in masks if mask & bit) / max(1, len(steps))
+                yield fleet.MetricSample(name, labels | {"reason": reason}, share, at)
+        name = names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT)
+        for counter in NVLINK_COUNTERS:
+            grown = nvlink_count(gpu, counter, scraped) - nvlink_count(gpu, counter, at - window)
+            yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
+        yield fleet.MetricSample(names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT),
+                                 labels, 0.0, at)  # fmt: skip
+        pod = pods.get(gpu.index)
+        mapping = {"namespace": pod.namespace, "pod": pod.pod} if pod is not None else {}
+        yield fleet.MetricSample(names.GPU_POD_MAPPING, labels | mapping, 0.0, at)
+
+
+def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]:
+    """The scrape each 1-minute subquery step in (at - span, at] reads (never before the start)."""
+    last = datetime.fromtimestamp(math.floor(at.timestamp() / 60) * 60, at.tzinfo)
+    out = []
+    t = last
+    while t > at - span and t >= played.origin:
+        out.append(_scrape_before(played, t))
+        t -= STEP
+    return out
+
+
+def _ib_samples(
+    node: state.SimNode, scraped: datetime, at: datetime, window: timedelta,
+    long_window: timedelta,
+) -> Iterable[fleet.MetricSample]:  # fmt: skip
+    ports = sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
+    for port in ports:
+        device, number = port.split("/")
+        labels = {"instance": f"{node.name}:9100", "device": device, "port": number}
+        for which, span, counters in ((names.SHORT, window, IB_COUNTERS),
+                                      (names.LONG, long_window, ("link_downed",))):  # fmt: skip
+            name = names.windowed(names.IB_ERRORS_INCREASE, which)
+            for counter in counters:
+                grown = 0.0
+                if counter == "link_downed":
+                    grown = link_downed(node, port, scraped) - link_downed(node, port, at - span)
+                yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
