@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuguard.model import fleet
 from gpuguard.model.audit import AuditView, Input, PromRule, RuleResult
 from gpuguard.policy.audit import catalogue, registry
+from gpuguard.sources import gang_pods
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 Obj = dict[str, Any]
@@ -99,7 +101,10 @@ def view(
     series: frozenset[str] = frozenset(),
     prom_nodes: Mapping[Input, frozenset[str]] | None = None,
     missing: Mapping[Input, str] | None = None,
+    health_samples: tuple[fleet.MetricSample, ...] = (),
+    pod_gpus: Mapping[str, Mapping[str, tuple[int, ...]]] | None = None,
 ) -> AuditView:
+    pods = (gang_pods.workload_pod(p) for p in (objects or {}).get(Input.PODS, []))
     return AuditView(
         at=AT,
         objects={k: tuple(v) for k, v in (objects or {}).items()},
@@ -108,6 +113,9 @@ def view(
         prom_series=series,
         prom_nodes=dict(prom_nodes or {}),
         missing=dict(missing or {}),
+        workload_pods=tuple(p for p in pods if not p.finished),
+        health_samples=health_samples,
+        pod_gpus=dict(pod_gpus or {}),
     )
 
 

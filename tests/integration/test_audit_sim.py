@@ -32,6 +32,7 @@ def test_audit_of_the_simulated_cluster(tmp_path: Path) -> None:
     assert [f["objects"] for f in rules["COND-1"]["findings"]] == [["Node/gpu-node-b"]]
     assert rules["DCGM-1"]["status"] == "no-finding"  # both nodes' series are in Prometheus
     assert "no Xid is alerted" in rules["DCGM-2"]["findings"][0]["evidence"]
+    assert rules["GANG-1"]["status"] == "no-finding"  # one pod per job in this world
     assert rules["PDB-1"]["status"] == "not-checked"
     assert "404" in rules["PDB-1"]["why"]
     html = page.read_text()

@@ -30,10 +30,11 @@ def test_forbidden_and_missing_inputs_are_named_with_their_error(sim_api: SimApi
     sim_api.store.create("Node", "", {"metadata": {"name": "gpu-1"}, "spec": {}})
     sim_api.server.fail_next("GET", "/api/v1/pods", 403, "Forbidden")
     with lightkube.Client(config=sim_api.config()) as client:
-        view = audit.AuditReader(client, None).read(AT, settings.HygieneSettings())
+        view = audit.AuditReader(client, None).read(AT, settings.GuardSettings())
     assert [n["metadata"]["name"] for n in view.of(Input.NODES)] == ["gpu-1"]
     assert "403" in view.missing[Input.PODS]
     assert Input.NODECLAIMS not in view.missing  # not installed: none, not an error
     assert view.of(Input.NODECLAIMS) == ()
     assert view.missing[Input.PROM_RULES] == "no Prometheus URL given"
+    assert view.missing[Input.PROM_FLEET_HEALTH] == "no Prometheus URL given"
     assert view.api_server_version is not None

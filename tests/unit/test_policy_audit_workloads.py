@@ -3,7 +3,7 @@ rules, priority, PDBs that block every drain, multi-pod jobs without a gang."""
 
 from __future__ import annotations
 
-from gpuguard.model.audit import Input, RuleStatus, Severity
+from gpuguard.model.audit import Input, Severity
 from tests.audit_builders import node, pod, run_rule, view
 
 N, P, J = Input.NODES, Input.PODS, Input.JOBS
@@ -75,10 +75,3 @@ def test_multi_pod_job_on_the_default_scheduler_without_a_gang_marker() -> None:
     result = run_rule("GANG-0", view({P: [*plain, *volcano, *gang_scheduler, *single], J: []}))
     assert [f.objects for f in result.findings] == [("Job/ml/llm",)]
 
-
-def test_job_parallelism_counts_pods_not_created_yet() -> None:
-    job = {"metadata": {"name": "llm", "namespace": "ml"}, "spec": {"parallelism": 4}}
-    first = pod("llm-0", labels={"batch.kubernetes.io/job-name": "llm"})
-    result = run_rule("GANG-0", view({P: [first], J: [job]}))
-    assert result.status is RuleStatus.FINDINGS
-    assert result.findings[0].evidence.startswith("4 GPU pods")

@@ -6,9 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from gpuguard.model import annotation_keys, fleet, gpu_isolation, jobs, onboarding, withheld
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    fleet,
+    gpu_isolation,
+    jobs,
+    onboarding,
+    withheld,
+)
 from gpuguard.model.decisions import CheckStatus, Reason
-from gpuguard.policy import fitness
+from gpuguard.policy import fitness, interconnect
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 READY = {"Ready": "True"}
@@ -79,3 +87,15 @@ def test_last_burn_in_failed_or_running_is_not_fit() -> None:
         verdict = judged(replace(healthy(), burnin_jobs=(PASSED, last)))
         assert failed(verdict) == {"burn-in": CheckStatus.FAIL}, state
     assert judged(replace(healthy(), burnin_jobs=())).fit  # none on record: a warning
+
+
+def test_throttling_or_link_errors_are_not_fit_and_unread_ones_a_warning() -> None:
+    finding = decisions.Finding("nvlink-errors", "gpu-1", Reason.NVLINK_ERRORS, gpu="3",
+                                detail="GPU 3: 50 NVLink CRC errors in 15 min")
+    flapping = interconnect.NodeHealth("gpu-1", ("mlx5_0 port 1 flapped 4 times in 6 h",))
+    problems = fitness.link_problems("gpu-1", [finding], [flapping])
+    verdict = judged(replace(healthy(), links=problems))
+    assert failed(verdict) == {"interconnect": CheckStatus.FAIL}
+    assert "persistent: mlx5_0" in verdict.reasons()[0]
+    assert fitness.link_problems("gpu-2", [finding], [flapping]) == ()
+    assert judged(replace(healthy(), links_unread="Prometheus down")).fit

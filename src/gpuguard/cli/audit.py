@@ -48,7 +48,7 @@ def audit(
     prom = conn.prometheus_url or settings.prometheus.url
     with wiring.kube_client(conn) as client:
         reader = audit_source.AuditReader(client, prom, settings.prometheus.timeout.total_seconds())
-        view = reader.read(datetime.now(UTC), settings.hygiene)
+        view = reader.read(datetime.now(UTC), settings)
     results = registry.run(view, catalogue.RULES)
     cluster = conn.kube_server or str(conn.kubeconfig or "default kubeconfig")
     data = report(results, view.at, cluster, prom)

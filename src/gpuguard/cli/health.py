@@ -12,7 +12,8 @@ from gpuguard.controller import tick, wiring
 from gpuguard.errors import InputError, SourceError
 from gpuguard.model import fleet
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import fitness
+from gpuguard.policy import fitness, interconnect
+from gpuguard.sources import audit as audit_source
 from gpuguard.sources import onboarding
 
 EXIT_FIT, EXIT_NOT_FIT = 0, 1
@@ -47,8 +48,9 @@ def health(
     decision = result.decision
     said = fitness.guard_said(decision.actions if decision else (),
                               (*decision.findings, *result.silent) if decision else (), node)
+    problems, unread = _links(prom, result, node, settings)
     facts = fitness.FitnessFacts(found, result.at, said, None if result.ok else result.error,
-                                 view.check_status, view.burnin_jobs)
+                                 view.check_status, view.burnin_jobs, problems, unread)
     verdict = fitness.verdict(facts, require_conformance=settings.restore.require_conformance)
     data: dict[str, Any] = {"node": node, "fit": verdict.fit, "reasons": verdict.reasons(),
                             "checks": [c.as_dict() for c in verdict.checks]}
@@ -58,6 +60,24 @@ def health(
         output.table("checks", ["check", "status", "detail"],
                      [[c["check"], c["status"], c["detail"]] for c in data["checks"]])
     raise typer.Exit(EXIT_FIT if verdict.fit else EXIT_NOT_FIT)
+
+
+def _links(
+    prom: str, result: tick.TickResult, node: str, settings: settings_model.GuardSettings
+) -> tuple[tuple[str, ...], str | None]:
+    """The node's throttling and interconnect problems now (``policy.interconnect``), or why
+    they could not be read."""
+    try:
+        samples = audit_source.health_samples(prom, result.at, settings,
+                                              settings.prometheus.timeout.total_seconds())
+    except SourceError as e:
+        return (), str(e)
+    found = interconnect.detect(samples, settings.fleet)
+    problems = fitness.link_problems(node, found, interconnect.persistent(samples,
+                                                                          settings.fleet))
+    missing = interconnect.unchecked(samples)
+    return problems, (f"no series for {', '.join(missing)}" if missing and not problems
+                      else None)
 
 
 def _node(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpuguard.controller import fleet_health
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys, decisions, fleet
@@ -31,13 +32,17 @@ class FitnessLabel:
         findings: Iterable[decisions.Finding],
         *,
         may_write: Callable[[], bool],
+        fleet: fleet_health.FleetHealth | None = None,
     ) -> dict[str, str]:
         """The label value per node; the changed ones written when ``may_write()``."""
         actions, findings = tuple(actions), tuple(findings)
         values: dict[str, str] = {}
         for node in nodes:
-            facts = fitness.FitnessFacts(node, at, fitness.guard_said(actions, findings,
-                                                                      node.name), None, {}, ())
+            said = fitness.guard_said(actions, findings, node.name)
+            links = (fitness.link_problems(node.name, fleet.findings, fleet.persistent)
+                     if fleet else ())
+            unread = None if fleet else "the fleet-health step did not run"
+            facts = fitness.FitnessFacts(node, at, said, None, {}, (), links, unread)
             value = "yes" if fitness.verdict(facts, require_conformance=False).fit else "no"
             values[node.name] = value
             if node.labels.get(annotation_keys.FIT_LABEL) != value and may_write():

@@ -128,7 +128,8 @@ class Guard:
             result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
         if self.fitness_label is not None and decision is not None:
             label = partial(self.fitness_label.run, snapshot.nodes, result.at, decision.actions,
-                            (*decision.findings, *result.silent), may_write=may_write)
+                            (*decision.findings, *result.silent), may_write=may_write,
+                            fleet=result.fleet_health)
             unlabelled: dict[str, str] = {}
             failsafe.guarded("fitness-label", subject, errors, label, unlabelled)
 

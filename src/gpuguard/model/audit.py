@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpuguard.model import fleet, workloads
 from gpuguard.model import settings as settings_model
 
 Obj = Mapping[str, Any]
@@ -38,6 +39,7 @@ class Input(StrEnum):
     PROM_SERIES = "prometheus-series"  # which metric names Prometheus has now
     PROM_CORDON_72H = "prometheus-cordoned-72h"  # nodes unschedulable for the whole last 72 h
     PROM_DCGM_NODES = "prometheus-dcgm-nodes"  # nodes with dcgm-exporter series now
+    PROM_FLEET_HEALTH = "prometheus-fleet-health"  # throttling, link errors, GPU topology
 
 
 class Severity(StrEnum):
@@ -76,6 +78,12 @@ class AuditView:
     hygiene: settings_model.HygieneSettings = field(
         default_factory=settings_model.HygieneSettings
     )  # the hygiene review's thresholds, shared by the rules built on it
+    fleet_settings: settings_model.FleetHealthSettings = field(
+        default_factory=settings_model.FleetHealthSettings
+    )  # the fleet-health detectors' thresholds (docs/fleet-health.md)
+    workload_pods: tuple[workloads.WorkloadPod, ...] = ()  # unfinished pods, for job grouping
+    health_samples: tuple[fleet.MetricSample, ...] = ()  # the fleet-health plan's samples
+    pod_gpus: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
 
     def of(self, what: Input) -> tuple[Obj, ...]:
         return self.objects.get(what, ())

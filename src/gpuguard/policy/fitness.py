@@ -24,7 +24,7 @@ from gpuguard.model import (
     withheld,
 )
 from gpuguard.model.decisions import CheckStatus
-from gpuguard.policy import gate, lifecycle
+from gpuguard.policy import gate, interconnect, lifecycle
 
 _FIT = (CheckStatus.PASS, CheckStatus.WARN)
 
@@ -37,6 +37,8 @@ class FitnessFacts:
     guard_error: str | None  # why the guard could not decide, if it could not
     check_status: Mapping[str, CheckStatus]  # the node agent's conformance checks
     burnin_jobs: tuple[onboarding.BurnInJob, ...]
+    links: tuple[str, ...] = ()  # throttling and interconnect problems on the node now
+    links_unread: str | None = None  # why they could not be read (a WARN, not a pass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ def verdict(facts: FitnessFacts, *, require_conformance: bool) -> FitnessVerdict
         gpus(facts.node),
         conformance(facts.check_status, require=require_conformance),
         burnin(facts.burnin_jobs, facts.at),
+        links(facts.links, facts.links_unread),
     )
     return FitnessVerdict(facts.node.name, checks)
 
@@ -128,6 +131,28 @@ def conformance(statuses: Mapping[str, CheckStatus], *, require: bool) -> Check:
     if not statuses and not require:
         return Check("conformance", CheckStatus.WARN, f"{step.evidence} (not required)")
     return Check("conformance", step.status, step.evidence)
+
+
+def link_problems(
+    node: str,
+    findings: Iterable[decisions.Finding],
+    persistent: Iterable[interconnect.NodeHealth],
+) -> tuple[str, ...]:
+    """The node's throttling and interconnect findings (``policy.interconnect``) and why it
+    throttles or flaps persistently, one line each."""
+    now = [f"{f.kind}: {f.detail}" for f in findings
+           if f.node == node and f.kind in interconnect.KINDS]
+    return (*now, *(f"persistent: {why}" for h in persistent if h.node == node
+                    for why in h.reasons))
+
+
+def links(problems: tuple[str, ...], unread: str | None) -> Check:
+    if problems:
+        return Check("interconnect", CheckStatus.FAIL, "; ".join(problems))
+    if unread is not None:
+        return Check("interconnect", CheckStatus.WARN, f"not read: {unread}")
+    return Check("interconnect", CheckStatus.PASS, "no throttling, NVLink, PCIe or InfiniBand "
+                 "errors")
 
 
 def burnin(found: tuple[onboarding.BurnInJob, ...], at: datetime) -> Check:

@@ -25,11 +25,11 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
-from gpuguard.model import audit
+from gpuguard.model import audit, fleet
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model.audit import Input
-from gpuguard.sources import kubernetes, prometheus, workloads
+from gpuguard.sources import fleet_health, gang_pods, kubernetes, prometheus, workloads
 
 NodeClaim = create_global_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims")
 ClusterPolicy = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
@@ -51,7 +51,7 @@ class AuditReader:
         self._prom = prometheus_url.rstrip("/") if prometheus_url else None
         self._timeout_s = timeout_s
 
-    def read(self, at: datetime, hygiene: settings_model.HygieneSettings) -> audit.AuditView:
+    def read(self, at: datetime, settings: settings_model.GuardSettings) -> audit.AuditView:
         objects: dict[Input, Objs] = {}
         missing: dict[Input, str] = {}
         with api_errors.translated("listing Nodes", SourceError):
@@ -63,7 +63,27 @@ class AuditReader:
                 missing[what] = str(e)
         version = self._version(missing)
         rules, series, nodes = self._prometheus(at, missing)
-        return audit.AuditView(at, objects, version, rules, series, nodes, missing, hygiene)
+        samples = self._fleet_health(at, settings, missing)
+        pods = (gang_pods.workload_pod(p) for p in objects.get(Input.PODS, ()))
+        return audit.AuditView(
+            at, objects, version, rules, series, nodes, missing, settings.hygiene,
+            settings.fleet, tuple(p for p in pods if not p.finished), samples,
+            fleet_health.pod_gpus(samples),
+        )
+
+    def _fleet_health(
+        self, at: datetime, settings: settings_model.GuardSettings, missing: dict[Input, str]
+    ) -> tuple[fleet.MetricSample, ...]:
+        """The fleet-health plan's samples (``sources.fleet_health``), read as the controller
+        reads them: stale or partial answers refused."""
+        if self._prom is None:
+            missing[Input.PROM_FLEET_HEALTH] = "no Prometheus URL given"
+            return ()
+        try:
+            return health_samples(self._prom, at, settings, self._timeout_s)
+        except SourceError as e:
+            missing[Input.PROM_FLEET_HEALTH] = str(e)
+            return ()
 
     def _readers(self) -> dict[Input, Callable[[], Iterable[audit.Obj]]]:
         rayjobs = workloads.WorkloadReader(self._client).rayjobs
@@ -162,3 +182,17 @@ def rules_from(url: str, status: int, payload: Any) -> tuple[audit.PromRule, ...
 def _plain(obj: Any) -> audit.Obj:
     """A lightkube object (or generic resource) as the JSON the API sent."""
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+def health_samples(
+    url: str, at: datetime, settings: settings_model.GuardSettings, timeout_s: float = 10.0
+) -> tuple[fleet.MetricSample, ...]:
+    """The fleet-health plan's samples at ``at``, read as the controller reads them (stale or
+    partial answers refused: ``SourceError``)."""
+    plan = fleet_health.HealthQueryPlan(settings.fleet.window, settings.fleet.persistence_window)
+    source = prometheus.PrometheusSource(url, plan, timeout_s=timeout_s,
+                                         staleness=settings.prometheus.staleness)
+    try:
+        return source.samples(at)
+    finally:
+        source.close()

@@ -7,10 +7,11 @@ makes it "not checked"), its check, the public source behind it, and the fix.
 from __future__ import annotations
 
 from gpuguard.model.audit import Input as In
-from gpuguard.policy.audit import gpu_stack, nodes, workloads
+from gpuguard.policy.audit import fleet, gpu_stack, nodes, workloads
 from gpuguard.policy.audit.registry import Rule
 
 K8S = "https://kubernetes.io/docs"
+DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
 
 RULES: tuple[Rule, ...] = (
     # --- incidents first: a cordon that silenced alerts, a device plugin that fails every
@@ -101,7 +102,28 @@ RULES: tuple[Rule, ...] = (
          f"{K8S}/concepts/scheduling-eviction/pod-priority-preemption/",
          "give training and inference their own PriorityClasses"),
     Rule("GANG-0", "Multi-pod GPU job on the default scheduler without a gang",
-         (In.PODS, In.JOBS), workloads.no_gang,
+         (In.PODS,), fleet.no_gang,
          "https://kueue.sigs.k8s.io/docs/tasks/manage/setup_wait_for_pods_ready/",
          "schedule the job as a gang (Volcano, coscheduling, Kueue with waitForPodsReady)"),
+    # --- scheduling and interconnect health (policy.gang, policy.topology, policy.interconnect)
+    Rule("GANG-1", "Job holding GPUs while part of it cannot be placed", (In.PODS,),
+         fleet.gang_deadlock, "https://github.com/kubeflow/trainer/issues/1617",
+         "schedule as a gang (Volcano, coscheduling, Kueue waitForPodsReady), or delete the job "
+         "to free its GPUs"),
+    Rule("TOPO-1", "Multi-GPU pod on GPUs not joined by NVLink or across NUMA",
+         (In.PROM_FLEET_HEALTH,), fleet.topology_mismatch,
+         f"{K8S}/tasks/administer-cluster/topology-manager/",
+         "ask for GPUs of one NVLink domain (device plugin preferred allocation, Topology "
+         "Manager single-numa-node)"),
+    Rule("THROTTLE-1", "GPU clocks cut by thermal or power slowdown", (In.PROM_FLEET_HEALTH,),
+         fleet.throttled, DCGM_FIELDS,
+         "check cooling and power delivery of the node; a throttled GPU slows its whole job"),
+    Rule("NVLINK-1", "NVLink CRC, replay or recovery errors", (In.PROM_FLEET_HEALTH,),
+         fleet.nvlink_errors, DCGM_FIELDS,
+         "drain the node's jobs and have the NVLink/NVSwitch path inspected"),
+    Rule("PCIE-1", "PCIe replays growing", (In.PROM_FLEET_HEALTH,), fleet.pcie_replays,
+         DCGM_FIELDS, "reseat or replace the riser/card; check the slot's link width and speed"),
+    Rule("IB-1", "InfiniBand port flapping", (In.PROM_FLEET_HEALTH,), fleet.ib_flapping,
+         "https://imbue.com/research/70b-infrastructure/",
+         "check the port's cable and transceiver; a flapping link stalls every collective"),
 )

@@ -1,6 +1,6 @@
 """Workload rules: GPU pods that tolerate a cordon, bypass the scheduler, die before CUDA
 cleanup, hang in NCCL, keep a finished RayJob's GPUs, have no priority, are protected by a PDB
-that blocks every drain, or run as several pods on the default scheduler with no gang marker."""
+that blocks every drain."""
 
 from __future__ import annotations
 
@@ -138,55 +138,3 @@ def _expression(expr: Mapping[str, Any], have: Mapping[str, str]) -> bool:
         case "DoesNotExist":
             return key not in have
     return False
-
-
-# GANG-0 -----------------------------------------------------------------------------------
-
-GROUP_LABELS = (
-    "training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "ray.io/cluster",
-    "batch.kubernetes.io/job-name", "job-name",
-)  # fmt: skip
-GANG_LABELS = ("volcano.sh/job-name", "scheduling.x-k8s.io/pod-group",
-               "kueue.x-k8s.io/pod-group-name")
-GANG_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
-GANG_SPEC_FIELDS = ("workloadRef", "schedulingGroup")
-DEFAULT_SCHEDULER = "default-scheduler"
-
-
-def no_gang(view: AuditView) -> Iterator[Hit]:
-    groups: dict[tuple[str, str], list[Obj]] = defaultdict(list)
-    for pod in kube.gpu_pods(view):
-        key = _group(pod)
-        if key is not None:
-            groups[key].append(pod)
-    parallel = {(str(kube.meta(j).get("namespace")), kube.name(j)): _parallelism(j)
-                for j in view.of(Input.JOBS)}
-    for (namespace, group), pods in sorted(groups.items()):
-        size = max(len(pods), parallel.get((namespace, group), 0))
-        if size < 2 or any(_gang_marked(p) for p in pods):
-            continue
-        if any(kube.spec(p).get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER
-               for p in pods):
-            continue
-        gpus = sum(kube.gpu_request(p) for p in pods)
-        yield Hit(Severity.MEDIUM, (f"Job/{namespace}/{group}",),
-                  f"{size} GPU pods ({gpus} GPUs seen) on the default scheduler with no gang "
-                  "marker: placed pod by pod, a partly placed job holds its GPUs and waits")
-
-
-def _group(pod: Obj) -> tuple[str, str] | None:
-    have = kube.labels(pod)
-    namespace = str(kube.meta(pod).get("namespace") or "")
-    found = next((have[k] for k in GROUP_LABELS if have.get(k)), None)
-    return (namespace, found) if found else None
-
-
-def _gang_marked(pod: Obj) -> bool:
-    return (any(k in kube.labels(pod) for k in GANG_LABELS)
-            or any(k in kube.notes(pod) for k in GANG_ANNOTATIONS)
-            or any(kube.spec(pod).get(f) for f in GANG_SPEC_FIELDS))
-
-
-def _parallelism(job: Obj) -> int:
-    value = kube.spec(job).get("parallelism")
-    return int(value) if isinstance(value, int) else 1
