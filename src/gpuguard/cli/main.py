@@ -9,6 +9,7 @@ import typer
 
 from gpuguard.cli import (
     agent,
+    audit,
     backtest,
     breaker,
     burnin,
@@ -20,6 +21,7 @@ from gpuguard.cli import (
     gate,
     gpu_isolate,
     guard,
+    health,
     hygiene,
     ledger,
     manifest,
@@ -102,6 +104,12 @@ app.command("gate", short_help="Onboarding gate: remove the registration taint i
     gate.gate
 )
 
+app.command("audit", short_help="Read-only review of the cluster's GPU gaps; HTML report.")(
+    audit.audit
+)
+app.command("health", short_help="Is NODE fit to run training? yes/no with the reasons.")(
+    health.health
+)
 app.command("hygiene", short_help="Workloads that can leave GPUs busy with nothing.")(
     hygiene.hygiene
 )

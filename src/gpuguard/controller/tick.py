@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 
 from gpuguard.controller import change as change_step
-from gpuguard.controller import failsafe, fault_history, phantom_watch
+from gpuguard.controller import failsafe, fault_history, fitness_label, phantom_watch
 from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
@@ -78,6 +78,7 @@ class Guard:
     gpu_isolation: gpu_step.GpuIsolation | None = None
     changes: change_step.Changes | None = None
     fleet_health: fleet_health_step.FleetHealthWatch | None = None
+    fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
 
     def tick(self) -> TickResult:
         result = TickResult(at=self.clock.now())
@@ -131,6 +132,12 @@ class Guard:
         if self.fleet_health is not None:
             health = partial(self.fleet_health.run, result.at, may_write=may_write)
             result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
+        if self.fitness_label is not None and decision is not None:
+            label = partial(self.fitness_label.run, snapshot.nodes, result.at, decision.actions,
+                            (*decision.findings, *result.silent), may_write=may_write,
+                            fleet=result.fleet_health)
+            unlabelled: dict[str, str] = {}
+            failsafe.guarded("fitness-label", subject, errors, label, unlabelled)
 
     def _history(
         self,

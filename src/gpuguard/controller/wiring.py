@@ -27,6 +27,7 @@ from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     dra_taints,
     fault_history,
+    fitness_label,
     fleet_health,
     gpu_isolation,
     phantom_watch,
@@ -181,6 +182,8 @@ def build_guard(
                 templates=changes.JobTemplates(client, c.change_templates),
                 evictions=eviction.Evictor(client),
             ),
+            fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
+            else None,
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=gang_pods.GangPodReader(client),
                 metrics=read(_health_plan(guard_settings.fleet)),

@@ -348,6 +348,16 @@ class ReturnSettings(_Section):
     )
 
 
+class HealthSettings(_Section):
+    """The yes/no "fit to run training" verdict per node (docs/audit.md#health-verdict)."""
+
+    label: bool = Field(
+        default=False,
+        description="Opt-in: the controller keeps the node label gpuguard.io/fit-to-train=yes|no "
+        "up to date every tick, so training can select fit nodes (nodeSelector).",
+    )
+
+
 class FleetHealthSettings(_Section):
     """Scheduling and interconnect health findings (docs/fleet-health.md): read-only reports,
     never an action on a node or a workload."""
@@ -405,6 +415,7 @@ class GuardSettings(_Section):
     utilization: UtilizationSettings = UtilizationSettings()
     hygiene: HygieneSettings = HygieneSettings()
     restore: ReturnSettings = ReturnSettings()
+    health: HealthSettings = HealthSettings()
     notifications: NotificationSettings = NotificationSettings()
     fleet: FleetHealthSettings = FleetHealthSettings()
 

@@ -1,0 +1,101 @@
+"""The yes/no "fit to run training" verdict: yes only when every check passes (or warns);
+each thing gpuguard knows against the node is a no with its reason; unknown is never yes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    fleet,
+    gpu_isolation,
+    jobs,
+    onboarding,
+    withheld,
+)
+from gpuguard.model.decisions import CheckStatus, Reason
+from gpuguard.policy import fitness, interconnect
+
+AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+READY = {"Ready": "True"}
+PASSED = onboarding.BurnInJob("burnin-gpu-1", (AT - timedelta(days=2)).isoformat(),
+                              jobs.JobState.SUCCEEDED)
+
+
+def healthy() -> fitness.FitnessFacts:
+    node = fleet.Node("gpu-1", "boot", 8, 8, conditions=READY)
+    return fitness.FitnessFacts(node, AT, (), None, {"swap": CheckStatus.PASS}, (PASSED,))
+
+
+def judged(facts: fitness.FitnessFacts, require: bool = False) -> fitness.FitnessVerdict:
+    return fitness.verdict(facts, require_conformance=require)
+
+
+def failed(verdict: fitness.FitnessVerdict) -> dict[str, CheckStatus]:
+    return {c.name: c.status for c in verdict.checks if c.status not in
+            (CheckStatus.PASS, CheckStatus.WARN)}
+
+
+def test_a_healthy_serving_node_is_fit() -> None:
+    verdict = judged(healthy())
+    assert verdict.fit
+    assert verdict.reasons() == []
+
+
+def test_cordoned_node_is_not_fit() -> None:
+    facts = healthy()
+    facts = replace(facts, node=replace(facts.node, unschedulable=True))
+    assert failed(judged(facts)) == {"state": CheckStatus.FAIL}
+
+
+def test_what_the_guard_decides_now_makes_it_unfit_and_no_decision_is_unknown() -> None:
+    said = replace(healthy(), guard=("isolate hardware-xid-with-gpu-loss",))
+    assert "hardware-xid-with-gpu-loss" in judged(said).reasons()[0]
+    blind = replace(healthy(), guard_error="Prometheus is stale")
+    assert failed(judged(blind)) == {"guard": CheckStatus.UNKNOWN}
+    assert not judged(blind).fit
+
+
+def test_withheld_fault_and_isolated_or_missing_gpus_are_not_fit() -> None:
+    mark = withheld.WithheldMark(Reason.BREAKER_RATE, AT, "xid-79").to_annotation()
+    entry = gpu_isolation.IsolatedGpu("GPU-3", "0000:1b:00.0", "3", AT, "xid-48", capacity=8)
+    iso = gpu_isolation.to_annotation((entry,))
+    assert iso is not None
+    notes = {annotation_keys.WITHHELD: mark, annotation_keys.GPU_ISOLATED: iso}
+    facts = healthy()
+    node = replace(facts.node, gpu_allocatable=6, annotations=notes)
+    verdict = judged(replace(facts, node=node))
+    assert failed(verdict) == {"withheld": CheckStatus.FAIL, "gpus": CheckStatus.FAIL}
+    gpus = next(c.detail for c in verdict.checks if c.name == "gpus")
+    assert gpus == "GPU 3 isolated (xid-48); 1 GPU(s) missing (capacity 8 > allocatable 6)"
+
+
+def test_conformance_fail_is_not_fit_and_no_agent_only_when_required() -> None:
+    broken = replace(healthy(), check_status={"swap": CheckStatus.FAIL})
+    assert failed(judged(broken)) == {"conformance": CheckStatus.FAIL}
+    no_agent = replace(healthy(), check_status={})
+    assert judged(no_agent).fit
+    assert failed(judged(no_agent, require=True)) == {"conformance": CheckStatus.UNKNOWN}
+
+
+def test_last_burn_in_failed_or_running_is_not_fit() -> None:
+    newer = (AT - timedelta(hours=1)).isoformat()
+    for state in (jobs.JobState.FAILED, jobs.JobState.RUNNING):
+        last = onboarding.BurnInJob("burnin-2", newer, state)
+        verdict = judged(replace(healthy(), burnin_jobs=(PASSED, last)))
+        assert failed(verdict) == {"burn-in": CheckStatus.FAIL}, state
+    assert judged(replace(healthy(), burnin_jobs=())).fit  # none on record: a warning
+
+
+def test_throttling_or_link_errors_are_not_fit_and_unread_ones_a_warning() -> None:
+    finding = decisions.Finding("nvlink-errors", "gpu-1", Reason.NVLINK_ERRORS, gpu="3",
+                                detail="GPU 3: 50 NVLink CRC errors in 15 min")
+    flapping = interconnect.NodeHealth("gpu-1", ("mlx5_0 port 1 flapped 4 times in 6 h",))
+    problems = fitness.link_problems("gpu-1", [finding], [flapping])
+    verdict = judged(replace(healthy(), links=problems))
+    assert failed(verdict) == {"interconnect": CheckStatus.FAIL}
+    assert "persistent: mlx5_0" in verdict.reasons()[0]
+    assert fitness.link_problems("gpu-2", [finding], [flapping]) == ()
+    assert judged(replace(healthy(), links_unread="Prometheus down")).fit
