@@ -33,8 +33,9 @@ def test_audit_of_the_simulated_cluster(tmp_path: Path) -> None:
     assert rules["DCGM-1"]["status"] == "no-finding"  # both nodes' series are in Prometheus
     assert "no Xid is alerted" in rules["DCGM-2"]["findings"][0]["evidence"]
     assert rules["GANG-1"]["status"] == "no-finding"  # one pod per job in this world
-    assert rules["PDB-1"]["status"] == "not-checked"
-    assert "404" in rules["PDB-1"]["why"]
+    assert rules["PDB-1"]["status"] == "no-finding"  # PodDisruptionBudgets served, none here
+    assert rules["REPAIR-1"]["status"] == "not-checked"  # no node-repair kinds served
+    assert "404" in rules["REPAIR-1"]["why"]
     html = page.read_text()
     assert "gpu-node-b" in html
     assert "Not checked (why)" in html
