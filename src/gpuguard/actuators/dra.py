@@ -20,8 +20,9 @@ from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import gpu_isolation
 
-Rule = resource_v1.DeviceTaintRule | resource_v1beta2.DeviceTaintRule
-Kind = type[resource_v1.DeviceTaintRule] | type[resource_v1beta2.DeviceTaintRule]
+DeviceTaintRule = resource_v1.DeviceTaintRule | resource_v1beta2.DeviceTaintRule
+"""A rule of either version (the same fields)."""
+Kind = type[DeviceTaintRule]
 KINDS: tuple[Kind, ...] = (resource_v1.DeviceTaintRule, resource_v1beta2.DeviceTaintRule)
 """GA first, then the beta (policy/gpu_route.API_VERSIONS names the same two)."""
 
@@ -45,16 +46,17 @@ class DeviceTaints:
         """gpuguard's rules; None when the cluster serves DeviceTaintRules in no version."""
         for kind in (self._kind, *(k for k in KINDS if k is not self._kind)):
             try:
-                with api_errors.translated("listing DeviceTaintRules", SourceError):
-                    found = self._client.list(
-                        kind, labels={"app.kubernetes.io/part-of": "gpuguard"}
-                    )
-                    rules = [r.to_dict() for r in found]
+                rules = self._list(kind)
             except NotFoundError:
                 continue
             self._kind = kind
             return rules
         return None
+
+    def _list(self, kind: type[DeviceTaintRule]) -> list[dict[str, Any]]:
+        with api_errors.translated("listing DeviceTaintRules", SourceError):
+            found = self._client.list(kind, labels={"app.kubernetes.io/part-of": "gpuguard"})
+            return [r.to_dict() for r in found]
 
     def slices(self) -> list[dict[str, Any]]:
         with api_errors.translated("listing ResourceSlices", SourceError):
@@ -79,9 +81,12 @@ class DeviceTaints:
     def delete(self, name: str) -> None:
         try:
             with api_errors.translated(f"deleting DeviceTaintRule {name}"):
-                self._client.delete(self._kind, name)
+                self._delete(self._kind, name)
         except NotFoundError:
             return  # already gone: the undo is done
 
-    def _rule(self, manifest: dict[str, Any]) -> Rule:
-        return cast(Rule, self._kind.from_dict(manifest))
+    def _delete(self, kind: type[DeviceTaintRule], name: str) -> None:
+        self._client.delete(kind, name)
+
+    def _rule(self, manifest: dict[str, Any]) -> DeviceTaintRule:
+        return cast(DeviceTaintRule, self._kind.from_dict(manifest))
