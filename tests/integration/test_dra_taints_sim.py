@@ -14,6 +14,7 @@ import pytest
 from gpuguard.actuators import dra
 from gpuguard.controller import dra_taints
 from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation
+from gpuguard.policy import gpu_route
 from gpuguard.sim import clock, scenario, store, world
 from gpuguard.sim import dra as sim_dra
 from tests.conftest import ServeStore
@@ -101,15 +102,49 @@ def test_a_toleration_lets_a_claim_use_the_tainted_device(
     assert sim_dra.allocate(played.store, "gpu-node-a", 4, [tolerate]) is not None
 
 
+V1 = "resource.k8s.io/v1/devicetaintrules"
+BETA = "resource.k8s.io/v1beta2/devicetaintrules"
+
+
 def test_a_cluster_that_does_not_serve_device_taint_rules_gets_none(
     serve_store: ServeStore,
 ) -> None:
-    """Slices published, but the rules' list answers 404 (before 1.37): nothing written."""
+    """Slices published, but neither v1 nor v1beta2 rules are served: nothing written."""
     spec = scenario.from_mapping(SPEC)
     played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start))
     api = serve_store(played.store)
-    api.server.fail_next("GET", "/apis/resource.k8s.io/v1/devicetaintrules", 404, "NotFound")
+    api.server.withheld = frozenset({V1, BETA})
     with lightkube.Client(config=api.config()) as client:
         step = dra_taints.DraTaints(dra.DeviceTaints(client), FakeWriter())
         assert tick(played, step, isolated=True) == []
     assert rules(played) == []
+
+
+def test_a_1_36_cluster_gets_the_same_rule_through_the_beta_api(
+    serve_store: ServeStore,
+) -> None:
+    """Kubernetes 1.36 serves DeviceTaintRules only as v1beta2 (behind DRADeviceTaintRules):
+    the same reconcile taints, verifies and removes the rule there, asking v1 only once."""
+    spec = scenario.from_mapping(SPEC)
+    played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start))
+    api = serve_store(played.store)
+    api.server.withheld = frozenset({V1})
+    with lightkube.Client(config=api.config()) as client:
+        taints = dra.DeviceTaints(client)
+        step = dra_taints.DraTaints(taints, FakeWriter())
+        (applied,) = tick(played, step, isolated=True)
+        assert "gpu-node-a/gpu-1" in applied
+        assert taints.served == "resource.k8s.io/v1beta2"
+        assert sim_dra.allocate(played.store, "gpu-node-a", 4) is None
+        assert tick(played, step, isolated=True) == []  # read back through v1beta2: verified
+        (removed,) = tick(played, step, isolated=False)
+        assert "removed" in removed
+    assert rules(played) == []
+    paths = [(r.method, r.path) for r in api.server.requests if "devicetaintrules" in r.path]
+    assert [p for _, p in paths if p.startswith("/apis/resource.k8s.io/v1/")] == [
+        "/apis/resource.k8s.io/v1/devicetaintrules"]
+    assert {m for m, p in paths if "/v1beta2/" in p} == {"GET", "POST", "DELETE"}
+
+
+def test_the_beta_api_is_the_controllers_fallback_in_the_order_the_policy_names() -> None:
+    assert tuple(dra.api_version(k) for k in dra.KINDS) == gpu_route.API_VERSIONS

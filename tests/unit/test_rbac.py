@@ -123,6 +123,8 @@ def _name(expr: ast.expr | None) -> str | None:
         return expr.attr
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         return expr.value
+    if isinstance(expr, ast.Subscript) and _name(expr.value) == "type":  # type[Kind]: Kind
+        return _name(expr.slice)
     return None
 
 

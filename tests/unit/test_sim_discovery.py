@@ -28,3 +28,18 @@ def test_a_collection_path_is_not_discovery() -> None:
     assert discovery.answer("/api/v1/nodes", "h") is None
     assert discovery.answer("/apis/batch/v1/namespaces/ns/jobs", "h") is None
     assert discovery.answer("/apis/no.such.group/v1", "h") is None
+
+
+def test_a_withheld_version_is_not_discovered() -> None:
+    """A 1.36 cluster: DeviceTaintRules in resource.k8s.io/v1beta2 only."""
+    withheld = frozenset({"resource.k8s.io/v1/devicetaintrules"})
+    v1 = discovery.answer("/apis/resource.k8s.io/v1", "h", withheld)
+    beta = discovery.answer("/apis/resource.k8s.io/v1beta2", "h", withheld)
+    assert v1 is not None
+    assert beta is not None
+    assert "devicetaintrules" not in {r["name"] for r in v1["resources"]}
+    assert {r["name"] for r in beta["resources"]} == {"devicetaintrules",
+                                                     "devicetaintrules/status"}
+    with_both = discovery.answer("/apis/resource.k8s.io/v1", "h")
+    assert with_both is not None
+    assert "devicetaintrules" in {r["name"] for r in with_both["resources"]}

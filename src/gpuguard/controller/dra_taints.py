@@ -52,7 +52,7 @@ class DraTaints:
         try:
             rules = self.taints.rules()
             if rules is None or not (rules or nodes):
-                return []  # not a DRA cluster (or not 1.37+), or nothing to taint or undo
+                return []  # no DeviceTaintRules served (v1 or v1beta2), or nothing to do
             devices = gpu_route.slice_devices(self.taints.slices())
         except GpuguardError as e:
             log.warning("DRA taints not reconciled (next tick retries): %s", e)

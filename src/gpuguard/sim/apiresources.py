@@ -46,6 +46,11 @@ class ResourceType:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
+    def served_as(self) -> str:
+        """``group/version/plural``: how a server that does not serve it withholds it."""
+        return f"{self.api_version}/{self.plural}"
+
+    @property
     def field_labels(self) -> frozenset[str]:
         return _COMMON_FIELDS | self.extra_fields
 
@@ -75,6 +80,9 @@ RESOURCES = (
                                                            "spec.pool.name"})),
     ResourceType("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules",
                  namespaced=False, has_status=True),
+    # the beta of Kubernetes 1.36 (DRADeviceTaintRules gate), the same fields as v1
+    ResourceType("DeviceTaintRule", "resource.k8s.io", "v1beta2", "devicetaintrules",
+                 namespaced=False, has_status=True),
 )
 # fmt: on
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -99,8 +107,9 @@ class Target:
     subresource: str | None = None
 
 
-def parse_path(path: str) -> Target:
-    """``/api/v1/namespaces/ns/pods/p/status`` → Target(Pod, "ns", "p", "status")."""
+def parse_path(path: str, withheld: frozenset[str] = frozenset()) -> Target:
+    """``/api/v1/namespaces/ns/pods/p/status`` → Target(Pod, "ns", "p", "status").
+    ``withheld``: resources (``served_as``) this server does not serve, a 404 as there."""
     parts = [p for p in path.split("/") if p]
     if parts[:1] == ["api"]:
         group, rest = "", parts[1:]
@@ -116,6 +125,8 @@ def parse_path(path: str) -> Target:
         namespace, rest = rest[1], rest[2:]
     resource = _BY_PATH.get((group, version, rest[0]))
     if resource is None or len(rest) > 3 or (namespace is not None and not resource.namespaced):
+        raise _not_found(path)
+    if resource.served_as in withheld:
         raise _not_found(path)
     return _target(resource, namespace, rest[1:], path)
 

@@ -18,8 +18,11 @@ _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 _SHORT_NAMES = {"nodes": ["no"], "pods": ["po"], "configmaps": ["cm"], "events": ["ev"]}
 
 
-def answer(path: str, server_address: str) -> store.Obj | None:
-    """The discovery document for ``path``, or None when ``path`` is not a discovery path."""
+def answer(
+    path: str, server_address: str, withheld: frozenset[str] = frozenset(),
+) -> store.Obj | None:
+    """The discovery document for ``path``, or None when ``path`` is not a discovery path;
+    ``withheld`` resources (``ResourceType.served_as``) are not named."""
     parts = [p for p in path.split("/") if p]
     if parts == ["api"]:
         return {
@@ -30,29 +33,35 @@ def answer(path: str, server_address: str) -> store.Obj | None:
             ],
         }
     if parts == ["apis"]:
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": _groups()}
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": _groups(withheld)}
     if parts == ["api", "v1"]:
         return _resource_list("", "v1")
     if len(parts) == 2 and parts[0] == "apis":
-        return next((g for g in _groups() if g["name"] == parts[1]), None)
+        return next((g for g in _groups(withheld) if g["name"] == parts[1]), None)
     if len(parts) == 3 and parts[0] == "apis":
-        return _resource_list(parts[1], parts[2])
+        return _resource_list(parts[1], parts[2], withheld)
     return None
 
 
-def _groups() -> list[store.Obj]:
-    names = sorted({r.group for r in apiresources.RESOURCES if r.group})
+def _served(withheld: frozenset[str]) -> list[apiresources.ResourceType]:
+    return [r for r in apiresources.RESOURCES if r.served_as not in withheld]
+
+
+def _groups(withheld: frozenset[str] = frozenset()) -> list[store.Obj]:
+    names = sorted({r.group for r in _served(withheld) if r.group})
     groups = []
     for name in names:
-        versions = sorted({r.version for r in apiresources.RESOURCES if r.group == name})
+        versions = sorted({r.version for r in _served(withheld) if r.group == name})
         entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
         groups.append({"kind": "APIGroup", "apiVersion": "v1", "name": name,
                        "versions": entries, "preferredVersion": entries[0]})
     return groups
 
 
-def _resource_list(group: str, version: str) -> store.Obj | None:
-    served = [r for r in apiresources.RESOURCES if (r.group, r.version) == (group, version)]
+def _resource_list(
+    group: str, version: str, withheld: frozenset[str] = frozenset(),
+) -> store.Obj | None:
+    served = [r for r in _served(withheld) if (r.group, r.version) == (group, version)]
     if not served:
         return None
     resources: list[store.Obj] = []

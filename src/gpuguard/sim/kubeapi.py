@@ -79,6 +79,17 @@ class KubeApiServer:
         self._httpd.version_info = version_info(git_version)
 
     @property
+    def withheld(self) -> frozenset[str]:
+        """Resources (``group/version/plural``) this server does not serve: a 404 and absent
+        from discovery, as on a cluster without them (e.g. ``resource.k8s.io/v1/
+        devicetaintrules`` on Kubernetes 1.36, which serves only ``v1beta2``)."""
+        return self._httpd.withheld
+
+    @withheld.setter
+    def withheld(self, resources: frozenset[str]) -> None:
+        self._httpd.withheld = resources
+
+    @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
@@ -174,6 +185,7 @@ class _HttpServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.audit = apiaudit.Audit()
         self.version_info: store.Obj = {}
+        self.withheld: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._watches = 0
@@ -263,12 +275,13 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and url.path in _VERSION_PATHS:
                 self._send_json(200, self.server.version_info)
                 return
-            document = discovery.answer(url.path, self.headers.get("Host") or "") if (
-                method == "GET") else None
+            document = discovery.answer(
+                url.path, self.headers.get("Host") or "", self.server.withheld,
+            ) if method == "GET" else None
             if document is not None:
                 self._send_json(200, document)
                 return
-            target = apiresources.parse_path(url.path)
+            target = apiresources.parse_path(url.path, self.server.withheld)
             if method == "GET" and target.name is None and query.get("watch") in ("true", "1"):
                 with self.server.watch_open():
                     _Watch(self, target, query).run()
