@@ -8,20 +8,22 @@ replay counter (0: no event changes it) and each node's InfiniBand port counters
 (``node_infiniband_link_downed_total`` counts the ``ib_flap`` downs so far; the link comes
 back each time, so ``link_error_recovery`` is not counted). Because the state keeps spans and
 times, any past instant renders exactly, and the plan's windows are answered from 15 s scrapes:
-the share of 1-minute steps a bit was set (``avg_over_time(...[w:1m])``), and a counter's value
-at the end minus at the start of the window (``increase`` without Prometheus' extrapolation).
+the share of 1-minute steps a bit was set (``avg_over_time(...[w:1m])``), and a counter's
+``increase`` over the window as Prometheus computes it from the scrapes the exporter answered
+(``prometheus_view.extrapolated_increase``; under two scrapes, no series, as Prometheus).
 Only GPUs and nodes whose exporter answers are shown. The world, never the product's logic.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 
 from gpuguard.model import fleet
 from gpuguard.model import metric_names as names
-from gpuguard.sim import exporters, state, world
+from gpuguard.sim import exporters, prometheus_view, state, world
 
 SCRAPE = timedelta(seconds=15)
 STEP = timedelta(minutes=1)
@@ -46,6 +48,11 @@ def nvlink_count(gpu: state.SimGpu, counter: str, at: datetime) -> float:
     return float(math.floor(total))
 
 
+def _never(at: datetime) -> float:
+    """A counter no simulated event changes (PCIe replays, the other IB port counters)."""
+    return 0.0
+
+
 def link_downed(node: state.SimNode, port: str, at: datetime) -> float:
     return float(sum(1 for when, p in node.ib_link_downs if p == port and when <= at))
 
@@ -60,7 +67,7 @@ def health_samples(
         if not exporters.exporter_up(node, scraped):
             continue
         out += _gpu_samples(played, node, scraped, at, window, long_window)
-        out += _ib_samples(node, scraped, at, window, long_window)
+        out += _ib_samples(played, node, at, window, long_window)
     return tuple(out)
 
 
@@ -89,13 +96,31 @@ def _gpu_samples(
                 yield fleet.MetricSample(name, labels | {"reason": reason}, share, at)
         name = names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT)
         for counter in NVLINK_COUNTERS:
-            grown = nvlink_count(gpu, counter, scraped) - nvlink_count(gpu, counter, at - window)
-            yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
-        yield fleet.MetricSample(names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT),
-                                 labels, 0.0, at)  # fmt: skip
+            grown = _increase(played, node, at, window, partial(nvlink_count, gpu, counter))
+            if grown is not None:
+                yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
+        replays = _increase(played, node, at, window, _never)
+        if replays is not None:
+            yield fleet.MetricSample(names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT),
+                                     labels, replays, at)  # fmt: skip
         pod = pods.get(gpu.index)
         mapping = {"namespace": pod.namespace, "pod": pod.pod} if pod is not None else {}
         yield fleet.MetricSample(names.GPU_POD_MAPPING, labels | mapping, 0.0, at)
+
+
+def _increase(
+    played: world.World, node: state.SimNode, at: datetime, span: timedelta,
+    value_at: Callable[[datetime], float],
+) -> float | None:  # fmt: skip
+    """``increase(counter[span])`` at ``at`` from the 15 s scrapes in (at - span, at] the node's
+    exporter answered, extrapolated as Prometheus does; None: under two scrapes, no series."""
+    points = []
+    t = _scrape_before(played, at)
+    while t > at - span and t >= played.origin:
+        if exporters.exporter_up(node, t):
+            points.append((t, value_at(t)))
+        t -= SCRAPE
+    return prometheus_view.extrapolated_increase(points[::-1], at - span, at)
 
 
 def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]:
@@ -110,7 +135,7 @@ def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]
 
 
 def _ib_samples(
-    node: state.SimNode, scraped: datetime, at: datetime, window: timedelta,
+    played: world.World, node: state.SimNode, at: datetime, window: timedelta,
     long_window: timedelta,
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
     ports = sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
@@ -121,7 +146,7 @@ def _ib_samples(
                                       (names.LONG, long_window, ("link_downed",))):  # fmt: skip
             name = names.windowed(names.IB_ERRORS_INCREASE, which)
             for counter in counters:
-                grown = 0.0
-                if counter == "link_downed":
-                    grown = link_downed(node, port, scraped) - link_downed(node, port, at - span)
-                yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
+                value_at = partial(link_downed, node, port) if counter == "link_downed" else _never
+                grown = _increase(played, node, at, span, value_at)
+                if grown is not None:
+                    yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
