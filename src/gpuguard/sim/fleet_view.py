@@ -27,8 +27,12 @@ from gpuguard.sim import exporters, prometheus_view, state, world
 
 SCRAPE = timedelta(seconds=15)
 STEP = timedelta(minutes=1)
-IB_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_errors_received")
-NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+# the counter label of each series -> the exporter's metric (sim.fleet_exporters serves them)
+IB_COUNTERS = {"link_downed": names.IB_LINK_DOWNED, "symbol_error": names.IB_SYMBOL_ERRORS,
+               "link_error_recovery": names.IB_LINK_ERROR_RECOVERY,
+               "port_errors_received": names.IB_PORT_RCV_ERRORS}  # fmt: skip
+NVLINK_COUNTERS = {"crc_flit": names.DCGM_NVLINK_CRC_FLIT, "crc_data": names.DCGM_NVLINK_CRC_DATA,
+                   "replay": names.DCGM_NVLINK_REPLAY, "recovery": names.DCGM_NVLINK_RECOVERY}
 DEFAULT_PORT = "mlx5_0/1"  # every simulated node has one InfiniBand port
 
 
@@ -71,11 +75,16 @@ def health_samples(
     return tuple(out)
 
 
+def ib_ports(node: state.SimNode) -> list[str]:
+    """The node's InfiniBand ports (``device/port``): the default one and any that flapped."""
+    return sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
+
+
 def _scrape_before(played: world.World, at: datetime) -> datetime:
     return played.origin + SCRAPE * math.floor((at - played.origin) / SCRAPE)
 
 
-def _labels(node: state.SimNode, gpu: state.SimGpu) -> dict[str, str]:
+def gpu_labels(node: state.SimNode, gpu: state.SimGpu) -> dict[str, str]:
     return {node.hostname_label: node.name, "gpu": str(gpu.index), "UUID": gpu.uuid,
             "pci_bus_id": exporters.dcgm_pci(gpu.pci), "modelName": gpu.model}  # fmt: skip
 
@@ -86,7 +95,7 @@ def _gpu_samples(
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
     pods = exporters.pods_by_gpu(node, played.store, scraped)
     for gpu in (g for g in node.gpus if g.on_bus):
-        labels = _labels(node, gpu)
+        labels = gpu_labels(node, gpu)
         for which, span in ((names.SHORT, window), (names.LONG, long_window)):
             name = names.windowed(names.THROTTLE_FRACTION, which)
             steps = _steps(played, at, span) if gpu.clock_events else []
@@ -138,11 +147,10 @@ def _ib_samples(
     played: world.World, node: state.SimNode, at: datetime, window: timedelta,
     long_window: timedelta,
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
-    ports = sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
-    for port in ports:
+    for port in ib_ports(node):
         device, number = port.split("/")
         labels = {"instance": f"{node.name}:9100", "device": device, "port": number}
-        for which, span, counters in ((names.SHORT, window, IB_COUNTERS),
+        for which, span, counters in ((names.SHORT, window, tuple(IB_COUNTERS)),
                                       (names.LONG, long_window, ("link_downed",))):  # fmt: skip
             name = names.windowed(names.IB_ERRORS_INCREASE, which)
             for counter in counters:
