@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import partial
 
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.sim import exporters, prometheus_view, state, world
 
@@ -133,11 +133,13 @@ def _increase(
 
 
 def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]:
-    """The scrape each 1-minute subquery step in (at - span, at] reads (never before the start)."""
+    """The scrape each 1-minute subquery step in [at - span, at] reads (never before the
+    start): the plan's range is ``subquery.subquery_range(span)``, which both Prometheus 2.x
+    and 3.x evaluate at those steps."""
     last = datetime.fromtimestamp(math.floor(at.timestamp() / 60) * 60, at.tzinfo)
     out = []
     t = last
-    while t > at - span and t >= played.origin:
+    while t > at - subquery.subquery_range(span) and t >= played.origin:
         out.append(_scrape_before(played, t))
         t -= STEP
     return out
