@@ -7,17 +7,23 @@ value, the GPU loss as capacity - allocatable, the seed's Hostname -> node join,
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from gpuguard.model import metric_names as mn
+from gpuguard.model import settings as settings_model
+from gpuguard.policy import interconnect
 from gpuguard.sim import history, metrics_server, state, store
+from gpuguard.sources import fleet_health
+from gpuguard.sources import prometheus as sources_prometheus
 from tests import tools
 from tests.integration import prometheus
 
 pytestmark = pytest.mark.integration
+FLEET = settings_model.FleetHealthSettings()
 
 STEP = timedelta(seconds=15)
 GPU_MISSING = (
@@ -183,3 +189,41 @@ def test_seed_004_rule_fires_on_the_xid79_scenario_after_the_hold_window(tmp_pat
     assert early == []
     assert [r["metric"]["node"] for r in held] == ["gpu-node-b"]
     assert [(r["metric"]["gpu"], r["value"][1]) for r in xid] == [("4", "79")]
+
+
+class WallWorld(World):
+    """The world on the wall clock: the served counters grow while Prometheus scrapes them."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def test_the_fleet_health_plan_finds_throttling_nvlink_and_ib_flaps_on_the_served_exporters(
+    tmp_path: Path,
+) -> None:
+    now = datetime.now(UTC)
+    nodes = [make_node("gpu-node-1"), make_node("gpu-node-2")]
+    nodes[0].gpu(0).clock_events.append((now - timedelta(hours=1), now + timedelta(hours=1), 0x40))
+    nodes[1].gpu(1).nvlink_errors.append(
+        (now - timedelta(hours=1), now + timedelta(hours=1), 6000.0, "crc_flit"))
+    plan = fleet_health.HealthQueryPlan(timedelta(seconds=30), timedelta(minutes=1),
+                                        step=timedelta(seconds=1))  # fmt: skip
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
+    with metrics_server.serve(WallWorld(nodes, make_store(nodes), now)) as srv:
+        config |= metrics_server.scrape_config(srv.url, nodes)
+        with prometheus.running(config, tmp_path / "data") as prom:
+            prom.wait_for_targets(5)  # 2 dcgm-exporters, 2 node-exporters, kube-state-metrics
+            for later in (1, 2):  # two flaps after Prometheus has seen the port up
+                nodes[1].ib_link_downs.append((datetime.now(UTC) + timedelta(seconds=later),
+                                               "mlx5_1/1"))  # fmt: skip
+            reader = sources_prometheus.PrometheusSource(prom.url, plan)
+            deadline, found = time.monotonic() + 20, []
+            while time.monotonic() < deadline and len(found) < 3:
+                time.sleep(1)  # polls until found, bounded: never to prove an absence
+                found = interconnect.detect(reader.samples(datetime.now(UTC)), FLEET)
+            reader.close()
+    assert {(f.kind, f.node, f.gpu) for f in found} == {
+        ("gpu-throttled", "gpu-node-1", "0"),
+        ("nvlink-errors", "gpu-node-2", "1"),
+        ("ib-link-flapping", "gpu-node-2", None),
+    }

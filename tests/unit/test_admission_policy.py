@@ -275,6 +275,8 @@ AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
      lambda p: _ac(p)["env"].append({"name": "LD_PRELOAD", "value": "/host/tmp/x.so"})),
     ("host-root", "agent-volumes",
      lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})),
+    ("other-configmap", "agent-volumes", lambda p: p["spec"]["volumes"].append(
+        {"name": "x", "configMap": {"name": "someone-elses"}})),
     ("writable-etc", "agent-volumes",
      lambda p: [m.update(readOnly=False) for m in _ac(p)["volumeMounts"]
                 if m["name"] == "host-etc"]),

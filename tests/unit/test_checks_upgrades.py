@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.agent.checks import apt_config, dpkg, hostfs, upgrades
+from gpuguard.agent.checks import (
+    apt_config,
+    dpkg,
+    hostfs,
+    registry,
+    result,
+    running,
+    settings,
+    upgrades,
+)
 from gpuguard.model.decisions import CheckStatus
 from tests.unit import hosttree
 from tests.unit.hosttree import HostTree
@@ -252,3 +261,31 @@ def test_package_pin_reports_drift_from_the_declared_versions(
     assert found.status is status
     assert "drift" in found.evidence
     assert named in found.evidence
+
+
+def _package_pin(checks: settings.CheckSettings) -> result.CheckResult:
+    pin = next(c for c in registry.CHECKS if c.name == upgrades.PACKAGE_PIN)
+    return running.run_one(pin, registry.CheckContext(INCIDENT, checks, hosttree.FakeRunner()))
+
+
+def test_a_new_declaration_in_the_mounted_directory_is_read_at_the_next_run(
+    tmp_path: Path,
+) -> None:
+    checks = settings.CheckSettings(driver_version="580.159.03", declared_dir=tmp_path)
+    assert _package_pin(checks) == upgrades.check_package_pin(INCIDENT)  # the flag's version
+    (tmp_path / "driver").write_text("580.126.09\n")  # the kubelet refreshed the ConfigMap
+    drifted = _package_pin(checks)
+    assert drifted.status is CheckStatus.FAIL
+    assert "(declared 580.126.09)" in drifted.evidence
+    (tmp_path / "kernel").write_text("5.15.0-181-generic")
+    assert "5.15.0-181-generic not installed" in _package_pin(checks).evidence
+
+
+def test_a_declared_version_that_is_no_version_makes_package_pin_unknown(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "driver").write_text("580; rm -rf /")
+    found = _package_pin(settings.CheckSettings(declared_dir=tmp_path))
+    assert found.status is CheckStatus.UNKNOWN
+    assert "driver: " in found.evidence
+    assert "is not a package version" in found.evidence

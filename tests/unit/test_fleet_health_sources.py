@@ -4,6 +4,7 @@ pod mapping into GPUs per pod."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as mn
 from gpuguard.sources import fleet_health, gang_pods
 from tests import tools
@@ -109,7 +110,7 @@ def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
                 {"expr": queries[mn.windowed(mn.THROTTLE_FRACTION, mn.LONG)], "eval_time": "60m",
                  "exp_samples": [_reason(gpu, r, v) for r, v in (
                      ("hw-thermal", 20 / 61), ("sw-power-cap", 20 / 61), ("hw-slowdown", 0),
-                     ("sw-thermal", 0), ("hw-power-brake", 0))]},  # Prometheus 2: 61 steps
+                     ("sw-thermal", 0), ("hw-power-brake", 0))]},  # [0m, 60m]: 61 steps (2.x, 3.x)
                 {"expr": queries[mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT)],
                  "eval_time": "60m",
                  "exp_samples": [{"labels": f'{{{gpu},counter="crc_flit"}}', "value": 30}]},
@@ -127,3 +128,12 @@ def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
 
 def _reason(gpu: str, reason: str, value: float) -> dict[str, Any]:
     return {"labels": f'{{{gpu},reason="{reason}"}}', "value": value}
+
+
+def test_every_subquery_range_starts_between_steps_so_prometheus_2_and_3_agree() -> None:
+    plan = fleet_health.HealthQueryPlan(timedelta(minutes=15), long_window=timedelta(hours=6))
+    ranges = [r for q in plan.queries().values() for r in re.findall(r"\[(\w+):(\w+)\]", q)]
+    assert ranges  # the throttle shares are subqueries
+    for range_, step in ranges:  # t - R never on the step grid: no left-open/closed difference
+        assert range_ in {subquery.promql_range(plan.window),
+                          subquery.promql_range(plan.long_window)}, (range_, step)  # fmt: skip

@@ -243,3 +243,22 @@ def test_the_device_plugin_has_no_capability_no_token_and_only_the_kubelet_socke
         assert pod["automountServiceAccountToken"] is False
         assert [v["hostPath"]["path"] for v in pod["volumes"]] == [
             "/var/lib/kubelet/device-plugins"]
+
+
+def test_declared_versions_reach_the_agent_through_a_refreshed_mount_not_a_token() -> None:
+    values = chart.defaults()
+    values["agent"]["declaredVersions"] = {"driver": "580.159.03", "kernel": "6.8.0-60-generic"}
+    objects = chart.render("agent.yaml", values)
+    (declared,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert declared["data"] == {"driver": "580.159.03", "kernel": "6.8.0-60-generic"}
+    (agent,) = [o for o in objects if o["kind"] == "DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    (volume,) = [v for v in spec["volumes"] if v.get("configMap")]
+    assert volume["configMap"]["name"] == declared["metadata"]["name"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert "subPath" not in mount  # a subPath mount is never refreshed by the kubelet
+    assert f"--declared={mount['mountPath']}" in container["args"]
+    # a new declaration changes the ConfigMap only: the pod template, so the agents, stay
+    assert agent == next(o for o in chart.render("agent.yaml") if o["kind"] == "DaemonSet")

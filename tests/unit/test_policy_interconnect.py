@@ -86,6 +86,17 @@ def test_an_infiniband_link_down_is_a_flap_on_the_instance_node() -> None:
     assert "mlx5_0/1 went down 2 times (symbol_error +7)" in finding.detail
 
 
+def test_an_extrapolated_increase_is_shown_rounded_and_a_fraction_still_counts() -> None:
+    samples = [  # increase() extrapolates to the window's ends: 8 downs read as 8.14
+        sample(mn.IB_ERRORS_INCREASE, 8.13559, device="mlx5_1", port="1", counter="link_downed"),
+        sample(mn.IB_ERRORS_INCREASE, 1.0169, device="mlx5_0", port="1", counter="link_downed"),
+    ]
+    first, second = interconnect.detect(samples, SETTINGS)
+    assert "mlx5_0/1 went down 1 times;" in first.detail
+    assert "mlx5_1/1 went down 8 times;" in second.detail
+    assert second.evidence[0].value == "+8"
+
+
 def test_a_node_label_wins_over_the_instance() -> None:
     labels = {"node": "gpu-node-7", "instance": "10.0.0.7:9100", "device": "mlx5_1", "port": "1"}
     assert interconnect.node_of(labels) == "gpu-node-7"

@@ -471,8 +471,10 @@ def test_scrape_config_has_one_target_per_node() -> None:
     cfg = metrics_server.scrape_config(
         "http://127.0.0.1:4321", [make_node(), "node-b"], scrape_interval="1s"
     )
-    dcgm_job, ksm_job = cfg["scrape_configs"]
+    dcgm_job, node_job, ksm_job = cfg["scrape_configs"]
     assert dcgm_job["job_name"] == "dcgm-exporter"
+    assert [t["labels"]["instance"] for t in node_job["static_configs"]] == [
+        "node-a:9100", "node-b:9100"]  # node-exporter's port: the IB series' node
     assert ksm_job["job_name"] == "kube-state-metrics"
     assert [t["labels"] for t in dcgm_job["static_configs"]] == [
         {"__metrics_path__": "/dcgm/node-a/metrics", "instance": "node-a:9400"},

@@ -83,6 +83,11 @@ PodResourcesOption = Annotated[
     Path | None,
     typer.Option(help="The kubelet's PodResources socket: export which pods hold each GPU."),
 ]
+DeclaredOption = Annotated[Path | None, typer.Option(
+    help="A directory whose driver/kernel files declare the versions (override --driver-version "
+    "and --kernel-version), read at every check run: a mounted ConfigMap updates the "
+    "declaration without a restart. docs/change-management.md#declared-versions",
+)]  # fmt: skip
 TopologyOption = Annotated[bool, typer.Option(
     "--topology",
     help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
@@ -106,6 +111,7 @@ def agent(
     timeout: check_cli.TimeoutOption = settings.DEFAULT_CHECK_TIMEOUT_S,
     driver_version: check_cli.DriverOption = None,
     kernel_version: check_cli.KernelOption = None,
+    declared: DeclaredOption = None,
     pod_resources: PodResourcesOption = None,
     topology: TopologyOption = False,
 ) -> None:
@@ -139,6 +145,7 @@ def agent(
         check_timeout_s=timeout,
         driver_version=driver_version,
         kernel_version=kernel_version,
+        declared_dir=declared,
     )
     config = daemon.AgentConfig(
         name, root, state_dir, _interval(check_interval), pod_resources=pod_resources

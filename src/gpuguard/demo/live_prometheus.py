@@ -4,7 +4,8 @@ binary: gpuguard's queries, by their exact text, answered from the emulation
 (``sim.prometheus_api``).
 
 Only the queries gpuguard itself sends with the given settings are known — the plans of
-``sources.prometheus``, ``sources.return_facts`` and ``sources.gpu_metrics`` — so ``gpuguard
+``sources.prometheus``, ``sources.return_facts``, ``sources.gpu_metrics`` and
+``sources.fleet_health`` (answered by ``sim.fleet_view``) — so ``gpuguard
 run|status|explain --prometheus-url`` work against it with the same settings; any other query
 gets Prometheus' ``bad_data`` error saying so. The emulation's semantics are not changed here.
 
@@ -25,8 +26,8 @@ from gpuguard.errors import SourceError
 from gpuguard.model import fleet
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import live, prometheus_api, prometheus_view, return_view, world
-from gpuguard.sources import gpu_metrics, prometheus, return_facts
+from gpuguard.sim import fleet_view, live, prometheus_api, prometheus_view, return_view, world
+from gpuguard.sources import fleet_health, gpu_metrics, prometheus, return_facts
 
 Family = Callable[[datetime], tuple[fleet.MetricSample, ...]]
 _FRESHNESS = {  # the freshness queries' names -> the metric whose newest sample they time
@@ -106,10 +107,16 @@ def answers(
             util_min_pct=gpu_plan.util_min_pct, fb_used_max_mib=gpu_plan.fb_used_max_mib,
         )
 
+    health = fleet_health.HealthQueryPlan(settings.fleet.window, settings.fleet.persistence_window)
+
+    def health_samples(at: datetime) -> tuple[fleet.MetricSample, ...]:
+        return fleet_view.health_samples(played, at, health.window, health.long_window)
+
     plans: list[tuple[dict[str, str], Family]] = [
         (prometheus.QueryPlan(iso.hold_window, iso.xid_lookback).queries(), view.samples),
         (return_facts.ReturnFactsPlan().queries(), facts.samples),
         (gpu_plan.queries(), gpu_windows),
+        (health.queries(), health_samples),
     ]
     routes: dict[str, tuple[Family, str]] = {}
     for queries, family in plans:

@@ -144,15 +144,21 @@ def _nvlink(samples: Sequence[fleet.MetricSample], settings: Settings) -> list[d
         recoveries = by_counter.get(NVLINK_RECOVERY, 0.0)
         if errors < settings.nvlink_errors_min and recoveries <= 0:
             continue
-        shown = ", ".join(f"{c} +{v:g}" for c, v in sorted(by_counter.items()) if v > 0)
+        shown = ", ".join(f"{c} +{_about(v)}" for c, v in sorted(by_counter.items()) if v > 0)
         found.append(decisions.Finding(
             kind=NVLINK, node=node, gpu=gpu, reason=decisions.Reason.NVLINK_ERRORS,
-            evidence=tuple(decisions.Evidence(f"NVLink {c} errors", f"{v:g}")
+            evidence=tuple(decisions.Evidence(f"NVLink {c} errors", f"{_about(v)}")
                            for c, v in sorted(by_counter.items())),
             detail=f"GPU {gpu} NVLink errors in the window: {shown}; one bad link slows every "
                    "GPU of a synchronous job (reseat or replace the link/board)",
         ))  # fmt: skip
     return found
+
+
+def _about(count: float) -> str:
+    """An ``increase()`` for people: Prometheus extrapolates it to the window's ends, so a
+    counter's growth is rarely whole (8 link-downs read as 8.14); shown rounded."""
+    return f"{count:.0f}" if count >= 1 else f"{count:.2g}"
 
 
 def _pcie(samples: Sequence[fleet.MetricSample], settings: Settings) -> list[decisions.Finding]:
@@ -163,8 +169,8 @@ def _pcie(samples: Sequence[fleet.MetricSample], settings: Settings) -> list[dec
             continue
         found.append(decisions.Finding(
             kind=PCIE, node=key[0], gpu=key[1], reason=decisions.Reason.PCIE_REPLAYS,
-            evidence=(decisions.Evidence(names.DCGM_PCIE_REPLAY, f"+{s.value:g}"),),
-            detail=f"GPU {key[1]} PCIe link retried {s.value:g} times in the window "
+            evidence=(decisions.Evidence(names.DCGM_PCIE_REPLAY, f"+{_about(s.value)}"),),
+            detail=f"GPU {key[1]} PCIe link retried {_about(s.value)} times in the window "
                    "(a marginal link: riser, slot or cable)",
         ))  # fmt: skip
     return found
@@ -182,14 +188,14 @@ def _ib(samples: Sequence[fleet.MetricSample], minimum: float) -> list[decisions
         downed = counters.get(IB_DOWNED, 0.0)
         if downed < max(minimum, 1e-9):
             continue
-        others = ", ".join(f"{c} +{v:g}" for c, v in sorted(counters.items())
+        others = ", ".join(f"{c} +{_about(v)}" for c, v in sorted(counters.items())
                            if c != IB_DOWNED and v > 0)  # fmt: skip
         found.append(decisions.Finding(
             kind=IB_FLAPPING, node=node, gpu=None, reason=decisions.Reason.IB_LINK_FLAPPING,
-            evidence=tuple(decisions.Evidence(f"InfiniBand {c}", f"+{v:g}",
+            evidence=tuple(decisions.Evidence(f"InfiniBand {c}", f"+{_about(v)}",
                                               labels={"port": port})
                            for c, v in sorted(counters.items())),
-            detail=f"InfiniBand port {port} went down {downed:g} times"
+            detail=f"InfiniBand port {port} went down {_about(downed)} times"
                    + (f" ({others})" if others else "")
                    + "; a flapping port stalls every collective that crosses it",
         ))  # fmt: skip

@@ -8,25 +8,31 @@ replay counter (0: no event changes it) and each node's InfiniBand port counters
 (``node_infiniband_link_downed_total`` counts the ``ib_flap`` downs so far; the link comes
 back each time, so ``link_error_recovery`` is not counted). Because the state keeps spans and
 times, any past instant renders exactly, and the plan's windows are answered from 15 s scrapes:
-the share of 1-minute steps a bit was set (``avg_over_time(...[w:1m])``), and a counter's value
-at the end minus at the start of the window (``increase`` without Prometheus' extrapolation).
+the share of 1-minute steps a bit was set (``avg_over_time(...[w:1m])``), and a counter's
+``increase`` over the window as Prometheus computes it from the scrapes the exporter answered
+(``prometheus_view.extrapolated_increase``; under two scrapes, no series, as Prometheus).
 Only GPUs and nodes whose exporter answers are shown. The world, never the product's logic.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 
-from gpuguard.model import fleet
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
-from gpuguard.sim import exporters, state, world
+from gpuguard.sim import exporters, prometheus_view, state, world
 
 SCRAPE = timedelta(seconds=15)
 STEP = timedelta(minutes=1)
-IB_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_errors_received")
-NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+# the counter label of each series -> the exporter's metric (sim.fleet_exporters serves them)
+IB_COUNTERS = {"link_downed": names.IB_LINK_DOWNED, "symbol_error": names.IB_SYMBOL_ERRORS,
+               "link_error_recovery": names.IB_LINK_ERROR_RECOVERY,
+               "port_errors_received": names.IB_PORT_RCV_ERRORS}  # fmt: skip
+NVLINK_COUNTERS = {"crc_flit": names.DCGM_NVLINK_CRC_FLIT, "crc_data": names.DCGM_NVLINK_CRC_DATA,
+                   "replay": names.DCGM_NVLINK_REPLAY, "recovery": names.DCGM_NVLINK_RECOVERY}
 DEFAULT_PORT = "mlx5_0/1"  # every simulated node has one InfiniBand port
 
 
@@ -46,6 +52,11 @@ def nvlink_count(gpu: state.SimGpu, counter: str, at: datetime) -> float:
     return float(math.floor(total))
 
 
+def _never(at: datetime) -> float:
+    """A counter no simulated event changes (PCIe replays, the other IB port counters)."""
+    return 0.0
+
+
 def link_downed(node: state.SimNode, port: str, at: datetime) -> float:
     return float(sum(1 for when, p in node.ib_link_downs if p == port and when <= at))
 
@@ -60,15 +71,20 @@ def health_samples(
         if not exporters.exporter_up(node, scraped):
             continue
         out += _gpu_samples(played, node, scraped, at, window, long_window)
-        out += _ib_samples(node, scraped, at, window, long_window)
+        out += _ib_samples(played, node, at, window, long_window)
     return tuple(out)
+
+
+def ib_ports(node: state.SimNode) -> list[str]:
+    """The node's InfiniBand ports (``device/port``): the default one and any that flapped."""
+    return sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
 
 
 def _scrape_before(played: world.World, at: datetime) -> datetime:
     return played.origin + SCRAPE * math.floor((at - played.origin) / SCRAPE)
 
 
-def _labels(node: state.SimNode, gpu: state.SimGpu) -> dict[str, str]:
+def gpu_labels(node: state.SimNode, gpu: state.SimGpu) -> dict[str, str]:
     return {node.hostname_label: node.name, "gpu": str(gpu.index), "UUID": gpu.uuid,
             "pci_bus_id": exporters.dcgm_pci(gpu.pci), "modelName": gpu.model}  # fmt: skip
 
@@ -79,7 +95,7 @@ def _gpu_samples(
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
     pods = exporters.pods_by_gpu(node, played.store, scraped)
     for gpu in (g for g in node.gpus if g.on_bus):
-        labels = _labels(node, gpu)
+        labels = gpu_labels(node, gpu)
         for which, span in ((names.SHORT, window), (names.LONG, long_window)):
             name = names.windowed(names.THROTTLE_FRACTION, which)
             steps = _steps(played, at, span) if gpu.clock_events else []
@@ -89,39 +105,58 @@ def _gpu_samples(
                 yield fleet.MetricSample(name, labels | {"reason": reason}, share, at)
         name = names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT)
         for counter in NVLINK_COUNTERS:
-            grown = nvlink_count(gpu, counter, scraped) - nvlink_count(gpu, counter, at - window)
-            yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
-        yield fleet.MetricSample(names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT),
-                                 labels, 0.0, at)  # fmt: skip
+            grown = _increase(played, node, at, window, partial(nvlink_count, gpu, counter))
+            if grown is not None:
+                yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
+        replays = _increase(played, node, at, window, _never)
+        if replays is not None:
+            yield fleet.MetricSample(names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT),
+                                     labels, replays, at)  # fmt: skip
         pod = pods.get(gpu.index)
         mapping = {"namespace": pod.namespace, "pod": pod.pod} if pod is not None else {}
         yield fleet.MetricSample(names.GPU_POD_MAPPING, labels | mapping, 0.0, at)
 
 
+def _increase(
+    played: world.World, node: state.SimNode, at: datetime, span: timedelta,
+    value_at: Callable[[datetime], float],
+) -> float | None:  # fmt: skip
+    """``increase(counter[span])`` at ``at`` from the 15 s scrapes in (at - span, at] the node's
+    exporter answered, extrapolated as Prometheus does; None: under two scrapes, no series."""
+    points = []
+    t = _scrape_before(played, at)
+    while t > at - span and t >= played.origin:
+        if exporters.exporter_up(node, t):
+            points.append((t, value_at(t)))
+        t -= SCRAPE
+    return prometheus_view.extrapolated_increase(points[::-1], at - span, at)
+
+
 def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]:
-    """The scrape each 1-minute subquery step in (at - span, at] reads (never before the start)."""
+    """The scrape each 1-minute subquery step in [at - span, at] reads (never before the
+    start): the plan's range is ``subquery.subquery_range(span)``, which both Prometheus 2.x
+    and 3.x evaluate at those steps."""
     last = datetime.fromtimestamp(math.floor(at.timestamp() / 60) * 60, at.tzinfo)
     out = []
     t = last
-    while t > at - span and t >= played.origin:
+    while t > at - subquery.subquery_range(span) and t >= played.origin:
         out.append(_scrape_before(played, t))
         t -= STEP
     return out
 
 
 def _ib_samples(
-    node: state.SimNode, scraped: datetime, at: datetime, window: timedelta,
+    played: world.World, node: state.SimNode, at: datetime, window: timedelta,
     long_window: timedelta,
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
-    ports = sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
-    for port in ports:
+    for port in ib_ports(node):
         device, number = port.split("/")
         labels = {"instance": f"{node.name}:9100", "device": device, "port": number}
-        for which, span, counters in ((names.SHORT, window, IB_COUNTERS),
+        for which, span, counters in ((names.SHORT, window, tuple(IB_COUNTERS)),
                                       (names.LONG, long_window, ("link_downed",))):  # fmt: skip
             name = names.windowed(names.IB_ERRORS_INCREASE, which)
             for counter in counters:
-                grown = 0.0
-                if counter == "link_downed":
-                    grown = link_downed(node, port, scraped) - link_downed(node, port, at - span)
-                yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)
+                value_at = partial(link_downed, node, port) if counter == "link_downed" else _never
+                grown = _increase(played, node, at, span, value_at)
+                if grown is not None:
+                    yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)

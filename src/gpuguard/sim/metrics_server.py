@@ -1,9 +1,11 @@
 """The simulator's metric endpoints over HTTP, and the Prometheus scrape config that reads them.
 
-One loopback server stands in for a dcgm-exporter per node (``/dcgm/<node>/metrics``) and one
-kube-state-metrics (``/ksm/metrics``), so a real Prometheus can scrape each node as its own
-target. Each request renders the world as it is at that moment (``sim.exporters``); a node
-whose exporter is down answers 503, which Prometheus records as ``up == 0``.
+One loopback server stands in for a dcgm-exporter per node (``/dcgm/<node>/metrics``, with the
+fleet-health series of ``sim.fleet_exporters``), a node-exporter per node for its InfiniBand
+counters (``/node/<node>/metrics``) and one kube-state-metrics (``/ksm/metrics``), so a real
+Prometheus can scrape each node as its own target. Each request renders the world as it is at
+that moment (``sim.exporters``); a node whose exporter is down answers 503, which Prometheus
+records as ``up == 0``.
 ``scrape_config`` writes the matching ``scrape_configs`` so tests and demos never hand-write
 them, and ``target_labels`` says which ``job``/``instance`` each target's series carry — the
 same labels ``sim.history`` stamps on backfilled samples.
@@ -20,11 +22,13 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from gpuguard.model import ports
-from gpuguard.sim import exporters, state, store
+from gpuguard.sim import exporters, exposition, fleet_exporters, state, store
 
 DCGM_JOB = "dcgm-exporter"
 KSM_JOB = "kube-state-metrics"
+NODE_JOB = "node-exporter"
 DCGM_PORT = 9400  # dcgm-exporter's default listen port, used in the instance label
+NODE_PORT = 9100  # node-exporter's default listen port, used in the instance label
 KSM_INSTANCE = "kube-state-metrics:8080"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -63,6 +67,10 @@ def dcgm_path(node: str) -> str:
     return f"/dcgm/{node}/metrics"
 
 
+def node_path(node: str) -> str:
+    return f"/node/{node}/metrics"
+
+
 def dcgm_instance(node: str) -> str:
     """The ``instance`` label of a node's dcgm-exporter target (as if scraped at node:9400)."""
     return f"{node}:{DCGM_PORT}"
@@ -98,9 +106,17 @@ def scrape_config(
         }
         for name in names
     ]
+    node_targets = [
+        {
+            "targets": [address],
+            "labels": {"__metrics_path__": node_path(name), "instance": f"{name}:{NODE_PORT}"},
+        }
+        for name in names
+    ]
     ksm_targets = [{"targets": [address], "labels": {"instance": KSM_INSTANCE}}]
     jobs: list[dict[str, Any]] = [
         {"job_name": DCGM_JOB, "static_configs": dcgm_targets},
+        {"job_name": NODE_JOB, "static_configs": node_targets},
         {"job_name": KSM_JOB, "metrics_path": KSM_PATH, "static_configs": ksm_targets},
     ]
     if scrape_interval is not None:
@@ -115,16 +131,18 @@ def render_path(world: MetricsWorld, path: str) -> tuple[int, str]:
     if path == KSM_PATH:
         return 200, exporters.render_ksm(world.store, now)
     parts = path.strip("/").split("/")
-    if len(parts) != 3 or parts[0] != "dcgm" or parts[2] != "metrics":
+    if len(parts) != 3 or parts[0] not in ("dcgm", "node") or parts[2] != "metrics":
         return 404, f"no such endpoint: {path}\n"
     node = next((n for n in world.nodes if n.name == parts[1]), None)
     if node is None:
         return 404, f"no such node: {parts[1]}\n"
     if not exporters.exporter_up(node, now):
-        return 503, f"dcgm-exporter on {node.name} is not running\n"
+        return 503, f"{parts[0]} exporter on {node.name} is not running\n"
+    if parts[0] == "node":
+        return 200, fleet_exporters.render_node_exporter(node, now)
     pods = exporters.pods_by_gpu(node, world.store, now)
-    body = exporters.render_dcgm(node, pods, now, xid_count_metric=node.xid_count_metric)
-    return 200, body
+    families = exporters.dcgm_families(node, pods, now, xid_count_metric=node.xid_count_metric)
+    return 200, exposition.to_text(families + fleet_exporters.dcgm_health_families(node, now))
 
 
 def _handler(world: MetricsWorld) -> type[httpserver.BaseHTTPRequestHandler]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from gpuguard.model import fleet, series
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.sources import gpu_metrics, prometheus
 
@@ -49,8 +49,10 @@ class HealthQueryPlan:
         short, long = _duration(self.window), _duration(self.long_window)
         step = _duration(self.step)
         return {
-            names.windowed(names.THROTTLE_FRACTION, names.SHORT): throttle_query(short, step),
-            names.windowed(names.THROTTLE_FRACTION, names.LONG): throttle_query(long, step),
+            names.windowed(names.THROTTLE_FRACTION, names.SHORT):
+                throttle_query(subquery.promql_range(self.window), step),
+            names.windowed(names.THROTTLE_FRACTION, names.LONG):
+                throttle_query(subquery.promql_range(self.long_window), step),
             names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT):
                 _labelled_increases(NVLINK_COUNTERS, short),
             names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT):
@@ -66,7 +68,9 @@ class HealthQueryPlan:
 
 
 def throttle_query(window: str, step: str) -> str:
-    """Per GPU and clock-event reason, the share of ``window`` the reason's bit was set."""
+    """Per GPU and clock-event reason, the share of ``window`` the reason's bit was set; the
+    caller passes ``subquery.promql_range`` so Prometheus 2.x and 3.x evaluate the same steps,
+    those in ``[t - window, t]``."""
     parts = (
         f'label_replace(avg_over_time((floor({REASONS} / {bit}) % 2)[{window}:{step}]), '
         f'"reason", "{reason}", "", "")'

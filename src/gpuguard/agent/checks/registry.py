@@ -73,9 +73,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         upgrades.PACKAGE_PIN,
-        lambda c: upgrades.check_package_pin(
-            c.root, c.settings.driver_version, c.settings.kernel_version
-        ),
+        lambda c: upgrades.check_package_pin(c.root, *settings.declared_versions(c.settings)),
         "/var/lib/dpkg/status, Package-Blacklist in apt.conf.d",
     ),
     Check(

@@ -8,8 +8,10 @@ the CLI and the agent reject the same bad values with the same message.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from gpuguard import errors
 from gpuguard.agent.checks import rke2_release
@@ -57,6 +59,10 @@ class CheckSettings:
     """The declared kernel release (``6.8.0-60-generic``); an installed newer kernel image,
     which boots next, or the declared one missing is drift."""
 
+    declared_dir: Path | None = None
+    """A directory whose ``driver``/``kernel`` files, read at each run, override the two above
+    (the chart's ConfigMap ``gpuguard-agent-declared``)."""
+
 
 def parse_allowed_dns(text: str) -> tuple[Network, ...]:
     """``"10.0.0.0/8,192.168.1.53"`` → networks; InputError naming the bad entry."""
@@ -70,3 +76,33 @@ def parse_allowed_dns(text: str) -> tuple[Network, ...]:
         except ValueError as e:
             raise errors.InputError(f"--allowed-dns: {entry!r} is not a CIDR ({e})") from e
     return tuple(networks)
+
+
+# A Debian version or kernel release: what dpkg and uname print, nothing a shell would read.
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+:~_-]{0,63}$")
+
+
+def declared_versions(checks: CheckSettings) -> tuple[str | None, str | None]:
+    """The declared (driver, kernel), read now from ``declared_dir``'s ``driver`` and
+    ``kernel`` files when it is set: a mounted ConfigMap, which the kubelet refreshes in place,
+    so a new declaration reaches the agent at its next check run without a restart
+    (docs/change-management.md#declared-versions). A missing or empty file keeps the flag's
+    value; InputError names a file that holds no version (the check is then UNKNOWN)."""
+    if checks.declared_dir is None:
+        return checks.driver_version, checks.kernel_version
+    return (
+        _declared(checks.declared_dir / "driver") or checks.driver_version,
+        _declared(checks.declared_dir / "kernel") or checks.kernel_version,
+    )
+
+
+def _declared(path: Path) -> str | None:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.InputError(f"{path}: unreadable declared version ({e})") from e
+    if text and not _VERSION.match(text):
+        raise errors.InputError(f"{path}: {text[:80]!r} is not a package version")
+    return text or None
