@@ -92,13 +92,15 @@ def test_driver_drift_in_a_pool_and_a_restarting_device_plugin() -> None:
     assert any("269 restarts" in t for t in texts)
 
 
-def test_gpu_operator_upgrade_blocked_by_cordoned_nodes() -> None:
-    nodes = [node("a", cordoned=True), node("b", cordoned=True), *(node(f"n{i}") for i in
-                                                                   range(6))]
+def test_gpu_operator_upgrade_blocked_by_cordoned_nodes_names_gpuguards_share() -> None:
+    isolated = {"gpuguard.io/isolated-at": "2026-11-30T10:00:00Z"}
+    nodes = [node("a", cordoned=True, annotations=isolated), node("b", cordoned=True),
+             *(node(f"n{i}") for i in range(6))]
     policy = {"metadata": {"name": "cluster-policy"},
               "spec": {"driver": {"upgradePolicy": {"maxUnavailable": "25%"}}}}
     [finding] = run_rule("GPUOP-1", view({N: nodes, Input.CLUSTER_POLICIES: [policy]})).findings
     assert "maxUnavailable = 2" in finding.evidence
+    assert "1 of them cordoned by gpuguard" in finding.evidence  # the person's cordon is not
     without = run_rule("GPUOP-1", view({N: nodes}))
     assert without.status is RuleStatus.NOT_CHECKED
 

@@ -226,6 +226,7 @@ def gpu_operator_upgrades(view: AuditView) -> Iterable[Hit] | NotChecked:
         return hits or NotChecked("no GPU Operator ClusterPolicy in the cluster")
     gpu = kube.gpu_nodes(view)
     cordoned = [kube.name(n) for n in gpu if kube.cordoned(n)]
+    by_gpuguard = [kube.name(n) for n in gpu if kube.cordoned(n) and _gpuguards_cordon(n)]
     for policy in policies:
         driver = kube.spec(policy).get("driver") or {}
         if driver.get("enabled") is False:
@@ -239,8 +240,15 @@ def gpu_operator_upgrades(view: AuditView) -> Iterable[Hit] | NotChecked:
             hits.append(Hit(Severity.MEDIUM, (kube.ref("ClusterPolicy", policy),),
                             f"{len(cordoned)} GPU nodes cordoned ({', '.join(cordoned[:5])}) >= "
                             f"driver.upgradePolicy.maxUnavailable = {limit}: a driver upgrade "
-                            "does not progress"))
+                            f"does not progress ({len(by_gpuguard)} of them cordoned by gpuguard:"
+                            " a fault isolation or a change)"))
     return hits
+
+
+def _gpuguards_cordon(node: Obj) -> bool:
+    """gpuguard cordoned it: a fault isolation (isolated-at) or a change in progress."""
+    marks = kube.notes(node)
+    return annotation_keys.ISOLATED_AT in marks or annotation_keys.CHANGE in marks
 
 
 def max_unavailable(value: object, nodes: int) -> int:
