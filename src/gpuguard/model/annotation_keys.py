@@ -30,6 +30,9 @@ GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs 
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 DEVICE_PLUGIN_VISIBLE_LABEL = PREFIX + "device-plugin-visible"  # node label: its GPU indices
+OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+"""The GPU Operator's operand switch for its device plugin on a node: ``false`` removes the
+operator's plugin pod from the node (docs/gpu-isolation.md#gpu-operator)."""
 
 PER_ISOLATION = (
     REASON,

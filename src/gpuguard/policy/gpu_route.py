@@ -11,8 +11,10 @@
   publish) with the ones that exist: create, update (a device renamed), delete (the GPU
   returned).
 - **GPU Operator**: the operator labels the GPU nodes it manages ``nvidia.com/gpu.deploy.*``
-  (its operands' switches); its device plugin runs privileged, so the per-node plugin of the
-  host-driver route does not hold there (gpu-operator issue #1388).
+  (its operands' switches); its device plugin runs privileged and sees every GPU (gpu-operator
+  issue #1388), so gpuguard switches it off on the node with its operand label
+  ``nvidia.com/gpu.deploy.device-plugin=false`` and the chart's per-node plugin serves the
+  other GPUs, as on the host-driver route.
 - **device plugin with host drivers**: otherwise; the route gpuguard builds (compute mode
   PROHIBITED + the chart's per-node plugin).
 """
@@ -75,8 +77,9 @@ def route(node: fleet.Node, devices: Iterable[SliceDevice] = ()) -> RouteDecisio
     if operator:
         return RouteDecision(
             Route.GPU_OPERATOR, f"GPU Operator labels: {', '.join(operator[:3])}",
-            "compute mode PROHIBITED only: the operator route (drain, module option) is not "
-            "built, and its privileged device plugin sees every GPU",
+            "compute mode PROHIBITED; the operand label nvidia.com/gpu.deploy.device-plugin=false "
+            "moves the operator's plugin aside for the chart's per-node plugin without the GPU; "
+            "NVreg_ExcludedGpus offered (gpuguard gpu-isolate kernel-module-config)",
         )
     return RouteDecision(
         Route.DEVICE_PLUGIN, "no GPU Operator labels, no NVIDIA DRA devices known",
