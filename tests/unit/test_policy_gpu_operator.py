@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+from typer.testing import CliRunner
+
+from gpuguard.cli.main import app
 from gpuguard.model import annotation_keys, fleet, gpu_isolation
 from gpuguard.policy import gpu_enforcement as policy
 from gpuguard.policy import gpu_route
@@ -112,3 +116,43 @@ def test_the_last_return_removes_the_operand_label_so_the_operators_plugin_comes
     assert done.reason is policy.Reason.GPU_RETURNED
     assert done.labels == {OPERAND: None, gpu_isolation.DEVICE_PLUGIN_LABEL: None,
                            gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: None}
+
+
+def node_object(name: str, entries: tuple[gpu_isolation.IsolatedGpu, ...]) -> dict[str, object]:
+    marks = {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries) or "[]"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": OPERATOR_LABELS, "annotations": marks}}
+
+
+def test_the_module_config_lists_every_isolated_gpu_and_keeps_the_other_parameters(
+    tmp_path: Path,
+) -> None:
+    other = replace(applied(), uuid="GPU-77aa")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"items": [node_object("gpu-node-a", (applied(),)),
+                                           node_object("gpu-node-b", (other,)),
+                                           node_object("gpu-node-c", ())]}))
+    existing = tmp_path / "cm.json"
+    existing.write_text(json.dumps({"kind": "ConfigMap", "data": {
+        "nvidia.conf": "NVreg_EnableGpuFirmware=0\nNVreg_ExcludedGpus=GPU-returned\n"}}))
+    printed = CliRunner().invoke(app, ["gpu-isolate", "kernel-module-config", "--nodes",
+                                       str(nodes), "--existing", str(existing), "-o", "json"])
+    assert printed.exit_code == 0, printed.output
+    config = json.loads(printed.output)
+    assert config["metadata"] == {"name": "kernel-module-params", "namespace": "gpu-operator"}
+    assert config["data"]["nvidia.conf"] == (
+        f"NVreg_EnableGpuFirmware=0\nNVreg_ExcludedGpus={CARD},GPU-77aa\n")
+
+
+def test_with_no_gpu_isolated_the_exclusion_is_dropped() -> None:
+    config = gpu_route.kernel_module_config((), existing="NVreg_ExcludedGpus=GPU-1\n")
+    assert config["data"] == {"nvidia.conf": ""}
+
+
+def test_a_file_that_is_not_a_node_list_is_one_line_and_exit_code(tmp_path: Path) -> None:
+    bad = tmp_path / "nodes.json"
+    bad.write_text(json.dumps({"items": "nope"}))
+    printed = CliRunner().invoke(app, ["gpu-isolate", "kernel-module-config", "--nodes", str(bad)])
+    assert printed.exit_code != 0
+    assert "not a Node list" in printed.output
+    assert "Traceback" not in printed.output
