@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
-from lightkube.resources.core_v1 import Node
 
 from gpuguard.agent import commands
 from gpuguard.agent import gpu_isolation as host
@@ -156,8 +155,8 @@ def kernel_module_config(
     offered, never applied by gpuguard; run it again after every isolation and return."""
     items = _items(nodes, "--nodes", "Node")
     try:
-        fleet_nodes = [kubernetes.node_from_api(cast(Node, Node.from_dict(item))) for item in items]
-    except (GpuguardError, TypeError, AttributeError, KeyError) as e:
+        fleet_nodes = [kubernetes.node_from_object(item) for item in items]
+    except GpuguardError as e:
         raise InputError(f"--nodes {nodes}: not a Node list: {e}") from e
     current = ""
     if existing is not None:
