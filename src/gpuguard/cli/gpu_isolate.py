@@ -2,6 +2,8 @@
 (docs/gpu-isolation.md).
 
 ``taint-rule`` prints the DRA route's DeviceTaintRule for one GPU (for kubectl apply).
+``kernel-module-config`` prints the GPU Operator's kernel-module ConfigMap that excludes every
+isolated GPU at the driver's next load (for a person to apply; gpuguard never applies it).
 
 Applies (or removes) compute mode PROHIBITED and the host's exclusion list for the given
 GPU UUIDs, reads both back, and prints the report (one JSON line); ``--summary-file`` writes
@@ -14,15 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from gpuguard.agent import commands
 from gpuguard.agent import gpu_isolation as host
 from gpuguard.cli import output
-from gpuguard.errors import InputError
+from gpuguard.errors import GpuguardError, InputError
 from gpuguard.policy import gpu_route
+from gpuguard.sources import kubernetes
 
 HELP = """Take GPUs out on this host (apply) or put them back (undo).
 
@@ -121,3 +124,60 @@ def taint_rule(
     manifest = gpu_route.taint_rule(device, effect=effect, api_version=api_version)
     if not output.emit(manifest, fmt):
         output.emit(manifest, output.Format.YAML)
+
+
+NodesOption = Annotated[
+    Path,
+    typer.Option(exists=True, dir_okay=False, help="`kubectl get nodes -o json` saved to a file."),
+]
+
+
+@app.command(
+    "kernel-module-config",
+    help="Print the GPU Operator's kernel-module ConfigMap with NVreg_ExcludedGpus listing "
+    "every isolated GPU (for kubectl apply; from the driver container's next restart).",
+)
+def kernel_module_config(
+    nodes: NodesOption,
+    existing: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False,
+                     help="The ConfigMap now (`kubectl get configmap NAME -o json`): its other "
+                     "nvidia.conf lines are kept."),
+    ] = None,
+    name: Annotated[str, typer.Option(help="Its name (driver.kernelModuleConfig.name).")]
+    = gpu_route.MODULE_CONFIG_NAME,
+    namespace: Annotated[str, typer.Option(help="The GPU Operator's namespace.")]
+    = gpu_route.MODULE_CONFIG_NAMESPACE,
+    fmt: output.FormatOpt = output.Format.YAML,
+) -> None:
+    """The durable option of the GPU Operator route (docs/gpu-isolation.md#gpu-operator):
+    offered, never applied by gpuguard; run it again after every isolation and return."""
+    items = _items(nodes, "--nodes", "Node")
+    try:
+        fleet_nodes = [kubernetes.node_from_object(item) for item in items]
+    except GpuguardError as e:
+        raise InputError(f"--nodes {nodes}: not a Node list: {e}") from e
+    current = ""
+    if existing is not None:
+        configs = _items(existing, "--existing", "ConfigMap")
+        data = configs[0].get("data") if configs else None
+        current = str(data.get("nvidia.conf", "")) if isinstance(data, dict) else ""
+    manifest = gpu_route.kernel_module_config(
+        gpu_route.isolated_uuids(fleet_nodes), existing=current, name=name, namespace=namespace)
+    if not output.emit(manifest, fmt):
+        output.emit(manifest, output.Format.YAML)
+
+
+def _items(path: Path, flag: str, kind: str) -> list[dict[str, Any]]:
+    """The objects of a ``kubectl get -o json`` file: a list's items, or the one object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{flag} {path}: not JSON: {e}") from e
+    if isinstance(data, dict) and data.get("kind") == kind:
+        return [data]
+    items = data.get("items") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InputError(f"{flag} {path}: not a {kind} list")
+    return items

@@ -31,6 +31,9 @@ GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPU
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 DEVICE_PLUGIN_VISIBLE_LABEL = PREFIX + "device-plugin-visible"  # node label: its GPU indices
 FIT_LABEL = PREFIX + "fit-to-train"  # opt-in node label: yes/no (docs/audit.md#health-verdict)
+OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+"""The GPU Operator's operand switch for its device plugin on a node: ``false`` removes the
+operator's plugin pod from the node (docs/gpu-isolation.md#gpu-operator)."""
 
 PER_ISOLATION = (
     REASON,

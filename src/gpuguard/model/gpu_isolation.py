@@ -24,6 +24,10 @@ DEVICE_PLUGIN_EXCLUDING = "excluding"
 """The label value that moves the node off the cluster's device-plugin DaemonSet onto one of
 the chart's per-node instances (docs/gpu-isolation.md#what-the-cluster-runs-host-driver-route)."""
 DEVICE_PLUGIN_VISIBLE_LABEL = annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL
+OPERATOR_DEVICE_PLUGIN_LABEL = annotation_keys.OPERATOR_DEVICE_PLUGIN_LABEL
+OPERATOR_PLUGIN_POD = "nvidia-device-plugin-daemonset"
+"""The name prefix of the GPU Operator's device-plugin pods (its DaemonSet
+``nvidia-device-plugin-daemonset``)."""
 """Which of the chart's instances: the GPU indices it sees, joined by ``-`` (``0-2-3``). A
 DaemonSet's environment is the same on every node and the NVIDIA container runtime reads
 ``NVIDIA_VISIBLE_DEVICES`` when it creates the container, so the per-node subset must come
@@ -173,13 +177,29 @@ def visible_indices(entries: tuple[IsolatedGpu, ...]) -> str | None:
     return "-".join(str(i) for i in range(before) if i not in out) or None
 
 
-def plugin_labels(entries: tuple[IsolatedGpu, ...]) -> dict[str, str | None]:
-    """The node labels that select the per-node device plugin for ``entries`` (both removed
-    when none is left, or when no instance fits: the cluster's plugin comes back)."""
+def plugin_labels(
+    entries: tuple[IsolatedGpu, ...], *, operator: bool = False
+) -> dict[str, str | None]:
+    """The node labels that select the per-node device plugin for ``entries`` (all removed
+    when none is left, or when no instance fits: the cluster's plugin comes back). On a GPU
+    Operator node (``operator``) the operand label ``nvidia.com/gpu.deploy.device-plugin=false``
+    too: the operator's plugin leaves the node, and comes back when the label is removed (the
+    operator sets its ``nvidia.com/gpu.deploy.*`` labels to ``true`` where they are missing)."""
     visible = visible_indices(entries) if entries else None
+    extra = {OPERATOR_DEVICE_PLUGIN_LABEL: None if visible is None else "false"}
     if visible is None:
-        return {DEVICE_PLUGIN_LABEL: None, DEVICE_PLUGIN_VISIBLE_LABEL: None}
-    return {DEVICE_PLUGIN_LABEL: DEVICE_PLUGIN_EXCLUDING, DEVICE_PLUGIN_VISIBLE_LABEL: visible}
+        labels: dict[str, str | None] = {DEVICE_PLUGIN_LABEL: None,
+                                         DEVICE_PLUGIN_VISIBLE_LABEL: None}
+    else:
+        labels = {DEVICE_PLUGIN_LABEL: DEVICE_PLUGIN_EXCLUDING,
+                  DEVICE_PLUGIN_VISIBLE_LABEL: visible}
+    return labels | extra if operator else labels
+
+
+def operator_plugin_running(pods: Iterable[fleet.Pod]) -> bool:
+    """Whether the GPU Operator's device-plugin pod is still on the node (it sees every GPU)."""
+    live = (fleet.PodPhase.RUNNING, fleet.PodPhase.PENDING)
+    return any(p.name.startswith(OPERATOR_PLUGIN_POD) and p.phase in live for p in pods)
 
 
 def unexplained_missing(node: fleet.Node) -> int:

@@ -32,7 +32,7 @@ from enum import StrEnum
 
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation
-from gpuguard.policy import escalation
+from gpuguard.policy import escalation, gpu_route
 
 Reason = decisions.Reason
 REPLACED = "replaced:"
@@ -68,6 +68,7 @@ def plan(
         return None
     if not node.ready:
         return Plan(node.name, Step.WAIT, (), "", "node not Ready: applied when it is back")
+    pods = tuple(pods)
     plugin = gpu_isolation.plugin_stamp(pods)
     burning = [e for e in entries if e.returning]
     if burning:
@@ -87,12 +88,21 @@ def plan(
         key = f"apply/{','.join(uuids)}/{node.boot_id}/{_stamp(entries)}"
         return Plan(node.name, Step.APPLY, uuids, key, why, refused, plugin)
     expected = gpu_isolation.expected_capacity(entries)
+    if _operator(node) and gpu_isolation.operator_plugin_running(pods):
+        return Plan(node.name, Step.WAIT, uuids, "", "waiting for the GPU Operator to remove its "
+                    "device plugin (it sees every GPU) from the node", refused, plugin)
     detail = (
         f"verified on boot {node.boot_id[:8]}: GPUs {node.gpu_allocatable}/{node.gpu_capacity} "
         f"advertised (expected {expected}), {len(entries)} isolated"
     )
     step = Step.RECORD if plugin and any(not e.plugin for e in entries) else Step.HELD
     return Plan(node.name, step, uuids, "", detail, refused, plugin)
+
+
+def _operator(node: fleet.Node) -> bool:
+    """A GPU Operator node: its operand label moves the operator's plugin aside
+    (docs/gpu-isolation.md#gpu-operator)."""
+    return gpu_route.route(node).route is gpu_route.Route.GPU_OPERATOR
 
 
 def _stamp(entries: Iterable[gpu_isolation.IsolatedGpu]) -> str:
@@ -119,7 +129,8 @@ def _stale(
             "it restarted without the exclusion"
         )
     if via_plugin:
-        for key, value in gpu_isolation.plugin_labels(entries).items():
+        labels = gpu_isolation.plugin_labels(entries, operator=_operator(node))
+        for key, value in labels.items():
             if node.labels.get(key) != value:
                 return f"the node lost its label {key}={value}"
     seen = {e.plugin for e in entries if e.plugin}
@@ -184,7 +195,7 @@ def after_apply(
         return Applied(False, {}, {}, problem)
     current = gpu_isolation.read(node)
     plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in current)
-    labels = gpu_isolation.plugin_labels(current)
+    labels = gpu_isolation.plugin_labels(current, operator=_operator(node))
     if plugin and labels[gpu_isolation.DEVICE_PLUGIN_LABEL] is None:
         return Applied(False, {}, {}, "no per-node device plugin fits: a GPU's index or the "
                        "node's GPU count is unknown")
@@ -303,7 +314,7 @@ def _removed(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
         **({} if left else {annotation_keys.GPU_REQUEST: None}),
     }
     via_plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in left)
-    labels = gpu_isolation.plugin_labels(left if via_plugin else ())
+    labels = gpu_isolation.plugin_labels(left if via_plugin else (), operator=_operator(node))
     return Applied(True, annotations, labels, detail, Reason.GPU_RETURNED)
 
 

@@ -11,8 +11,10 @@
   publish) with the ones that exist: create, update (a device renamed), delete (the GPU
   returned).
 - **GPU Operator**: the operator labels the GPU nodes it manages ``nvidia.com/gpu.deploy.*``
-  (its operands' switches); its device plugin runs privileged, so the per-node plugin of the
-  host-driver route does not hold there (gpu-operator issue #1388).
+  (its operands' switches); its device plugin runs privileged and sees every GPU (gpu-operator
+  issue #1388), so gpuguard switches it off on the node with its operand label
+  ``nvidia.com/gpu.deploy.device-plugin=false`` and the chart's per-node plugin serves the
+  other GPUs, as on the host-driver route.
 - **device plugin with host drivers**: otherwise; the route gpuguard builds (compute mode
   PROHIBITED + the chart's per-node plugin).
 """
@@ -75,8 +77,9 @@ def route(node: fleet.Node, devices: Iterable[SliceDevice] = ()) -> RouteDecisio
     if operator:
         return RouteDecision(
             Route.GPU_OPERATOR, f"GPU Operator labels: {', '.join(operator[:3])}",
-            "compute mode PROHIBITED only: the operator route (drain, module option) is not "
-            "built, and its privileged device plugin sees every GPU",
+            "compute mode PROHIBITED; the operand label nvidia.com/gpu.deploy.device-plugin=false "
+            "moves the operator's plugin aside for the chart's per-node plugin without the GPU; "
+            "NVreg_ExcludedGpus offered (gpuguard gpu-isolate kernel-module-config)",
         )
     return RouteDecision(
         Route.DEVICE_PLUGIN, "no GPU Operator labels, no NVIDIA DRA devices known",
@@ -208,3 +211,38 @@ def same_rule(have: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
         return (spec.get("deviceSelector"), taint.get("key"), taint.get("value"),
                 taint.get("effect"))
     return key(have) == key(rule)
+
+
+MODULE_CONFIG_NAME = "kernel-module-params"
+MODULE_CONFIG_NAMESPACE = "gpu-operator"
+EXCLUDED_GPUS = "NVreg_ExcludedGpus"
+
+
+def isolated_uuids(nodes: Iterable[fleet.Node]) -> tuple[str, ...]:
+    """Every GPU isolated in the cluster, sorted: one list fits every node, UUIDs are unique."""
+    return tuple(sorted({e.uuid for node in nodes for e in gpu_isolation.read(node)}))
+
+
+def kernel_module_config(
+    uuids: Iterable[str],
+    *,
+    existing: str = "",
+    name: str = MODULE_CONFIG_NAME,
+    namespace: str = MODULE_CONFIG_NAMESPACE,
+) -> dict[str, Any]:
+    """The GPU Operator's ``driver.kernelModuleConfig`` ConfigMap with ``NVreg_ExcludedGpus``
+    listing ``uuids`` in ``nvidia.conf`` (one parameter per line; GPU Operator docs,
+    "Customizing NVIDIA GPU Driver Parameters"); the other lines of ``existing`` (its current
+    ``nvidia.conf``) are kept. The driver does not attach a listed GPU from its next load: the
+    driver container's next restart or the node's next boot (nv-reg.h: "cannot be attached or
+    used"). No GPU isolated: the line is dropped."""
+    kept = [line for line in existing.splitlines()
+            if line.strip() and not line.strip().startswith(f"{EXCLUDED_GPUS}=")]
+    listed = sorted(set(uuids))
+    lines = kept + ([f"{EXCLUDED_GPUS}={','.join(listed)}"] if listed else [])
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"nvidia.conf": "".join(f"{line}\n" for line in lines)},
+    }

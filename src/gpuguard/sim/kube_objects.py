@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuguard.model import timestamps
-from gpuguard.sim import state
+from gpuguard.sim import gpu_operator, state
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -84,6 +84,7 @@ def node_object(node: state.SimNode, created: datetime, index: int) -> Obj:
                 "nvidia.com/gpu.product": product,
                 "nvidia.com/gpu.count": str(len(node.gpus)),
                 GFD_DRIVER_LABEL: node.driver_module,
+                **(gpu_operator.node_labels() if node.gpu_operator else {}),
             },
             "annotations": {
                 "node.alpha.kubernetes.io/ttl": "0",

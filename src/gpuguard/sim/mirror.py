@@ -23,6 +23,7 @@ class StoreMirror:
         self._synced: dict[tuple[str, str, str], kube_objects.Obj] = {}
         self._ready_since: dict[str, datetime] = {}
         self._restarts: dict[tuple[str, str], int] = {}
+        self._absent: set[str] = set()  # nodes whose device-plugin pod its DaemonSet deleted
 
     def create(self, node: state.SimNode, index: int) -> None:
         """Create the Node and its system pods (once, when the fleet appears)."""
@@ -40,11 +41,27 @@ class StoreMirror:
         key = (node, component)
         self._restarts[key] = self._restarts.get(key, 0) + 1
 
+    def device_plugin_runs(self, node: str, runs: bool, now: datetime) -> None:
+        """The node's device-plugin pod deleted (its DaemonSet no longer selects the node) or
+        created again, a new pod with no restarts."""
+        pod = next(p for p in kube_objects.SYSTEM_PODS if p.component == "device-plugin")
+        name = kube_objects.pod_name(pod, node)
+        if runs and node in self._absent:
+            self._absent.discard(node)
+            self._restarts[(node, pod.component)] = 0
+            self._synced.pop(("Pod", pod.namespace, name), None)
+            self._store.create("Pod", pod.namespace, kube_objects.system_pod_object(pod, node, now))
+        elif not runs and node not in self._absent:
+            self._absent.add(node)
+            self._store.delete("Pod", pod.namespace, name)
+
     def sync(self, node: state.SimNode, now: datetime) -> None:
         """Push the node's status and its system pods' readiness (no-op if unchanged)."""
         since = self._ready_since.get(node.name, self._created)
         self._patch_status("Node", "", node.name, kube_objects.node_status(node, now, since))
         for pod in kube_objects.SYSTEM_PODS:
+            if pod.component == "device-plugin" and node.name in self._absent:
+                continue
             status = kube_objects.system_pod_status(pod, self._pod_ready(node, pod),
                                                     self._pod_restarts(node, pod),
                                                     node.exporter_started or self._created)

@@ -78,6 +78,7 @@ from gpuguard.sim import clock as simclock
 from gpuguard.sim import gangs, hosts, kernel_lines, kube_objects, scenario, state, store, topology
 
 EXCLUDING_INSTANCE = "excluding"  # state.SimNode.plugin_instance
+NO_PLUGIN = "none"  # no device plugin selects the node: it advertises no GPU
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WORKLOAD_KILLING_XIDS = frozenset({48, 79, 95})  # the job on that GPU dies with it
 REBOOT_DOWNTIME = timedelta(minutes=3)
@@ -406,6 +407,8 @@ def _visible(node: state.SimNode, gpu: state.SimGpu) -> bool:
     if gpu.uuid in node.nvreg_active:
         return False
     kind, _, visible = node.plugin_instance.partition(":")
+    if kind == NO_PLUGIN:
+        return False
     # The chart's instance runs with NVIDIA_VISIBLE_DEVICES=<its indices>: the NVIDIA runtime
     # gives it only those GPUs (k8s-device-plugin issues #81, #197).
     return kind != EXCLUDING_INSTANCE or str(gpu.index) in visible.split("-")

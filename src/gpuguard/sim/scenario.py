@@ -306,6 +306,9 @@ class HostSettings(_Strict):
     # gpuguard's node agent runs there (the demo runs the real one, as the chart's DaemonSet
     # does on every GPU node; a scenario switches it off per node or fleet-wide)
     agent: bool | None = None
+    # the NVIDIA GPU Operator manages the node: its nvidia.com/gpu.deploy.* labels, its
+    # device plugin follows nvidia.com/gpu.deploy.device-plugin (sim/gpu_operator.py)
+    gpu_operator: bool | None = None
 
 
 class FleetSpec(HostSettings):
@@ -358,6 +361,7 @@ class NodeSpec:
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
     agent: bool = True
+    gpu_operator: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ class SimNode:
     # sees those GPU indices) — and the host's list of isolated UUIDs that the isolation Job
     # writes (/etc/gpuguard/excluded-gpus: on disk, so it outlives a reboot).
     plugin_instance: str = "cluster"
+    gpu_operator: bool = False  # the GPU Operator manages the node (sim/gpu_operator.py)
     excluded_uuids: set[str] = field(default_factory=set)
     host_jobs: dict[str, int] = field(default_factory=dict)  # running host jobs -> GPU index
     # NVreg_ExcludedGpus in /etc/modprobe.d (configured) and as the module loaded it at the

@@ -22,6 +22,7 @@ from gpuguard.model import annotation_keys
 from gpuguard.sim import (
     change_tool,
     dra,
+    gpu_operator,
     hosts,
     kernel_lines,
     mirror,
@@ -220,17 +221,27 @@ class World:
         affinity ``gpuguard.io/device-plugin DoesNotExist``; each of the chart's selects
         ``gpuguard.io/device-plugin=excluding`` and one ``gpuguard.io/device-plugin-visible``
         value, deploy/helm/gpuguard/templates/device-plugin.yaml). A value no instance has
-        leaves the node without a plugin."""
+        leaves the node without a plugin. On a GPU Operator node the operator's own plugin
+        follows its operand label (sim/gpu_operator.py)."""
         if self.store.resource_version == self._labels_seen:
             return
         for node in self.nodes:
             labels = self.store.get("Node", "", node.name)["metadata"].get("labels") or {}
+            operator_plugin = False
+            if node.gpu_operator:
+                labels = gpu_operator.relabel(self.store, node.name, labels)
+                operator_plugin = gpu_operator.plugin_runs(labels)
+                self._mirror.device_plugin_runs(node.name, operator_plugin, self.clock.now())
             value = labels.get(annotation_keys.DEVICE_PLUGIN_LABEL)
             visible = labels.get(annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL, "")
-            instance = (
-                "cluster" if value != reactions.EXCLUDING_INSTANCE
-                else f"{reactions.EXCLUDING_INSTANCE}:{visible}"
-            )
+            # The operator's privileged plugin, where it runs, advertises every GPU whatever
+            # the chart's instance beside it does (gpu-operator issue #1388).
+            if value == reactions.EXCLUDING_INSTANCE and not operator_plugin:
+                instance = f"{reactions.EXCLUDING_INSTANCE}:{visible}"
+            elif node.gpu_operator and not operator_plugin:
+                instance = reactions.NO_PLUGIN
+            else:
+                instance = "cluster"
             reactions.select_device_plugin(self, node, instance)
         self._labels_seen = self.store.resource_version
 
@@ -274,6 +285,7 @@ def _sim_node(spec: scenario.NodeSpec, world: scenario.Scenario,
         packages_held=spec.packages_held,
         rke2_units=spec.rke2_units,
         swap_enabled=spec.swap_enabled,
+        gpu_operator=spec.gpu_operator,
         ipvs_module_available=spec.ipvs_module_available,
         booted_at=booted,
     )

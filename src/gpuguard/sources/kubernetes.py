@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import httpx2
 from lightkube import Client, ConfigError
@@ -91,6 +92,15 @@ def _quantity(values: Mapping[str, str] | None, key: str) -> int:
         return int(str((values or {}).get(key, "0")))
     except ValueError:
         return 0
+
+
+def node_from_object(obj: Mapping[str, object]) -> fleet.Node:
+    """A Node as ``kubectl get node -o json`` prints it (a saved file); SourceError when it
+    is not one."""
+    try:
+        return node_from_api(cast(Node, Node.from_dict(dict(obj))))
+    except (TypeError, AttributeError, KeyError, ValueError) as e:
+        raise SourceError(f"not a Node object: {e}") from e
 
 
 def node_from_api(node: Node) -> fleet.Node:
