@@ -142,3 +142,17 @@ def test_the_live_guards_own_cordon_in_the_history_is_replayed_not_taken_for_a_p
     assert report.isolations[0].reason is decisions.Reason.HARDWARE_XID_WITH_GPU_LOSS
     persons = [held_loss_at(m, cordon_mark=False) for m in range(15)]
     assert backtest.replay(persons, Classifier(), settings.GuardSettings()).isolations == []
+
+
+def test_nodes_keep_the_marks_people_wrote_and_not_the_guards() -> None:
+    """A hold a person wrote (exported by kube-state-metrics) is the node's in the replay, so
+    the breaker does not count the node; gpuguard's own marks are the replay's to decide."""
+    labels = {
+        "node": "gpu-node-a",
+        names.ksm_annotation_label(annotation_keys.HOLD): "card on order",
+        names.ksm_annotation_label(annotation_keys.REASON): "xid-79",
+    }
+    sample = fleet.MetricSample(names.KSM_NODE_ANNOTATIONS, labels, 1, T0)
+    capacity = fleet.MetricSample(names.KSM_NODE_CAPACITY, {"node": "gpu-node-a"}, 8, T0)
+    node = backtest.nodes_at([sample, capacity])["gpu-node-a"]
+    assert node.annotations == {annotation_keys.HOLD: "card on order"}

@@ -8,8 +8,10 @@ isolated twice. A node cordoned in history counts as a human cordon — unless k
 exported gpuguard's annotations with it (``kube_node_annotations``, allow-listed) and they
 carry gpuguard's isolation mark: that cordon was the guard's own, which the replay decides
 for itself, so it replays as not cordoned (else the replay would read the live guard's cordon
-at the instant it isolates as a person's, and never isolate a hold-window case). Instants
-without usable data are counted, never guessed.
+at the instant it isolates as a person's, and never isolate a hold-window case). The marks
+people write (``annotation_keys.FOR_PEOPLE``, e.g. a hold while a card is on order) are read
+from the exported annotations too: the breaker does not count a node held for a person
+(docs/design.md#circuit-breaker). Instants without usable data are counted, never guessed.
 """
 
 from __future__ import annotations
@@ -49,12 +51,19 @@ def nodes_at(samples: Iterable[fleet.MetricSample]) -> dict[str, fleet.Node]:
     """Nodes as kube-state-metrics saw them: GPU capacity, allocatable, cordon."""
     facts: dict[str, dict[str, float]] = {}
     ours: set[str] = set()  # cordoned by gpuguard: its isolation mark was exported with them
+    people: dict[str, dict[str, str]] = {}  # the marks people wrote, as exported
     for sample in samples:
         node = sample.labels.get("node")
         if node and sample.name in _NODE_FACTS:
             facts.setdefault(node, {})[sample.name] = sample.value
-        if node and sample.name == names.KSM_NODE_ANNOTATIONS and sample.labels.get(_OUR_MARK):
-            ours.add(node)
+        if node and sample.name == names.KSM_NODE_ANNOTATIONS:
+            if sample.labels.get(_OUR_MARK):
+                ours.add(node)
+            people[node] = {
+                key: sample.labels[label]
+                for key, label in _PEOPLES_MARKS.items()
+                if sample.labels.get(label)
+            }
     return {
         name: fleet.Node(
             name=name,
@@ -62,12 +71,14 @@ def nodes_at(samples: Iterable[fleet.MetricSample]) -> dict[str, fleet.Node]:
             gpu_capacity=int(f.get(names.KSM_NODE_CAPACITY, 0)),
             gpu_allocatable=int(f.get(names.KSM_NODE_ALLOCATABLE, 0)),
             unschedulable=f.get(names.KSM_NODE_UNSCHEDULABLE, 0) > 0 and name not in ours,
+            annotations=people.get(name, {}),
         )
         for name, f in facts.items()
     }
 
 
 _OUR_MARK = names.ksm_annotation_label(annotation_keys.ISOLATED_AT)
+_PEOPLES_MARKS = {key: names.ksm_annotation_label(key) for key in annotation_keys.FOR_PEOPLE}
 _NODE_FACTS = {names.KSM_NODE_CAPACITY, names.KSM_NODE_ALLOCATABLE, names.KSM_NODE_UNSCHEDULABLE}
 
 
@@ -114,7 +125,7 @@ def _overlay(
     if marks is None:
         return node
     if annotation_keys.ISOLATED_AT in marks:
-        return replace(node, unschedulable=True, annotations=dict(marks))
+        return replace(node, unschedulable=True, annotations={**node.annotations, **marks})
     return replace(node, annotations={**node.annotations, **marks})
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -98,16 +99,27 @@ class _Activity:
 _SCRATCH = Path("/dev/shm")
 
 
+Observer = Callable[[world.World], None]
+
+
 def play(
-    spec: scenario.Scenario, settings: settings_model.GuardSettings
+    spec: scenario.Scenario,
+    settings: settings_model.GuardSettings,
+    *,
+    observe: Observer | None = None,
 ) -> ScenarioRun:
+    """Play ``spec`` with the guard attached; ``observe`` (if given) sees the world at its
+    start and after every step (e.g. to record what a Prometheus would have scraped)."""
     scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-", dir=scratch) as hosts:
-        return _play(spec, settings, Path(hosts))
+        return _play(spec, settings, Path(hosts), observe)
 
 
 def _play(
-    spec: scenario.Scenario, settings: settings_model.GuardSettings, hosts: Path
+    spec: scenario.Scenario,
+    settings: settings_model.GuardSettings,
+    hosts: Path,
+    observe: Observer | None = None,
 ) -> ScenarioRun:
     clock = simclock.SimClock(spec.start)
     objects = store.ObjectStore(now=clock.now)
@@ -195,7 +207,7 @@ def _play(
             ),
         )
         try:
-            _drive(run, guard, view, settings, jobs_kubelet)
+            _drive(run, guard, view, settings, jobs_kubelet, observe)
         finally:
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
@@ -254,6 +266,7 @@ def _drive(
     view: prometheus_view.WorldPrometheus,
     settings: settings_model.GuardSettings,
     jobs_kubelet: kubelet.JobKubelet,
+    observe: Observer | None = None,
 ) -> None:
     played, objects = run.played, run.played.store
     activity = _Activity(settings.isolation.hold_window, settings.isolation.xid_lookback)
@@ -276,11 +289,15 @@ def _drive(
             activity.mark(w.now)
             out, healthy = _gpus_out(w)
             seen = current
+        if observe is not None:
+            observe(w)
         if w.elapsed % interval == timedelta(0) and activity.active(w.now):
             jobs_kubelet.step()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 
     view.scrape(found_after=prometheus_view.SCRAPE)
+    if observe is not None:
+        observe(played)
     played.run(step=STEP, on_step=on_step)
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
     run.findings += demo_findings.fleet_health_findings(played, settings.fleet, played.now)
