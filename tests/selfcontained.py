@@ -87,8 +87,9 @@ def beside_repository(path: str | os.PathLike[str]) -> bool:
 
 _TEMP = Path(tempfile.gettempdir()).resolve()
 # Names below the parent that are not beside the repository: hidden folders; and where the clone
-# sits directly in the temporary folder, pytest's and tempfile's own folders.
-_NOT_BESIDE_PREFIXES = {False: (".",), True: (".", "pytest-of-", "tmp")}
+# sits directly in the temporary folder, pytest's and tempfile's own folders and gpuguard's own
+# scratch folders (``sim serve``'s, the demo's simulated host trees).
+_NOT_BESIDE_PREFIXES = {False: (".",), True: (".", "pytest-of-", "tmp", "gpuguard-")}
 
 
 # Reads seen by ``watch_reads`` since the last check: "event path" strings.

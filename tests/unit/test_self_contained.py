@@ -133,3 +133,15 @@ def test_no_test_module_imports_another() -> None:
         if TEST_MODULE_IMPORT.search(path.read_text(encoding="utf-8"))
     ]
     assert importing == []
+
+
+def test_a_clone_in_the_temporary_folder_may_use_it_for_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI may clone straight into /tmp: pytest's, tempfile's and gpuguard's own scratch folders
+    there are not beside the repository; a sibling folder still is."""
+    temp = selfcontained._TEMP
+    monkeypatch.setattr(selfcontained, "REPO", temp / "clone")
+    for scratch in ("pytest-of-root", "tmpab12cd", "gpuguard-sim-x1y2", "gpuguard-demo-hosts-z"):
+        assert not selfcontained.beside_repository(temp / scratch / "f"), scratch
+    assert selfcontained.beside_repository(temp / SIBLING / "data")
