@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
+from gpuguard.sources import prometheus as source
 from tests.integration.livesim import live_sim, wait_for
 
 pytestmark = pytest.mark.integration
@@ -23,6 +24,8 @@ def test_audit_of_the_simulated_cluster(tmp_path: Path) -> None:
     with live_sim(tmp_path) as sim:
         lost = wait_for(lambda: sim.node("gpu-node-b")["status"]["allocatable"]
                         ["nvidia.com/gpu"] == "7", sim, timeout_s=30)
+        # both nodes' dcgm-exporter series scraped, as the audit's coverage query reads them
+        sim.prom.wait_until(f"count({source.node_freshness_query()}) >= 2", timeout_s=30)
         result = CliRunner().invoke(app, [
             "audit", "--kube-server", sim.api.url, "--prometheus-url", sim.prom.url,
             "--html", str(page), "-o", "json"])
