@@ -15,10 +15,10 @@ from lightkube.resources.core_v1 import Node
 from gpuguard.actuators import nodes
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions
-from gpuguard.model import restore as restore_model
-from gpuguard.policy import restore
+from gpuguard.model import return_to_pool as return_model
+from gpuguard.policy import return_to_pool
 from gpuguard.sources import kubernetes
-from tests import restore_builders as returns
+from tests import return_builders as returns
 from tests.conftest import SimApi
 from tests.integration.simnodes import NOW, isolate_action, seed_node
 
@@ -31,11 +31,11 @@ def read(api: SimApi) -> kubernetes.fleet.Node:
     return node
 
 
-def decide(node: kubernetes.fleet.Node) -> restore_model.RestoreDecision:
+def decide(node: kubernetes.fleet.Node) -> return_model.ReturnDecision:
     """The return step with every condition met (rebooted, burn-in passed) but the marks'
     writer, which comes from the API server."""
     met = dataclasses.replace(returns.node(), isolation_writers=node.isolation_writers)
-    return restore.decide(met, returns.facts(), returns.GUARD, returns.NOW)
+    return return_to_pool.decide(met, returns.facts(), returns.GUARD, returns.NOW)
 
 
 def test_marks_written_by_gpuguard_are_its_own(sim_api: SimApi) -> None:
@@ -57,7 +57,7 @@ def test_a_human_cordon_with_forged_marks_is_never_returned(sim_api: SimApi) -> 
     node = read(sim_api)
     assert node.isolation_writers == {"kubectl-annotate"}
     decision = decide(node)
-    assert decision.step is restore_model.RestoreStep.NONE
+    assert decision.step is return_model.ReturnStep.NONE
     assert decision.reason is decisions.Reason.MARKS_NOT_GPUGUARDS
     assert decision.action is None
     assert "written by kubectl-annotate" in decision.detail

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from gpuguard.actuators import jobs, ledger, nodes
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
-from gpuguard.controller import recovery, restore, tick
+from gpuguard.controller import recovery, return_to_pool, tick
 from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import (
     clock,
@@ -81,7 +81,7 @@ class Played:
 
     isolated_at: datetime | None = None
     returned_at: datetime | None = None
-    steps: list[tuple[datetime, model.RestoreStep]] = field(default_factory=list)
+    steps: list[tuple[datetime, model.ReturnStep]] = field(default_factory=list)
 
 
 def test_xid79_node_is_isolated_then_returned_after_the_power_cycle(tmp_path: Path) -> None:
@@ -129,14 +129,14 @@ def test_xid79_node_is_isolated_then_returned_after_the_power_cycle(tmp_path: Pa
                if e["involvedObject"]["name"] == "gpu-node-b"]  # fmt: skip
     assert reasons[-1] == "BurnInPassed"
     held_until_power_cycle, *returning = seen.steps
-    assert held_until_power_cycle[1] is model.RestoreStep.HOLD
+    assert held_until_power_cycle[1] is model.ReturnStep.HOLD
     assert held_until_power_cycle[0] < power_cycled
     # right after the boot the new exporter has not been scraped yet: its GPUs are unknown
     # for a tick (policy.freshness), which waits, never returns
-    assert [step for _, step in returning if step is not model.RestoreStep.WAIT] == [
-        model.RestoreStep.START_BURN_IN,
-        model.RestoreStep.BURN_IN_RUNNING,
-        model.RestoreStep.UNCORDON,
+    assert [step for _, step in returning if step is not model.ReturnStep.WAIT] == [
+        model.ReturnStep.START_BURN_IN,
+        model.ReturnStep.BURN_IN_RUNNING,
+        model.ReturnStep.UNCORDON,
     ]
     assert all(at > power_cycled for at, _ in returning)
 
@@ -161,7 +161,7 @@ def build_guard(
             jobs=jobs.Jobs(client, namespace), ledger=ledger.Ledger(client, namespace),
             writer=writer, catalog=catalog, image=image, namespace=namespace,
         ),
-        restore=restore.Restore(
+        return_to_pool=return_to_pool.ReturnToPool(
             jobs=jobs.Jobs(client, namespace), ledger=ledger.Ledger(client, namespace),
             writer=writer, facts=return_view.WorldReturnFacts(played), classifier=catalog,
             settings=guard_settings, image=image, namespace=namespace,

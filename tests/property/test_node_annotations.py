@@ -13,8 +13,8 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import fleet, jobs, settings
-from gpuguard.model import restore as restore_model
-from gpuguard.policy import freshness, isolate, recovery, restore, return_checks
+from gpuguard.model import return_to_pool as return_model
+from gpuguard.policy import freshness, isolate, recovery, return_checks, return_to_pool
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
 CATALOG = xid_catalog.load_catalog()
@@ -62,19 +62,19 @@ def test_recovery_decides_or_names_the_bad_annotation(marks: dict[str, str], job
 def test_the_return_decision_never_crashes_and_never_returns_on_a_bad_mark(
     marks: dict[str, str], cordoned: bool
 ) -> None:
-    passed = restore_model.BurnInResult(
-        restore_model.BurnInOutcome.PASSED, restore_model.BurnInMode.MATMUL_AND_MEMTEST,
+    passed = return_model.BurnInResult(
+        return_model.BurnInOutcome.PASSED, return_model.BurnInMode.MATMUL_AND_MEMTEST,
         "boot-1", NOW,
     )  # fmt: skip
-    facts = restore_model.RestoreFacts(
+    facts = return_model.ReturnFacts(
         pods=(), hardware_xids_since_boot=(), card_faults=1, row_remap_pending={},
         conformance={}, pcie_links=(), burn_in=passed,
     )  # fmt: skip
-    decision = restore.decide(node(marks, cordoned), facts, GUARD, NOW)
-    assert len(decision.checks) == len(restore_model.ReturnCondition)
+    decision = return_to_pool.decide(node(marks, cordoned), facts, GUARD, NOW)
+    assert len(decision.checks) == len(return_model.ReturnCondition)
     isolated = return_checks.parse_stamp(marks.get(keys.ISOLATED_AT))
     if isolated is None or isolated >= NOW:
-        assert decision.step is not restore_model.RestoreStep.UNCORDON
+        assert decision.step is not return_model.ReturnStep.UNCORDON
 
 
 @given(st.lists(MARKS, min_size=1, max_size=5))

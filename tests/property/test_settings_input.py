@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from gpuguard.errors import InputError
 from gpuguard.model import settings
 
-SECTIONS = ["isolation", "prometheus", "controller", "phantom", "restore", "notifications", "x"]
+SECTIONS = ["isolation", "prometheus", "controller", "phantom", "return_to_pool", "notifications",
+            "x"]  # fmt: skip
 FIELDS = ["hold_window", "interval", "url", "staleness", "breaker_max_nodes",
           "breaker_max_fraction", "namespace", "image", "webhook_url", "y"]  # fmt: skip
 SCALAR = st.one_of(

@@ -10,7 +10,7 @@ import pytest
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import change, decisions, fleet, restore, settings
+from gpuguard.model import change, decisions, fleet, return_to_pool, settings
 from gpuguard.policy import admission, lifecycle, rollout
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -144,7 +144,7 @@ def test_a_verified_node_is_burnt_in_on_the_boot_it_was_verified_on() -> None:
     burn = plan.action_for("n00")
     assert burn is not None
     assert burn.step is Step.BURN_IN
-    assert burn.burn_in is restore.BurnInMode.MATMUL  # the Job to create
+    assert burn.burn_in is return_to_pool.BurnInMode.MATMUL  # the Job to create
     assert burn.cordon is None  # still out of service
     assert "ipvs-loaded: PASS" in burn.evidence
     assert "driver 580.159.03" in burn.evidence
@@ -155,17 +155,17 @@ def test_a_verified_node_is_burnt_in_on_the_boot_it_was_verified_on() -> None:
     assert plan.out == 1
 
 
-def burning(result: restore.BurnInOutcome | None, *, boot: str = "boot-2",
+def burning(result: return_to_pool.BurnInOutcome | None, *, boot: str = "boot-2",
             since: datetime = NOW, failed: str = "") -> rollout.NodeFacts:
     on = marked("n00", change.Phase.BURN_IN, since=since, boot=boot)
-    found = None if result is None else restore.BurnInResult(
-        result, restore.BurnInMode.MATMUL, boot, NOW, failed, "8 GPU(s), min/max 0.97")
+    found = None if result is None else return_to_pool.BurnInResult(
+        result, return_to_pool.BurnInMode.MATMUL, boot, NOW, failed, "8 GPU(s), min/max 0.97")
     return dataclasses.replace(applied(), node=dataclasses.replace(on, boot_id="boot-2"),
                                burn_in=found)
 
 
 def test_a_passed_burn_in_returns_the_node_with_the_evidence() -> None:
-    plan = rollout.plan(SPEC, fleet_of(12, n00=burning(restore.BurnInOutcome.PASSED)), NOW)
+    plan = rollout.plan(SPEC, fleet_of(12, n00=burning(return_to_pool.BurnInOutcome.PASSED)), NOW)
     back = plan.action_for("n00")
     assert back is not None
     assert back.step is Step.UNCORDON
@@ -176,8 +176,8 @@ def test_a_passed_burn_in_returns_the_node_with_the_evidence() -> None:
 
 
 @pytest.mark.parametrize(("facts", "detail"), [
-    (burning(restore.BurnInOutcome.FAILED, failed="throughput-floor FAIL: GPU 3"), "GPU 3"),
-    (burning(restore.BurnInOutcome.RUNNING, since=NOW - timedelta(hours=3)), "not ended"),
+    (burning(return_to_pool.BurnInOutcome.FAILED, failed="throughput-floor FAIL: GPU 3"), "GPU 3"),
+    (burning(return_to_pool.BurnInOutcome.RUNNING, since=NOW - timedelta(hours=3)), "not ended"),
     (burning(None, boot="boot-1"), "rebooted during"),  # a result of another boot never counts
 ])
 def test_a_failed_burn_in_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
@@ -191,13 +191,13 @@ def test_a_failed_burn_in_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
     assert steps(plan, Step.CORDON) == []
 
 
-@pytest.mark.parametrize("result", [None, restore.BurnInOutcome.RUNNING])
+@pytest.mark.parametrize("result", [None, return_to_pool.BurnInOutcome.RUNNING])
 def test_a_burn_in_under_way_waits_and_its_job_is_made_sure_of(
-    result: restore.BurnInOutcome | None,
+    result: return_to_pool.BurnInOutcome | None,
 ) -> None:
     wait = rollout.plan(SPEC, fleet_of(12, n00=burning(result)), NOW).action_for("n00")
     assert wait is not None
-    assert (wait.step, wait.burn_in) == (Step.WAIT, restore.BurnInMode.MATMUL)
+    assert (wait.step, wait.burn_in) == (Step.WAIT, return_to_pool.BurnInMode.MATMUL)
 
 
 def test_a_change_declared_without_burn_in_returns_once_verified() -> None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gpuguard.errors import SourceError
-from gpuguard.model import decisions, fleet, restore
+from gpuguard.model import decisions, fleet, return_to_pool
 from gpuguard.model import metric_names as names
 from gpuguard.sources import prometheus, return_facts
 
@@ -35,25 +35,27 @@ MAX_W, MAX_G = names.DCGM_PCIE_MAX_LINK_WIDTH, names.DCGM_PCIE_MAX_LINK_GEN
     [
         pytest.param(
             [sample(W, 8), sample(G, 5), sample(MAX_W, 16), sample(MAX_G, 5)],
-            restore.PcieLink("4", 8, 16, 5, 5), id="x8-of-x16-from-dcgm-max-fields",
+            return_to_pool.PcieLink("4", 8, 16, 5, 5), id="x8-of-x16-from-dcgm-max-fields",
         ),
         pytest.param(
             [sample(W, 8), sample(G, 5), sample(return_facts.WIDTH_SEEN_MAX, 16),
              sample(return_facts.GEN_SEEN_MAX, 5)],
-            restore.PcieLink("4", 8, 16, 5, 5), id="x8-against-the-x16-seen-this-week",
+            return_to_pool.PcieLink("4", 8, 16, 5, 5), id="x8-against-the-x16-seen-this-week",
         ),
         pytest.param(
             [sample(W, 16), sample(G, 1), sample(MAX_G, 5), sample(names.DCGM_GPU_UTIL, 0)],
-            restore.PcieLink("4", 16, 16, 1, 5, under_load=False), id="idle-gen1-is-not-load",
+            return_to_pool.PcieLink("4", 16, 16, 1, 5, under_load=False),
+            id="idle-gen1-is-not-load",
         ),
         pytest.param(
             [sample(W, 16), sample(G, 3), sample(MAX_G, 5), sample(names.DCGM_GPU_UTIL, 100)],
-            restore.PcieLink("4", 16, 16, 3, 5, under_load=True), id="gen3-under-burn-in-load",
+            return_to_pool.PcieLink("4", 16, 16, 3, 5, under_load=True),
+            id="gen3-under-burn-in-load",
         ),
     ],
 )  # fmt: skip
 def test_pcie_link_against_its_maximum(
-    samples: list[fleet.MetricSample], expected: restore.PcieLink
+    samples: list[fleet.MetricSample], expected: return_to_pool.PcieLink
 ) -> None:
     assert return_facts.pcie_links(samples) == (expected,)
 

@@ -32,7 +32,7 @@ from gpuguard.errors import ConflictError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import change as change_model
 from gpuguard.model import jobs as job_model
-from gpuguard.model import restore as restore_model
+from gpuguard.model import return_to_pool as return_model
 
 PART_OF = "gpuguard"
 JOB_KIND_LABEL = "gpuguard.io/job"
@@ -118,8 +118,8 @@ def evidence_job(
 BURNIN_DEADLINE_S = 90 * 60
 """A memory test (``dcgmi diag -r 4``) takes tens of minutes, up to ~45 on a 4-GPU Hopper."""
 BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
-"""``model.restore.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's level-4
-diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
+"""``model.return_to_pool.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's
+level-4 diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
 
 
 def burnin_job(
@@ -139,7 +139,7 @@ def burnin_job(
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
-    Named per isolation, boot, reset, inspection and mode (``model.restore.burnin_key``), so
+    Named per isolation, boot, reset, inspection and mode (``model.return_to_pool.burnin_key``), so
     a burn-in that failed is run again only after another power cycle, reset or inspection;
     the boot ID it tests is in the ``gpuguard.io/boot-id`` annotation. No host path: the GPUs
     come from the device plugin — but for ``uuid``, one isolated GPU that the device plugin
@@ -178,7 +178,7 @@ def burnin_job(
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     }
-    key = restore_model.burnin_key(isolated_at, boot_id, mode, reset_done, inspected)
+    key = return_model.burnin_key(isolated_at, boot_id, mode, reset_done, inspected)
     job = _job(JobKind.BURNIN, node, key, namespace, container, [], runtime_class)
     if not uuid:
         job["metadata"]["labels"][BURNIN_NODE_LABEL] = node
@@ -194,7 +194,7 @@ def burnin_job(
 
 def change_burnin_name(node: str, change: str, boot_id: str, mode: str) -> str:
     """The burn-in Job after change ``change`` on the node's boot ``boot_id``."""
-    key = restore_model.burnin_key(_change_key(change), boot_id, mode)
+    key = return_model.burnin_key(_change_key(change), boot_id, mode)
     return job_name(JobKind.BURNIN, node, key)
 
 

@@ -51,7 +51,8 @@ def health(
     problems, unread = _links(prom, result, node, settings)
     facts = fitness.FitnessFacts(found, result.at, said, None if result.ok else result.error,
                                  view.check_status, view.burnin_jobs, problems, unread)
-    verdict = fitness.verdict(facts, require_conformance=settings.restore.require_conformance)
+    required = settings.return_to_pool.require_conformance
+    verdict = fitness.verdict(facts, require_conformance=required)
     data: dict[str, Any] = {"node": node, "fit": verdict.fit, "reasons": verdict.reasons(),
                             "checks": [c.as_dict() for c in verdict.checks]}
     if not output.emit(data, fmt):

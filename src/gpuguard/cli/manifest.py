@@ -15,7 +15,7 @@ import typer
 
 from gpuguard.actuators import jobs
 from gpuguard.cli import guard, output
-from gpuguard.model import restore
+from gpuguard.model import return_to_pool
 
 app = typer.Typer(help="Print what gpuguard would create, for review.", no_args_is_help=True)
 job_app = typer.Typer(
@@ -70,8 +70,9 @@ def burnin(
     node: NodeOpt,
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs the node should have.")],
     mode: Annotated[
-        restore.BurnInMode, typer.Option(help="matmul, or matmul+memtest after memory faults.")
-    ] = restore.BurnInMode.MATMUL_AND_MEMTEST,
+        return_to_pool.BurnInMode,
+        typer.Option(help="matmul, or matmul+memtest after memory faults."),
+    ] = return_to_pool.BurnInMode.MATMUL_AND_MEMTEST,
     reason: Annotated[
         str | None, typer.Option(help="The node's gpuguard.io/reason, e.g. xid-48.")
     ] = None,

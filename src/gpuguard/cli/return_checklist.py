@@ -2,7 +2,7 @@
 
 A human asking "why is gpu-node-b still cordoned?" needs the whole list — the seed's 9/22
 return went wrong on a condition nobody was shown — so every condition is rendered, not
-the first miss. Pure functions from a ``RestoreDecision`` to plain data (for ``-o json|yaml``)
+the first miss. Pure functions from a ``ReturnDecision`` to plain data (for ``-o json|yaml``)
 and from that data to table rows and text lines; printing stays with ``cli/output.py``.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuguard.model import restore
+from gpuguard.model import return_to_pool
 
 COLUMNS = ("#", "condition", "status", "summary")
 
 
-def as_data(decision: restore.RestoreDecision) -> dict[str, Any]:
+def as_data(decision: return_to_pool.ReturnDecision) -> dict[str, Any]:
     """The decision and its checklist as plain, JSON-ready data."""
     return {
         "step": str(decision.step),

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpuguard.actuators import eviction
 from gpuguard.actuators import jobs as job_specs
-from gpuguard.controller import restore as restore_step
+from gpuguard.controller import return_to_pool as return_step
 from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, decisions, fleet, ports
@@ -148,7 +148,7 @@ class Changes:
                 except GpuguardError as e:
                     log.warning("%s: burn-in Job %s unreadable: %s", f.node.name, name, e)
                     job = job_model.JobResult(job_model.JobState.RUNNING)
-                result = restore_step.burn_in_result(job, spec.burn_in, mark.boot, now)
+                result = return_step.burn_in_result(job, spec.burn_in, mark.boot, now)
                 out.append(dataclasses.replace(f, burn_in=result))
                 continue
             out.append(f)

@@ -20,7 +20,7 @@ from gpuguard.controller import failsafe, fault_history, fitness_label, phantom_
 from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
-from gpuguard.controller import restore as restore_step
+from gpuguard.controller import return_to_pool as return_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports
 from gpuguard.model import settings as settings_model
@@ -43,7 +43,7 @@ class TickResult:
     error_kind: str | None = None
     snapshot: fleet.FleetSnapshot | None = None
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
-    returns: list[restore_step.ReturnOutcome] = field(default_factory=list)
+    returns: list[return_step.ReturnOutcome] = field(default_factory=list)
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
     history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
@@ -72,7 +72,7 @@ class Guard:
     dry_run: bool = False
     notifier: ports.Notifier | None = None
     recovery: recovery_step.Recovery | None = None
-    restore: restore_step.Restore | None = None
+    return_to_pool: return_step.ReturnToPool | None = None
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
@@ -122,10 +122,10 @@ class Guard:
             run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
                           errors=errors)  # fmt: skip
             result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
-        if self.restore is not None:
-            back = partial(self.restore.run, snapshot, result.at, may_write=may_write,
+        if self.return_to_pool is not None:
+            back = partial(self.return_to_pool.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip
-            result.returns = failsafe.guarded("restore", subject, errors, back, [])
+            result.returns = failsafe.guarded("return_to_pool", subject, errors, back, [])
         if self.changes is not None:
             roll = partial(self.changes.run, snapshot, result.at, may_write=may_write)
             result.changes = failsafe.guarded("change", subject, errors, roll, [])

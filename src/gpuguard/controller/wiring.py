@@ -32,7 +32,7 @@ from gpuguard.controller import (
     gpu_isolation,
     phantom_watch,
     recovery,
-    restore,
+    return_to_pool,
     tick,
 )
 from gpuguard.errors import InputError
@@ -129,7 +129,7 @@ def build_guard(
             )
             if c.recovery
             else None,
-            restore=restore.Restore(
+            return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, c.namespace),
                 ledger=ledger.Ledger(client, c.namespace, quarantine=True),
                 writer=writer,

@@ -24,13 +24,20 @@ from gpuguard.actuators import dra, eviction, jobs, ledger, workload_events
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
-from gpuguard.controller import dra_taints, fault_history, fleet_health, recovery, restore, tick
+from gpuguard.controller import (
+    dra_taints,
+    fault_history,
+    fleet_health,
+    recovery,
+    return_to_pool,
+    tick,
+)
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.demo import agents, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import rollouts as rollout_view
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
-from gpuguard.model import restore as restore_model
+from gpuguard.model import return_to_pool as return_model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation, gpu_route
 from gpuguard.sim import clock as simclock
@@ -153,7 +160,7 @@ def _play(
                 runtime_class=settings.controller.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
-            restore=restore.Restore(
+            return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, namespace),
                 ledger=ledger.Ledger(client, namespace, quarantine=True),
                 writer=writer,
@@ -399,11 +406,11 @@ def _record_returns(run: ScenarioRun, result: tick.TickResult, t: float) -> None
 
 
 _HOLDING = {
-    restore_model.RestoreStep.HOLD,
-    restore_model.RestoreStep.WAIT,
-    restore_model.RestoreStep.STAY_ISOLATED,
-    restore_model.RestoreStep.START_BURN_IN,
-    restore_model.RestoreStep.BURN_IN_RUNNING,
+    return_model.ReturnStep.HOLD,
+    return_model.ReturnStep.WAIT,
+    return_model.ReturnStep.STAY_ISOLATED,
+    return_model.ReturnStep.START_BURN_IN,
+    return_model.ReturnStep.BURN_IN_RUNNING,
 }
 
 

@@ -23,7 +23,7 @@ import yaml
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, durations, fleet, timestamps
-from gpuguard.model import restore as restore_model
+from gpuguard.model import return_to_pool as return_model
 
 CONFIGMAP_LABEL = annotation_keys.PREFIX + "change"
 """On a ConfigMap in gpuguard's namespace: it declares a change (its value: the change's name)."""
@@ -128,7 +128,7 @@ class _Spec(pydantic.BaseModel):
     apply_timeout: str = "2h"
     verify_timeout: str = "30m"
     kured: str | None = "kube-system/kured"
-    burn_in: restore_model.BurnInMode | Literal["none"] = restore_model.BurnInMode.MATMUL
+    burn_in: return_model.BurnInMode | Literal["none"] = return_model.BurnInMode.MATMUL
     burn_in_timeout: str = "2h"
     drain_after: str | None = None
     job_template: Annotated[str, pydantic.Field(pattern=_TEMPLATE_NAME)] | None = None
@@ -167,7 +167,7 @@ class ChangeSpec:
     apply_timeout: timedelta = timedelta(hours=2)
     verify_timeout: timedelta = timedelta(minutes=30)
     kured: tuple[str, str] | None = ("kube-system", "kured")
-    burn_in: restore_model.BurnInMode | None = restore_model.BurnInMode.MATMUL
+    burn_in: return_model.BurnInMode | None = return_model.BurnInMode.MATMUL
     burn_in_timeout: timedelta = timedelta(hours=2)
     drain_after: timedelta | None = None  # opt-in: evict its GPU pods after this long cordoned
     job_template: str | None = None  # method job: the admin's approved template's name
@@ -209,7 +209,7 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         verify_timeout=durations.parse_duration(spec.verify_timeout,
                                                 what=f"{where}: verify_timeout"),
         kured=_kured(spec.kured, where),
-        burn_in=None if spec.burn_in == "none" else restore_model.BurnInMode(spec.burn_in),
+        burn_in=None if spec.burn_in == "none" else return_model.BurnInMode(spec.burn_in),
         burn_in_timeout=durations.parse_duration(spec.burn_in_timeout,
                                                  what=f"{where}: burn_in_timeout"),
         drain_after=None if spec.drain_after is None else durations.parse_duration(

@@ -414,7 +414,7 @@ class GuardSettings(_Section):
     phantom: PhantomSettings = PhantomSettings()
     utilization: UtilizationSettings = UtilizationSettings()
     hygiene: HygieneSettings = HygieneSettings()
-    restore: ReturnSettings = ReturnSettings()
+    return_to_pool: ReturnSettings = ReturnSettings()
     health: HealthSettings = HealthSettings()
     notifications: NotificationSettings = NotificationSettings()
     fleet: FleetHealthSettings = FleetHealthSettings()

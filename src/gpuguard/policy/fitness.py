@@ -76,7 +76,7 @@ def guard_said(
 
 def verdict(facts: FitnessFacts, *, require_conformance: bool) -> FitnessVerdict:
     """``require_conformance``: a node without the agent's checks is not fit (else WARN),
-    as ``restore.require_conformance`` says for the return to pool."""
+    as ``return_to_pool.require_conformance`` says for the return to pool."""
     checks = (
         state(facts.node),
         guard(facts.guard, facts.guard_error),

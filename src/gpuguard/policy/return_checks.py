@@ -5,7 +5,7 @@ gpuguard; rebooted since isolation (reset-class faults: a human's ``gpuguard.io/
 after the isolation, or a reboot); Ready with the GPU count recorded at isolation; no hardware
 Xid since boot; no running pod holding GPUs; no human hold; the card's ledger history; ECC
 row-remap pending; host conformance; kube-proxy and CNI pods Ready; PCIe link width (and, under
-load, generation) at max. ``policy.restore`` turns the checklist into the return step.
+load, generation) at max. ``policy.return_to_pool`` turns the checklist into the return step.
 
 The seed's guard checked only the first five (its gaps, "남은 과제"): on 9/22 it returned
 gpu-node-b although the infra team had asked for the card to be inspected (it read only its
@@ -14,7 +14,7 @@ an operand restart that merely emptied the Xid gauge, without any reset.
 
 Reports that a node legitimately lacks pass as "not reported" unless the settings require
 them: no agent (conformance), cards without row remapping (pre-Ampere, GeForce), no PCIe link
-metrics. A fact that could not be read (``None`` in ``RestoreFacts``) is UNKNOWN.
+metrics. A fact that could not be read (``None`` in ``ReturnFacts``) is UNKNOWN.
 
 Pure functions: no I/O, no clock (``now`` is an argument).
 """
@@ -29,7 +29,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, timestamps
 from gpuguard.model import metric_names as names
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
 
 Status = decisions.CheckStatus
@@ -48,7 +48,7 @@ class Fault:
 @dataclass(frozen=True, slots=True)
 class Context:
     node: fleet.Node
-    facts: model.RestoreFacts
+    facts: model.ReturnFacts
     settings: settings_model.ReturnSettings
     own_namespace: str
     fault: Fault
@@ -64,7 +64,7 @@ class Context:
 
 def context_of(
     node: fleet.Node,
-    facts: model.RestoreFacts,
+    facts: model.ReturnFacts,
     settings: settings_model.GuardSettings,
     now: datetime,
 ) -> Context:
@@ -72,7 +72,7 @@ def context_of(
     return Context(
         node=node,
         facts=facts,
-        settings=settings.restore,
+        settings=settings.return_to_pool,
         own_namespace=settings.controller.namespace,
         fault=_fault_of(node),
         isolated_at=parse_stamp(node.annotations.get(keys.ISOLATED_AT)),
@@ -310,9 +310,8 @@ def _service_network(c: Context) -> model.ReturnCheck:
         *(c.seen(f"pod/{p.namespace}/{p.name}", f"{p.phase}, ready={p.ready}") for p in found),
     )
     if not found:
-        return result(
-            Status.UNKNOWN, "no kube-proxy or CNI pod on the node (restore.service_network_pods)"
-        )
+        why = "no kube-proxy or CNI pod on the node (return_to_pool.service_network_pods)"
+        return result(Status.UNKNOWN, why)
     down = [p.name for p in found if not (p.phase is fleet.PodPhase.RUNNING and p.ready)]
     if down:
         return result(Status.FAIL, f"not Ready: {', '.join(down)}")

@@ -40,7 +40,7 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change as model
 from gpuguard.model import decisions, fleet
-from gpuguard.model import restore as restore_model
+from gpuguard.model import return_to_pool as return_model
 
 Phase = model.Phase
 Status = decisions.CheckStatus
@@ -78,7 +78,7 @@ class NodeFacts:
     driver: str | None = None
     applied: bool = False
     apply_failed: str | None = None
-    burn_in: restore_model.BurnInResult | None = None
+    burn_in: return_model.BurnInResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class NodeAction:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     cordon: bool | None = None
     check: str | None = None
-    burn_in: restore_model.BurnInMode | None = None
+    burn_in: return_model.BurnInMode | None = None
     change_job: bool = False
     evict: bool = False  # evict the node's GPU pods (Eviction API: PodDisruptionBudgets decide)
 
@@ -301,12 +301,12 @@ def _burned_in(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                now: datetime) -> NodeAction:
     """The burn-in on the boot that was verified: passed returns the node, failed (or not
     ended within ``burn_in_timeout``, or the node rebooted meanwhile) stops the rollout."""
-    result, mode = f.burn_in, spec.burn_in or restore_model.BurnInMode.MATMUL
+    result, mode = f.burn_in, spec.burn_in or return_model.BurnInMode.MATMUL
     if f.node.boot_id != mark.boot:
         return _fail(spec, f, mark, now, BURN_IN, "the node rebooted during its burn-in")
-    if result is not None and result.outcome is restore_model.BurnInOutcome.FAILED:
+    if result is not None and result.outcome is return_model.BurnInOutcome.FAILED:
         return _fail(spec, f, mark, now, BURN_IN, result.failed_check or "failed")
-    if result is not None and result.outcome is restore_model.BurnInOutcome.PASSED:
+    if result is not None and result.outcome is return_model.BurnInOutcome.PASSED:
         return _uncordon(spec, f.node.name, mark, now, "changed, every check PASS, burn-in "
                          "passed", (f"burn-in ({mode}): passed {result.detail}".strip(),
                                     *_versions(f)))

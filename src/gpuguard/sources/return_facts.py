@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from gpuguard.model import decisions, fleet, restore
+from gpuguard.model import decisions, fleet, return_to_pool
 from gpuguard.model import metric_names as names
 from gpuguard.model.series import gpu_of
 from gpuguard.sources import prometheus
@@ -71,7 +71,7 @@ def row_remap_pending(samples: Iterable[fleet.MetricSample]) -> dict[str, float]
     return {gpu_of(s.labels): s.value for s in samples if s.name == names.DCGM_ROW_REMAP_PENDING}
 
 
-def pcie_links(samples: Iterable[fleet.MetricSample]) -> tuple[restore.PcieLink, ...]:
+def pcie_links(samples: Iterable[fleet.MetricSample]) -> tuple[return_to_pool.PcieLink, ...]:
     """Each GPU's link against its maximum; GPUs without a width reading are not reported."""
     by_gpu: dict[str, dict[str, float]] = {}
     for sample in samples:
@@ -95,14 +95,14 @@ def conformance(samples: Iterable[fleet.MetricSample]) -> dict[str, decisions.Ch
     return statuses
 
 
-def _link(gpu: str, values: Mapping[str, float]) -> restore.PcieLink:
+def _link(gpu: str, values: Mapping[str, float]) -> return_to_pool.PcieLink:
     width, generation = (
         int(values[names.DCGM_PCIE_LINK_WIDTH]),
         int(values[names.DCGM_PCIE_LINK_GEN]),
     )
     max_width = values.get(names.DCGM_PCIE_MAX_LINK_WIDTH, values.get(WIDTH_SEEN_MAX, width))
     max_generation = values.get(names.DCGM_PCIE_MAX_LINK_GEN, values.get(GEN_SEEN_MAX, generation))
-    return restore.PcieLink(
+    return return_to_pool.PcieLink(
         gpu=gpu,
         width=width,
         max_width=int(max_width),

@@ -16,16 +16,16 @@ from typer.testing import CliRunner
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
-from gpuguard.controller import restore, telemetry, tick
+from gpuguard.controller import return_to_pool, telemetry, tick
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, jobs, settings
 from gpuguard.model import metric_names as names
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 from tests import fakes
 from tests.builders import burnin_summary
 
-Step = model.RestoreStep
+Step = model.ReturnStep
 ISOLATED_AT = "2026-09-21T05:53:30Z"
 NOW = datetime(2026, 9, 22, 16, 30, tzinfo=UTC)
 CARD = "GPU-5e2b1c3d-0004"
@@ -134,7 +134,7 @@ def _key(metric: str) -> str:
 
 @dataclass
 class World:
-    step: restore.Restore
+    step: return_to_pool.ReturnToPool
     jobs: FakeJobs
     writer: fakes.FakeWriter
     facts: fakes.FakeMetrics
@@ -142,7 +142,7 @@ class World:
     notices: list[decisions.Action]
     pods: list[fleet.Pod]
 
-    def tick(self, node: fleet.Node, *, may_write: bool = True) -> restore.ReturnOutcome:
+    def tick(self, node: fleet.Node, *, may_write: bool = True) -> return_to_pool.ReturnOutcome:
         snapshot = fleet.FleetSnapshot(NOW, nodes=(node,), pods=tuple(self.pods))
         (outcome,) = self.step.run(snapshot, NOW, may_write=lambda: may_write)
         return outcome
@@ -162,7 +162,7 @@ def world(samples: list[fleet.MetricSample] | None = None, ledger_faults: int = 
     book = FakeLedger([fault(last - timedelta(days=11 * n)) for n in range(ledger_faults)])
     notices: list[decisions.Action] = []
     step_jobs, writer = FakeJobs(), fakes.FakeWriter()
-    step = restore.Restore(
+    step = return_to_pool.ReturnToPool(
         jobs=step_jobs, ledger=book, writer=writer, facts=facts,
         classifier=xid_catalog.load_catalog(), settings=settings.GuardSettings(),
         image="gpuguard:test", notifier=Notices(notices),
@@ -379,7 +379,8 @@ def test_a_node_still_waiting_for_its_verdict_is_shown_but_left_to_the_evidence_
         node, annotations={k: v for k, v in node.annotations.items() if k != keys.VERDICT}
     )
     outcome = w.tick(pending)
-    assert (outcome.decision.step, outcome.done) == (Step.START_BURN_IN, restore.AWAITING_VERDICT)
+    awaiting = return_to_pool.AWAITING_VERDICT
+    assert (outcome.decision.step, outcome.done) == (Step.START_BURN_IN, awaiting)
     assert len(outcome.decision.checks) == len(model.ReturnCondition)
     assert (w.jobs.created, w.writer.events) == ([], [])
 
@@ -405,7 +406,7 @@ def test_burn_in_result_from_the_job(
     failed: str,
 ) -> None:
     detail = "DeadlineExceeded" if state is jobs.JobState.FAILED else ""
-    result = restore.burn_in_result(
+    result = return_to_pool.burn_in_result(
         jobs.JobResult(state, message, detail), model.BurnInMode.MATMUL, BOOT_AFTER, NOW
     )
     assert (result.outcome if result else None) is outcome
@@ -423,7 +424,7 @@ def test_guard_tick_exports_the_checklist_and_counts_the_return() -> None:
     guard = tick.Guard(
         metrics=fakes.FakeMetrics([exporter]), cluster=fakes.FakeCluster([node], w.pods),
         writer=w.writer, classifier=xid_catalog.load_catalog(),
-        settings=settings.GuardSettings(), clock=fakes.FakeClock(NOW), restore=w.step,
+        settings=settings.GuardSettings(), clock=fakes.FakeClock(NOW), return_to_pool=w.step,
     )  # fmt: skip
     metrics = telemetry.GuardMetrics()
     metrics.observe(guard.tick())
@@ -456,7 +457,7 @@ def test_the_real_burnin_command_output_is_read_and_cpu_mode_never_passes() -> N
             "--expected-gpus", "1", "--mode", "matmul"]  # fmt: skip
     ran = CliRunner().invoke(app, argv)
     state = jobs.JobState.SUCCEEDED if ran.exit_code == 0 else jobs.JobState.FAILED
-    result = restore.burn_in_result(
+    result = return_to_pool.burn_in_result(
         jobs.JobResult(state, ran.stdout), model.BurnInMode.MATMUL, BOOT_AFTER, NOW
     )
     assert result is not None

@@ -1,8 +1,8 @@
 """Inputs and outputs of the return-to-pool decision (docs/design.md#return-to-pool).
 
-The controller gathers ``RestoreFacts`` for one isolated node (pods, Xid signals, the ledger's
-count for the card, agent reports, the burn-in Job's result); ``policy.restore.decide`` turns
-them into a ``RestoreDecision`` whose checklist lists every condition, in order, with status
+The controller gathers ``ReturnFacts`` for one isolated node (pods, Xid signals, the ledger's
+count for the card, agent reports, the burn-in Job's result); ``policy.return_to_pool.decide`` turns
+them into a ``ReturnDecision`` whose checklist lists every condition, in order, with status
 and evidence, so ``gpuguard explain`` can show a human the whole picture, not the first miss.
 
 Every fact uses one convention: ``None`` means "could not be read" (the check is UNKNOWN, and
@@ -45,7 +45,7 @@ class ReturnCheck:
     evidence: tuple[decisions.Evidence, ...] = ()
 
 
-class RestoreStep(StrEnum):
+class ReturnStep(StrEnum):
     """What the return-to-pool policy decided for a node this tick."""
 
     NONE = "none"  # not gpuguard's node (never isolated, or a human's cordon): never touch
@@ -105,7 +105,7 @@ class PcieLink:
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreFacts:
+class ReturnFacts:
     """What the controller read about one node for the return decision.
 
     ``hardware_xids_since_boot``: one Evidence per hardware Xid signal on the node since its
@@ -126,7 +126,7 @@ class RestoreFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreDecision:
+class ReturnDecision:
     """The return decision for one node: the step, why, the full checklist, and the write.
 
     ``action`` is what the actuators do (None when nothing is written this tick);
@@ -135,7 +135,7 @@ class RestoreDecision:
     """
 
     node: str
-    step: RestoreStep
+    step: ReturnStep
     reason: decisions.Reason
     checks: tuple[ReturnCheck, ...]
     detail: str

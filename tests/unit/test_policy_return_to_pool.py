@@ -11,9 +11,9 @@ import pytest
 from gpuguard.cli import return_checklist
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, settings
-from gpuguard.model import restore as model
-from gpuguard.policy import restore
-from tests.restore_builders import (
+from gpuguard.model import return_to_pool as model
+from gpuguard.policy import return_to_pool
+from tests.return_builders import (
     BOOT_AT_ISOLATION,
     GUARD,
     ISOLATED_AT,
@@ -29,7 +29,7 @@ from tests.restore_builders import (
 )
 
 Status = decisions.CheckStatus
-Step = model.RestoreStep
+Step = model.ReturnStep
 Condition = model.ReturnCondition
 
 CASES = [
@@ -260,11 +260,11 @@ CASES = [
 @pytest.mark.parametrize(("subject", "given", "step", "blocking"), CASES)
 def test_return_step_and_blocking_condition(
     subject: fleet.Node,
-    given: model.RestoreFacts,
-    step: model.RestoreStep,
+    given: model.ReturnFacts,
+    step: model.ReturnStep,
     blocking: model.ReturnCondition | None,
 ) -> None:
-    decision = restore.decide(subject, given, GUARD, NOW)
+    decision = return_to_pool.decide(subject, given, GUARD, NOW)
 
     assert decision.step is step
     assert (decision.blocking.name if decision.blocking else None) == blocking
@@ -273,11 +273,11 @@ def test_return_step_and_blocking_condition(
 @pytest.mark.parametrize(("subject", "given", "step", "blocking"), CASES)
 def test_checklist_always_lists_every_condition_in_order(
     subject: fleet.Node,
-    given: model.RestoreFacts,
-    step: model.RestoreStep,
+    given: model.ReturnFacts,
+    step: model.ReturnStep,
     blocking: model.ReturnCondition | None,
 ) -> None:
-    decision = restore.decide(subject, given, GUARD, NOW)
+    decision = return_to_pool.decide(subject, given, GUARD, NOW)
 
     assert [check.name for check in decision.checks] == list(model.ReturnCondition)
     assert all(check.summary for check in decision.checks)
@@ -302,7 +302,7 @@ MISSING = [
 def test_missing_data_waits_never_returns(
     missing: dict[str, object], condition: model.ReturnCondition
 ) -> None:
-    decision = restore.decide(node(), facts(**missing), GUARD, NOW)
+    decision = return_to_pool.decide(node(), facts(**missing), GUARD, NOW)
 
     assert decision.step is Step.WAIT
     assert decision.action is None
@@ -329,7 +329,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("subject", "annotation"), MALFORMED)
 def test_malformed_annotation_waits_and_names_it(subject: fleet.Node, annotation: str) -> None:
-    decision = restore.decide(subject, facts(), GUARD, NOW)
+    decision = return_to_pool.decide(subject, facts(), GUARD, NOW)
 
     assert decision.step is Step.WAIT
     assert decision.blocking is not None
@@ -339,27 +339,27 @@ def test_malformed_annotation_waits_and_names_it(subject: fleet.Node, annotation
 def test_returning_uncordons_and_removes_gpuguards_marks_but_never_a_hold() -> None:
     subject = node(marks(**{keys.RETURN_FAILED: "gpu-count 7/8"}))
 
-    decision = restore.decide(subject, facts(), GUARD, NOW)
+    decision = return_to_pool.decide(subject, facts(), GUARD, NOW)
 
     assert decision.action is not None
     assert decision.action.kind is decisions.ActionKind.UNCORDON
     assert decision.reason is decisions.Reason.BURN_IN_PASSED
     assert set(decision.remove_annotations) == set(subject.annotations)
-    assert keys.HOLD not in restore.OWN_KEYS + restore.CONSUMED_HUMAN_KEYS
+    assert keys.HOLD not in return_to_pool.OWN_KEYS + return_to_pool.CONSUMED_HUMAN_KEYS
 
 
 def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
     failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
 
-    first = restore.decide(node(), failed, GUARD, NOW)
+    first = return_to_pool.decide(node(), failed, GUARD, NOW)
     assert first.action is not None
     marked = node(marks(**first.action.annotations))
-    again = restore.decide(marked, failed, GUARD, NOW)
+    again = return_to_pool.decide(marked, failed, GUARD, NOW)
 
     assert first.action.kind is decisions.ActionKind.ANNOTATE
     assert first.action.annotations == {
         keys.RETURN_FAILED: "gpu-count 7/8",
-        keys.BURNIN_FAILED: restore.burnin_key(node(), model.BurnInMode.MATMUL),
+        keys.BURNIN_FAILED: return_to_pool.burnin_key(node(), model.BurnInMode.MATMUL),
     }
     assert first.record is not None
     assert first.record.kind is faults.FaultKind.BURNIN_FAILED
@@ -370,13 +370,13 @@ def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
 
 def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot_or_mark() -> None:
     failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
-    first = restore.decide(node(), failed, GUARD, NOW)
+    first = return_to_pool.decide(node(), failed, GUARD, NOW)
     assert first.action is not None
     marked = marks(**first.action.annotations)
 
-    job_deleted = restore.decide(node(marked), facts(burn_in=None), GUARD, NOW)
+    job_deleted = return_to_pool.decide(node(marked), facts(burn_in=None), GUARD, NOW)
     inspected = node(marked | {keys.INSPECTED: "2026-09-21T07:00:00Z"})
-    after_inspection = restore.decide(inspected, facts(burn_in=None), GUARD, NOW)
+    after_inspection = return_to_pool.decide(inspected, facts(burn_in=None), GUARD, NOW)
 
     assert job_deleted.step is Step.STAY_ISOLATED
     assert job_deleted.action is None
@@ -387,7 +387,7 @@ def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot
 def test_human_uncordon_cleans_only_gpuguards_marks_and_records_the_skip() -> None:
     subject = node(marks(**{keys.HOLD: "keep for RMA"}), cordoned=False)
 
-    decision = restore.decide(subject, facts(burn_in=None), GUARD, NOW)
+    decision = return_to_pool.decide(subject, facts(burn_in=None), GUARD, NOW)
 
     assert decision.action is not None
     assert decision.action.kind is decisions.ActionKind.CLEAN_ANNOTATIONS
@@ -397,7 +397,7 @@ def test_human_uncordon_cleans_only_gpuguards_marks_and_records_the_skip() -> No
 
 
 def test_human_cordon_is_never_written() -> None:
-    decision = restore.decide(node({}), facts(), GUARD, NOW)
+    decision = return_to_pool.decide(node({}), facts(), GUARD, NOW)
 
     assert decision.reason is decisions.Reason.HUMAN_CORDON
     assert decision.action is None
@@ -407,14 +407,15 @@ def test_human_cordon_is_never_written() -> None:
 def test_hold_shows_the_humans_reason() -> None:
     text = "infra: card needs inspection (ticket INFRA-2231)"
 
-    decision = restore.decide(node(marks(**{keys.HOLD: text})), facts(), GUARD, NOW)
+    decision = return_to_pool.decide(node(marks(**{keys.HOLD: text})), facts(), GUARD, NOW)
 
     assert decision.blocking is not None
     assert text in decision.blocking.summary
 
 
 def test_reset_class_operand_restart_names_the_missing_reset_done() -> None:
-    decision = restore.decide(node(marks("xid-48"), boot=BOOT_AT_ISOLATION), facts(), GUARD, NOW)
+    subject = node(marks("xid-48"), boot=BOOT_AT_ISOLATION)
+    decision = return_to_pool.decide(subject, facts(), GUARD, NOW)
 
     assert decision.blocking is not None
     assert keys.RESET_DONE in decision.blocking.summary
@@ -432,7 +433,7 @@ MEMORY_CLASS = [
 
 @pytest.mark.parametrize(("reason", "mode"), MEMORY_CLASS)
 def test_memory_class_fault_asks_for_memtest(reason: str, mode: model.BurnInMode) -> None:
-    decision = restore.decide(node(marks(reason)), facts(burn_in=None), GUARD, NOW)
+    decision = return_to_pool.decide(node(marks(reason)), facts(burn_in=None), GUARD, NOW)
 
     assert decision.step is Step.START_BURN_IN
     assert decision.burn_in_mode is mode
@@ -441,16 +442,16 @@ def test_memory_class_fault_asks_for_memtest(reason: str, mode: model.BurnInMode
 
 
 def test_matmul_only_pass_does_not_return_a_memory_class_fault() -> None:
-    decision = restore.decide(node(marks("xid-48")), facts(), GUARD, NOW)
+    decision = return_to_pool.decide(node(marks("xid-48")), facts(), GUARD, NOW)
 
     assert decision.step is Step.START_BURN_IN
     assert decision.burn_in_mode is model.BurnInMode.MATMUL_AND_MEMTEST
 
 
 def test_max_card_faults_is_configurable() -> None:
-    lenient = settings.GuardSettings.load(None, {"GPUGUARD_RESTORE__MAX_CARD_FAULTS": "4"})
+    lenient = settings.GuardSettings.load(None, {"GPUGUARD_RETURN_TO_POOL__MAX_CARD_FAULTS": "4"})
 
-    decision = restore.decide(node(), facts(card_faults=3), lenient, NOW)
+    decision = return_to_pool.decide(node(), facts(card_faults=3), lenient, NOW)
 
     assert decision.step is Step.UNCORDON
 
@@ -475,9 +476,9 @@ def test_max_card_faults_is_configurable() -> None:
 def test_required_report_absent_waits(
     field: str, empty: dict[str, object], condition: model.ReturnCondition
 ) -> None:
-    strict = GUARD.model_copy(update={"restore": settings.ReturnSettings(**{field: True})})
+    strict = GUARD.model_copy(update={"return_to_pool": settings.ReturnSettings(**{field: True})})
 
-    decision = restore.decide(node(), facts(**empty), strict, NOW)
+    decision = return_to_pool.decide(node(), facts(**empty), strict, NOW)
 
     assert decision.step is Step.WAIT
     assert decision.blocking is not None
@@ -488,14 +489,14 @@ def test_idle_pcie_generation_is_not_a_degraded_link() -> None:
     idle = facts(pcie_links=(model.PcieLink("4", 16, 16, 1, 4, under_load=False),))
     loaded = facts(pcie_links=(model.PcieLink("4", 16, 16, 3, 4, under_load=True),))
 
-    assert restore.decide(node(), idle, GUARD, NOW).step is Step.UNCORDON
-    assert restore.decide(node(), loaded, GUARD, NOW).step is Step.HOLD
+    assert return_to_pool.decide(node(), idle, GUARD, NOW).step is Step.UNCORDON
+    assert return_to_pool.decide(node(), loaded, GUARD, NOW).step is Step.HOLD
 
 
 def test_every_failure_is_reported_not_only_the_first() -> None:
     bad = facts(card_faults=3, row_remap_pending={"4": 2.0})
 
-    decision = restore.decide(node(capacity=7, allocatable=7), bad, GUARD, NOW)
+    decision = return_to_pool.decide(node(capacity=7, allocatable=7), bad, GUARD, NOW)
 
     failed = [check.name for check in decision.checks if check.status is Status.FAIL]
     assert failed == [Condition.GPUS_BACK, Condition.CARD_HISTORY, Condition.ROW_REMAP_PENDING]
@@ -504,7 +505,7 @@ def test_every_failure_is_reported_not_only_the_first() -> None:
 
 
 def test_explain_checklist_shows_every_condition_with_status_and_evidence() -> None:
-    decision = restore.decide(node(capacity=7, allocatable=7), facts(), GUARD, NOW)
+    decision = return_to_pool.decide(node(capacity=7, allocatable=7), facts(), GUARD, NOW)
 
     data = return_checklist.as_data(decision)
     table = return_checklist.rows(data)

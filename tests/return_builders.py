@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, settings
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 
 Status = decisions.CheckStatus
 
@@ -94,7 +94,7 @@ def burn_in(
     )
 
 
-HEALTHY = model.RestoreFacts(
+HEALTHY = model.ReturnFacts(
     pods=system_pods(),
     hardware_xids_since_boot=(),
     card_faults=1,
@@ -106,7 +106,7 @@ HEALTHY = model.RestoreFacts(
 """gpu-node-b at 16:30 on 9/22 as the seed tells it, had gpuguard read everything."""
 
 
-def facts(**changes: object) -> model.RestoreFacts:
+def facts(**changes: object) -> model.ReturnFacts:
     return dataclasses.replace(HEALTHY, **changes)  # type: ignore[arg-type]
 
 

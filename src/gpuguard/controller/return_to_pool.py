@@ -1,5 +1,5 @@
 """The return-to-pool step of a tick: for each node gpuguard isolated, gather the facts, let
-``policy.restore`` decide, and apply its step (docs/design.md#return-to-pool).
+``policy.return_to_pool`` decide, and apply its step (docs/design.md#return-to-pool).
 
 - ``start-burn-in``: create the burn-in Job (create-if-absent; named per isolation, boot,
   reset and inspection, so a burn-in that failed runs again only after another power cycle,
@@ -45,14 +45,14 @@ from gpuguard.errors import GpuguardError, SourceError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import jobs as job_model
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation, restore, xid_signals
+from gpuguard.policy import escalation, return_to_pool, xid_signals
 from gpuguard.policy import recovery as recovery_policy
 from gpuguard.sources import return_facts
 
 log = logging.getLogger(__name__)
-Step = model.RestoreStep
+Step = model.ReturnStep
 AWAITING_VERDICT = "waiting for the evidence verdict"
 
 
@@ -82,7 +82,7 @@ class ReturnOutcome:
     ``applied``, ``dry-run`` (or not the leader), ``error: ...``, ``AWAITING_VERDICT``, or
     ``-`` (nothing to write)."""
 
-    decision: model.RestoreDecision
+    decision: model.ReturnDecision
     done: str
 
     @property
@@ -91,7 +91,7 @@ class ReturnOutcome:
 
 
 @dataclass
-class Restore:
+class ReturnToPool:
     """The return step's ports; ``run`` decides for every node gpuguard isolated and applies
     what ``may_write()`` allows (re-checked before each write)."""
 
@@ -127,7 +127,8 @@ class Restore:
         for node in candidates:
             subject = f"node {node.name} (annotations {_marks(node)})"
             one = partial(self._one, node, gatherer, snapshot.pods_on(node.name), now, may_write)
-            if (outcome := failsafe.guarded("restore", subject, errors, one, None)) is not None:
+            outcome = failsafe.guarded("return_to_pool", subject, errors, one, None)
+            if outcome is not None:
                 outcomes.append(outcome)
         return outcomes
 
@@ -148,23 +149,24 @@ class Restore:
         gatherer: _Gatherer,
         pods: tuple[fleet.Pod, ...],
         now: datetime,
-    ) -> model.RestoreDecision:
+    ) -> model.ReturnDecision:
         """Decide on the checklist; once it all passes, again with the burn-in Job of the
         mode the policy asks for (its result, if any, decides the step)."""
         facts = gatherer.facts(node, pods)
-        decision = restore.decide(node, facts, self.settings, now)
+        decision = return_to_pool.decide(node, facts, self.settings, now)
         mode = decision.burn_in_mode
         if decision.step is not Step.START_BURN_IN or mode is None:
             return decision
         result = gatherer.burn_in(node, mode)
         if result is None:
             return decision
-        return restore.decide(node, dataclasses.replace(facts, burn_in=result), self.settings, now)
+        with_result = dataclasses.replace(facts, burn_in=result)
+        return return_to_pool.decide(node, with_result, self.settings, now)
 
     def _carry_out(
         self,
         node: fleet.Node,
-        decision: model.RestoreDecision,
+        decision: model.ReturnDecision,
         now: datetime,
         may_write: Callable[[], bool],
     ) -> str:
@@ -176,7 +178,7 @@ class Restore:
             return "dry-run"
         return self._apply(node, decision, now)
 
-    def _apply(self, node: fleet.Node, decision: model.RestoreDecision, now: datetime) -> str:
+    def _apply(self, node: fleet.Node, decision: model.ReturnDecision, now: datetime) -> str:
         try:
             match decision.step:
                 case Step.START_BURN_IN:
@@ -201,7 +203,7 @@ class Restore:
             self._announce(decision, now)
         return "applied"
 
-    def _record(self, decision: model.RestoreDecision) -> None:
+    def _record(self, decision: model.ReturnDecision) -> None:
         """A failed burn-in's ledger line, before the annotation that marks it recorded; a
         line already there (a crash after it was written) is not written twice."""
         line = decision.record
@@ -213,7 +215,7 @@ class Restore:
         ):
             self.ledger.append(line)
 
-    def _start_burn_in(self, node: fleet.Node, decision: model.RestoreDecision) -> bool:
+    def _start_burn_in(self, node: fleet.Node, decision: model.ReturnDecision) -> bool:
         """Create the Job unless an earlier tick did; True when this call created it."""
         mode = decision.burn_in_mode or model.BurnInMode.MATMUL_AND_MEMTEST
         manifest = job_specs.burnin_job(
@@ -231,7 +233,7 @@ class Restore:
         )
         return self.jobs.create(manifest)
 
-    def _announce(self, decision: model.RestoreDecision, now: datetime) -> None:
+    def _announce(self, decision: model.ReturnDecision, now: datetime) -> None:
         """An Event on the node for every step written; people hear of returns and failures."""
         action = decision.action
         if action is None:
@@ -244,7 +246,7 @@ class Restore:
             log.warning("%s: %s done, but telling people failed: %s", action.node, decision.step, e)
 
 
-def decision_writes(decision: model.RestoreDecision) -> bool:
+def decision_writes(decision: model.ReturnDecision) -> bool:
     """Whether the step writes to the cluster (START_BURN_IN writes a Job, not an action)."""
     return decision.step is Step.START_BURN_IN or (
         decision.action is not None
@@ -303,7 +305,7 @@ def _reset_key(node: fleet.Node) -> str | None:
 
 def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
     """The burn-in Job of the node's current isolation, boot, reset and inspection, in ``mode``."""
-    key = restore.burnin_key(node, mode)
+    key = return_to_pool.burnin_key(node, mode)
     return job_specs.job_name(job_specs.JobKind.BURNIN, node.name, key)
 
 
@@ -311,14 +313,14 @@ def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
 class _Gatherer:
     """The facts read once per tick for every candidate node."""
 
-    step: Restore
+    step: ReturnToPool
     now: datetime
     samples: Mapping[str, tuple[fleet.MetricSample, ...]] | None
     ledger: ledger_store.LedgerRead | None
     silent: frozenset[str] = frozenset()
 
     @classmethod
-    def read(cls, step: Restore, now: datetime) -> _Gatherer:
+    def read(cls, step: ReturnToPool, now: datetime) -> _Gatherer:
         try:
             by_node: dict[str, list[fleet.MetricSample]] = defaultdict(list)
             for sample in step.facts.samples(now):
@@ -337,12 +339,12 @@ class _Gatherer:
             ledger = None
         return cls(step, now, samples, ledger)
 
-    def facts(self, node: fleet.Node, pods: tuple[fleet.Pod, ...]) -> model.RestoreFacts:
+    def facts(self, node: fleet.Node, pods: tuple[fleet.Pod, ...]) -> model.ReturnFacts:
         metrics = None if self.samples is None else self.samples.get(node.name, ())
         # No dcgm-exporter series for the node, or only stale ones: its GPU facts are unknown.
         reporting = metrics is not None and return_facts.dcgm_reporting(metrics)
         gpus = metrics if reporting and node.name not in self.silent else None
-        return model.RestoreFacts(
+        return model.ReturnFacts(
             pods=pods,
             hardware_xids_since_boot=None if gpus is None else self._xids(node, gpus),
             card_faults=self._card_faults(node),

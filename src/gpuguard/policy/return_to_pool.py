@@ -15,12 +15,12 @@ from datetime import datetime
 
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, pci
-from gpuguard.model import restore as model
+from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import return_checks
 
 Status = decisions.CheckStatus
-Step = model.RestoreStep
+Step = model.ReturnStep
 Reason = decisions.Reason
 _Context = return_checks.Context
 
@@ -34,16 +34,16 @@ CONSUMED_HUMAN_KEYS = (keys.RESET_DONE, keys.INSPECTED)
 
 def decide(
     node: fleet.Node,
-    facts: model.RestoreFacts,
+    facts: model.ReturnFacts,
     settings: settings_model.GuardSettings,
     now: datetime,
-) -> model.RestoreDecision:
+) -> model.ReturnDecision:
     """The return step for one node, with the whole checklist (always all 11, in order)."""
     context = return_checks.context_of(node, facts, settings, now)
     return _conclude(context, return_checks.run(context))
 
 
-def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.RestoreDecision:
+def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.ReturnDecision:
     node = c.node
     if keys.ISOLATED_AT not in node.annotations:
         reason = Reason.HUMAN_CORDON if node.unschedulable else Reason.NOT_ISOLATED
@@ -70,7 +70,7 @@ def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.Resto
     return _after_checks(c, checks)
 
 
-def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.RestoreDecision:
+def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.ReturnDecision:
     """Every condition passed: the burn-in of this repair decides — once. A failure recorded
     on the node (``gpuguard.io/burnin-failed``) for this boot, reset and inspection stands
     whatever became of its Job (deleted by its TTL, its pods by PodGC)."""
@@ -146,7 +146,7 @@ def _tests_this_repair(c: _Context, result: model.BurnInResult, mode: model.Burn
 def _decision(
     c: _Context,
     checks: tuple[model.ReturnCheck, ...],
-    step: model.RestoreStep,
+    step: model.ReturnStep,
     reason: Reason,
     detail: str,
     *,
@@ -157,7 +157,7 @@ def _decision(
     blocking: model.ReturnCheck | None = None,
     mode: model.BurnInMode | None = None,
     record: faults.LedgerEntry | None = None,
-) -> model.RestoreDecision:
+) -> model.ReturnDecision:
     """The decision; with ``act``, the one write that carries it out (same reason, detail)."""
     action = None
     if act is not None:
@@ -169,7 +169,7 @@ def _decision(
             annotations=annotations or {},
             detail=detail,
         )
-    return model.RestoreDecision(
+    return model.ReturnDecision(
         node=c.node.name,
         step=step,
         reason=reason,
