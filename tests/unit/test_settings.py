@@ -69,3 +69,12 @@ def test_an_environment_error_is_not_blamed_on_the_file(tmp_path: Path) -> None:
         settings.GuardSettings.load(path, {"GPUGUARD_ISOLATION__FAST_PATH_XIDS": "[79, 4"})
     assert str(raised.value).startswith("GPUGUARD_ISOLATION__FAST_PATH_XIDS=")
     assert "gpuguard.yaml" not in str(raised.value)
+
+
+def test_a_renamed_section_is_refused_with_its_new_name(tmp_path: Path) -> None:
+    old = tmp_path / "old.yaml"
+    old.write_text("restore:\n  burn_in: matmul\n")
+    with pytest.raises(InputError, match="'restore' is now 'return_to_pool'"):
+        settings.GuardSettings.load(old)
+    with pytest.raises(InputError, match="GPUGUARD_RETURN_TO_POOL__"):
+        settings.GuardSettings.load(None, {"GPUGUARD_RESTORE__BURN_IN": "matmul"})

@@ -425,10 +425,12 @@ class GuardSettings(_Section):
     ) -> GuardSettings:
         """Defaults, then the YAML file, then ``GPUGUARD_*`` variables of ``environ``."""
         tree: dict[str, Any] = _read_yaml(path) if path else {}
+        _refuse_renamed(tree, str(path))
         origins: dict[tuple[str, ...], str] = {}
         for name, value in sorted((environ or {}).items()):
             if name.startswith(_ENV_PREFIX) and "__" in name:
                 keys = tuple(name.removeprefix(_ENV_PREFIX).lower().split("__"))
+                _refuse_renamed({keys[0]: None}, name)
                 _set_path(tree, keys, _env_value(cls, keys, value, name), path)
                 origins[keys] = f"{name}={value!r}"
         try:
@@ -438,6 +440,17 @@ class GuardSettings(_Section):
 
 
 _ENV_PREFIX = "GPUGUARD_"
+RENAMED_SECTIONS = {"restore": "return_to_pool"}  # old name -> new (the lifecycle's vocabulary)
+
+
+def _refuse_renamed(tree: Mapping[str, Any], where: str) -> None:
+    """A section under its old name is refused with the new one, never silently ignored."""
+    for old, new in RENAMED_SECTIONS.items():
+        if old in tree:
+            raise InputError(
+                f"{where}: the settings section {old!r} is now {new!r} (GPUGUARD_{old.upper()}__*"
+                f" is now GPUGUARD_{new.upper()}__*)"
+            )
 _COLLECTIONS = (list, tuple, set, frozenset, dict)
 
 
