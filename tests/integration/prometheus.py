@@ -108,8 +108,10 @@ def running(
     *,
     retention: str = "15d",
     attempts: int = 3,
+    receive_remote_write: bool = False,
 ) -> Iterator[Prometheus]:
-    """Start Prometheus with ``config`` on a free loopback port, storing into ``data_dir``.
+    """Start Prometheus with ``config`` on a free loopback port, storing into ``data_dir``;
+    ``receive_remote_write`` opens ``/api/v1/write`` (``tests.integration.remote_write``).
 
     A port taken between choosing and binding makes Prometheus exit; that is retried.
     """
@@ -120,7 +122,9 @@ def running(
     for attempt in range(1, attempts + 1):
         with ExitStack() as stack:
             prom = stack.enter_context(
-                _process(binary, config_path, data_dir, retention, free_port())
+                _process(
+                    binary, config_path, data_dir, retention, free_port(), receive_remote_write
+                )
             )
             if prom is not None:
                 yield prom
@@ -131,7 +135,12 @@ def running(
 
 @contextmanager
 def _process(
-    binary: str, config_path: Path, data_dir: Path, retention: str, port: int
+    binary: str,
+    config_path: Path,
+    data_dir: Path,
+    retention: str,
+    port: int,
+    receive_remote_write: bool = False,
 ) -> Iterator[Prometheus | None]:
     """One Prometheus process; yields None when it exited before being ready."""
     log_path = data_dir.parent / f"{data_dir.name}-prometheus-{port}.log"
@@ -142,6 +151,8 @@ def _process(
         f"--storage.tsdb.retention.time={retention}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
+    if receive_remote_write:
+        argv.append("--web.enable-remote-write-receiver")
     with (
         log_path.open("wb") as log,
         httpx.Client(timeout=10.0) as client,

@@ -7,8 +7,9 @@ Each scenario is played once, every 15 s, into the emulation and into a history 
 takes the scrape a real Prometheus would have taken (dcgm-exporter, kube-state-metrics and,
 where nodes run it, gpuguard's agent — the demo's ``NodeAgents``); while the scenario's
 Prometheus is down nothing is recorded. All scenarios go into ONE history, each 26 h after the
-one before (beyond the 24 h lookback, so none reads another), backfilled into one Debian
-Prometheus (2.42). Both then answer at sampled instants: every 30 s tick around each event
+one before (beyond the 24 h lookback, so none reads another), remote-written with the
+staleness markers a scraping Prometheus writes (``tests.integration.remote_write``) into one
+Debian Prometheus (2.42). Both then answer at sampled instants: every 30 s tick around each event
 (its first 3 minutes and the hold window's end), every 5 minutes between, and 13 s after every
 fourth of those ticks (off the step grid). Answers are compared per series — or both refuse
 (fail closed). An instant inside an outage is one the real server could not have answered:
@@ -39,7 +40,7 @@ from gpuguard.policy import phantom
 from gpuguard.sim import clock, exposition, history, prometheus_view, scenario, store, world
 from gpuguard.sources import gpu_metrics
 from gpuguard.sources import prometheus as source
-from tests.integration import prometheus
+from tests.integration import remote_write
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +50,10 @@ APART = timedelta(hours=26)
 PHANTOM = settings_model.GuardSettings().phantom
 GPU_PLAN = gpu_metrics.GpuQueryPlan(window=PHANTOM.hold)
 AGENT_TARGET = {"job": "gpuguard-agent"}
-# A backfilled history has no staleness markers: a series that vanished (a GPU's series without
-# a pod, once its pod is mapped) is read for 5 more minutes. The phantom plan reads every GPU
-# series, at the instant and a window earlier (``offset``), so it is compared once the
-# scenario's start is that far behind both.
-LINGER = timedelta(minutes=5, seconds=15)
+# The phantom plan reads every GPU series at the instant and a window earlier (``offset``), so
+# it is compared once the scenario's start is a window behind. The history carries staleness
+# markers, so a series that vanished (a GPU's series without a pod, once its pod is mapped) is
+# not read on (backfilled by promtool, without markers, it lingered 5 more minutes).
 
 XID_COUNT = """
 name: xid-count-metric
@@ -213,15 +213,14 @@ def play(
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Played], str]]:
-    """Every case played into one history, backfilled into one Prometheus (its URL)."""
+    """Every case played into one history, remote-written into one Prometheus (its URL)."""
     tmp = tmp_path_factory.mktemp("emulation")
     now = datetime.now(UTC).replace(microsecond=0)
     base = now - timedelta(days=2) - APART * len(CASES)
     base -= timedelta(seconds=base.timestamp() % TICK.total_seconds())
     recorder = history.HistoryRecorder()
     plays = [play(case, base + APART * i, recorder, tmp / "hosts") for i, case in enumerate(CASES)]
-    recorder.write_openmetrics(tmp / "history.om")
-    with prometheus.from_openmetrics(tmp / "history.om", tmp) as prom:
+    with remote_write.served(recorder, tmp) as prom:
         yield plays, prom.url
 
 
@@ -243,7 +242,7 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
         compared += 1
         if not same(emulated, answered):
             divergences.append((at - played.origin, "plan", *differ(emulated, answered)))
-        if played.phantom and at - played.origin > GPU_PLAN.window + LINGER:
+        if played.phantom and at - played.origin > GPU_PLAN.window:
             emulated = answer(lambda at=at: window_samples(played.view, at))
             answered = answer(lambda at=at: gpus.samples(at))
             if not same(emulated, answered):
@@ -251,7 +250,7 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
     real.close()
     gpus.close()
     assert compared >= played.until / timedelta(minutes=5)
-    assert divergences == []
+    assert divergences == [], "\n".join(map(repr, divergences))
 
 
 def window_samples(

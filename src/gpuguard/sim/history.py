@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO, TypeAlias
@@ -49,6 +49,12 @@ class HistoryRecorder:
     @property
     def series_count(self) -> int:
         return sum(len(fam) for fam in self._series.values())
+
+    def series(self) -> Iterator[tuple[str, exporters.Labels, array[float], array[float]]]:
+        """Every recorded series: (name, labels, timestamps in s, values), in time order."""
+        for name in sorted(self._series):
+            for labels, (times, values) in sorted(self._series[name].items()):
+                yield name, labels, times, values
 
     def sample(
         self, nodes: Iterable[state.SimNode], objects: store.ObjectStore, now: datetime

@@ -316,8 +316,10 @@ class WorldPrometheus:
     def _node_newest(
         self, at: datetime, metric: str, node_labels: tuple[str, ...], name: str
     ) -> list[fleet.MetricSample]:
-        """``max by (<node label>) (timestamp(<metric>))``: per node, the last scrape that
-        found the metric's series there, within Prometheus' 5 min lookback."""
+        """``max by (<node label>) (timestamp(<metric>))``: per node, the last scrape if it
+        found the metric's series there. A scrape that misses a series (or fails) writes a
+        staleness marker, so the series is gone from then on, not read for 5 more minutes
+        (https://prometheus.io/docs/prometheus/latest/querying/basics/#staleness)."""
         scraped = self._last_scrape(at)
         if scraped is None:
             return []
@@ -326,9 +328,8 @@ class WorldPrometheus:
             host = next(((k, v) for k, v in labels if k in node_labels), None)
             if metric_name != metric or host is None:
                 continue
-            seen = _last_present(series, scraped)
-            if seen is not None and at - seen <= timedelta(minutes=5):
-                newest[host] = max(seen, newest.get(host, seen))
+            if series.at(scraped) is not None and at - scraped <= timedelta(minutes=5):
+                newest[host] = scraped
         return [
             fleet.MetricSample(name, {key: node}, when.timestamp(), at)
             for (key, node), when in newest.items()
@@ -405,16 +406,6 @@ class WorldPrometheus:
         ]
         if not util:
             raise SourceError(f"Prometheus has no series for {names.FRESHNESS_DCGM!r}")
-
-
-def _last_present(series: _Series, scraped: datetime) -> datetime | None:
-    """The last scrape at or before ``scraped`` at which the series had a value."""
-    if series.at(scraped) is not None:
-        return scraped
-    i = bisect.bisect_right(series.times, scraped) - 1
-    while i > 0 and series.values[i] is None:
-        i -= 1
-    return series.times[i + 1] - SCRAPE if i >= 0 and series.values[i] is not None else None
 
 
 def _subquery_steps(

@@ -50,7 +50,8 @@ def freshness_queries() -> dict[str, str]:
 
 def node_freshness_query() -> str:
     """Per node, the time of its dcgm-exporter's newest sample: a node whose exporter stopped
-    answering is stale here (then absent after Prometheus' 5 min lookback) while the others are
+    answering is absent here from its first failed scrape (Prometheus marks its series stale;
+    backfilled without markers, it is stale for 5 minutes, then absent) while the others are
     fresh, which the fleet-wide freshness cannot see. dcgm-exporter names the node in
     ``Hostname`` (``hostname`` in some versions)."""
     return f"max by (Hostname, hostname) (timestamp({names.DCGM_GPU_UTIL}))"
