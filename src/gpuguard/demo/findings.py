@@ -74,7 +74,8 @@ def fleet_health_findings(
     topologies = {}
     for node in played.nodes:
         probe = agent_topology.TopologyProbe(node.name, _SimNvidiaSmi(node))
-        read = probe.run(at)
+        # as the agent does: never run nvidia-smi while a GPU is off the bus (a hung driver)
+        read = probe.run(at, [f"GPU {g.index} off the bus" for g in node.gpus if not g.on_bus])
         if read is not None:
             topologies[node.name] = read
     found += [_dict(f) for f in topology.mismatches(topologies, fleet_health.pod_gpus(samples))]
