@@ -209,6 +209,16 @@ def played_two_days_ago(
 ) -> tuple[datetime, Path]:
     """Play the shipped scenario ``name`` from two days ago (on a 15 s grid) for ``until``,
     sampling every ``step``; its OpenMetrics history in ``out`` and the world's origin."""
+    origin, recorder = recorded_two_days_ago(name, step=step, until=until)
+    recorder.write_openmetrics(out)
+    return origin, out
+
+
+def recorded_two_days_ago(
+    name: str, *, step: timedelta, until: timedelta
+) -> tuple[datetime, history.HistoryRecorder]:
+    """Play the shipped scenario ``name`` from two days ago (on a 15 s grid) for ``until``,
+    sampling every ``step``: the world's origin and the recorded history."""
     spec = scenario.load_shipped(name)
     real_now = datetime.now(UTC).replace(microsecond=0)
     origin = real_now - timedelta(days=2) - timedelta(seconds=real_now.timestamp() % 15)
@@ -217,5 +227,4 @@ def played_two_days_ago(
     played.run(
         step=step, until=until, on_step=lambda w: recorder.sample(w.nodes, w.store, w.clock.now())
     )
-    recorder.write_openmetrics(out)
-    return origin, out
+    return origin, recorder

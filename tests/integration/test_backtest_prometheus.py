@@ -1,5 +1,6 @@
 """`gpuguard backtest` over a real Prometheus holding recorded history: the shipped Xid 79
-scenario played 2 days ago and backfilled; the replay finds gpu-node-b at the fault, never
+scenario played 2 days ago and remote-written with staleness markers, as a scraping Prometheus
+holds it; the replay finds gpu-node-b at the fault, never
 gpu-node-a, and counts instants without data instead of guessing."""
 
 from __future__ import annotations
@@ -12,20 +13,17 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuguard.cli.main import app
-from tests.integration import prometheus
+from tests.integration import prometheus, remote_write
 
 pytestmark = pytest.mark.integration
 
 
 def test_backtest_replays_the_xid79_incident_from_history(tmp_path: Path) -> None:
-    origin, openmetrics = prometheus.played_two_days_ago(
-        "xid79-twice",
-        tmp_path / "xid79.om",
-        step=timedelta(seconds=15),
-        until=timedelta(minutes=30),
+    origin, recorder = prometheus.recorded_two_days_ago(
+        "xid79-twice", step=timedelta(seconds=15), until=timedelta(minutes=30)
     )
     fault = origin + timedelta(minutes=3, seconds=59)
-    with prometheus.from_openmetrics(openmetrics, tmp_path) as prom:
+    with remote_write.served(recorder, tmp_path) as prom:  # with staleness markers
         result = CliRunner().invoke(
             app,
             [
