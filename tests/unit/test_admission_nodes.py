@@ -1,15 +1,20 @@
-"""The Node admission policy, evaluated (cel-python): gpuguard's own marks are written only by
-gpuguard's service account, people keep their keys, and no one uncordons a node under a hold."""
+"""The Node admission policy, evaluated (cel-python): gpuguard's own marks and ``gpuguard.io/``
+node labels are written only by gpuguard's service account, people keep their annotation keys,
+and no one uncordons a node under a hold."""
 
 from __future__ import annotations
 
 import ast
 import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from gpuguard.controller import fitness_label
 from gpuguard.model import annotation_keys as keys
+from gpuguard.model import fleet, gpu_isolation
 from tests import cel, chart
 
 GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
@@ -21,9 +26,11 @@ def policy() -> Obj:
     return chart.by_name("ValidatingAdmissionPolicy", "gpuguard-node-marks")
 
 
-def node(unschedulable: bool = False, **annotations: str) -> Obj:
+def node(unschedulable: bool = False, labels: dict[str, str] | None = None,
+         **annotations: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-node-b", "annotations": dict(annotations)},
+            "metadata": {"name": "gpu-node-b", "annotations": dict(annotations),
+                         "labels": {"kubernetes.io/hostname": "gpu-node-b", **(labels or {})}},
             "spec": {"unschedulable": True} if unschedulable else {}}
 
 
@@ -124,3 +131,111 @@ def test_every_key_gpuguard_writes_is_protected_and_the_peoples_are_not() -> Non
         new = node(True, **{key: "forged"})
         refused = cel.refusals(policy(), new, old=node(True), username=PERSON, operation="UPDATE")
         assert cel.rule_names(refused) == ["node-marks"], key
+
+
+# Node labels. gpuguard's writes are the product's own (``plugin_labels`` is what the
+# GPU-isolation step patches, the fitness step's label is recorded from its ``mark`` call),
+# applied as the merge patch of ``actuators/nodes.mark`` applies them (None removes a label).
+AT = datetime(2026, 9, 21, 6, 5, tzinfo=UTC)
+STOLEN = "system:serviceaccount:gpuguard:gpuguard-evidence"  # gpuguard's own Job account
+KUBELET = "system:node:gpu-node-b"
+OPERATOR = "system:serviceaccount:gpu-operator:gpu-operator"
+
+
+def isolated_gpu(index: str) -> gpu_isolation.IsolatedGpu:
+    return gpu_isolation.IsolatedGpu(f"GPU-{index}", f"0000:9{index}:00.0", index, AT, "xid-79",
+                                     capacity=8)
+
+
+HIDES_GPU_3 = gpu_isolation.plugin_labels((isolated_gpu("3"),), operator=True)
+PLUGIN_RETURNED = gpu_isolation.plugin_labels((), operator=True)
+OPERATOR_NODE = {keys.OPERATOR_DEVICE_PLUGIN_LABEL: "true"}
+HIDING = {k: v for k, v in HIDES_GPU_3.items() if v is not None}
+
+
+@dataclass
+class Recorder:
+    labels: dict[str, str | None] = field(default_factory=dict)
+
+    def mark(self, node: fleet.Node, annotations: dict[str, str | None],
+             labels: dict[str, str | None]) -> None:
+        self.labels.update(labels)
+
+
+def fitness_write(serving: bool) -> dict[str, str | None]:
+    """The label the fitness step writes on a Ready node: yes, or no when it lost a GPU."""
+    recorder = Recorder()
+    fleet_node = fleet.Node("gpu-node-b", "boot-1", 8, 8 if serving else 7,
+                            conditions={"Ready": "True"})
+    fitness_label.FitnessLabel(recorder).run([fleet_node], AT, [], [], may_write=lambda: True)
+    return recorder.labels
+
+
+def relabel(labels: dict[str, str | None]) -> Any:
+    def apply(n: Obj) -> None:
+        for key, value in labels.items():
+            if value is None:
+                n["metadata"]["labels"].pop(key, None)
+            else:
+                n["metadata"]["labels"][key] = value
+    return apply
+
+
+def test_gpuguards_label_writes_are_what_the_rules_expect() -> None:
+    assert HIDES_GPU_3 == {keys.DEVICE_PLUGIN_LABEL: gpu_isolation.DEVICE_PLUGIN_EXCLUDING,
+                           keys.DEVICE_PLUGIN_VISIBLE_LABEL: "0-1-2-4-5-6-7",
+                           keys.OPERATOR_DEVICE_PLUGIN_LABEL: "false"}
+    assert set(PLUGIN_RETURNED.values()) == {None}
+    assert (fitness_write(True), fitness_write(False)) == ({keys.FIT_LABEL: "yes"},
+                                                           {keys.FIT_LABEL: "no"})
+
+
+@pytest.mark.parametrize(("name", "old", "user", "change", "refused_by"), [
+    ("gpuguard-hides-an-isolated-gpu", node(labels=OPERATOR_NODE), GPUGUARD,
+     relabel(HIDES_GPU_3), []),
+    ("gpuguard-hides-a-second-gpu", node(labels=HIDING), GPUGUARD,
+     relabel(gpu_isolation.plugin_labels((isolated_gpu("3"), isolated_gpu("5")))), []),
+    ("gpuguard-returns-the-last-gpu", node(labels=HIDING), GPUGUARD,
+     relabel(PLUGIN_RETURNED), []),
+    ("gpuguard-labels-a-node-fit", node(), GPUGUARD, relabel(fitness_write(True)), []),
+    ("gpuguard-labels-a-node-unfit", node(labels={keys.FIT_LABEL: "yes"}), GPUGUARD,
+     relabel(fitness_write(False)), []),
+    ("person-makes-the-isolated-gpu-visible", node(labels=HIDING), PERSON,
+     relabel({keys.DEVICE_PLUGIN_VISIBLE_LABEL: "0-1-2-3-4-5-6-7"}), ["node-labels"]),
+    ("person-removes-the-plugin-labels", node(labels=HIDING), PERSON,
+     relabel({keys.DEVICE_PLUGIN_LABEL: None, keys.DEVICE_PLUGIN_VISIBLE_LABEL: None}),
+     ["node-labels"]),
+    ("person-adds-a-plugin-label", node(), PERSON,
+     relabel({k: v for k, v in HIDES_GPU_3.items() if k.startswith(keys.PREFIX)}),
+     ["node-labels"]),
+    ("person-adds-fit-to-train", node(), PERSON, relabel({keys.FIT_LABEL: "yes"}),
+     ["node-labels"]),
+    ("person-changes-fit-to-train", node(labels={keys.FIT_LABEL: "no"}), PERSON,
+     relabel({keys.FIT_LABEL: "yes"}), ["node-labels"]),
+    ("person-removes-fit-to-train", node(labels={keys.FIT_LABEL: "no"}), PERSON,
+     relabel({keys.FIT_LABEL: None}), ["node-labels"]),
+    ("gpuguards-job-account-unhides-the-gpu", node(labels=HIDING), STOLEN,
+     relabel(PLUGIN_RETURNED), ["node-labels"]),
+    ("kubelet-labels-its-node-fit", node(), KUBELET, relabel({keys.FIT_LABEL: "yes"}),
+     ["node-labels"]),
+    ("person-forges-a-mark-and-a-label", node(True), PERSON,
+     both(annotate(isolated_at="2026-09-21T06:05:10Z"), relabel({keys.FIT_LABEL: "no"})),
+     ["node-marks", "node-labels"]),
+    ("operator-sets-its-plugin-back", node(labels=HIDING), OPERATOR,
+     relabel({keys.OPERATOR_DEVICE_PLUGIN_LABEL: "true"}), []),
+    ("person-switches-the-operators-plugin", node(labels=OPERATOR_NODE), PERSON,
+     relabel({keys.OPERATOR_DEVICE_PLUGIN_LABEL: "false"}), []),
+    ("person-labels-a-node-pool", node(labels=HIDING), PERSON,
+     relabel({"pool": "training"}), []),
+])
+def test_node_labels_by_people_and_by_gpuguard(
+    name: str, old: Obj, user: str, change: Any, refused_by: list[str]
+) -> None:
+    assert update(old, user, change) == refused_by
+
+
+def test_no_gpuguard_label_is_peoples() -> None:
+    """The keys people may write as annotations are gpuguard's as labels: no label selects or
+    deselects a device plugin on a person's word (docs/security.md#admission-policies)."""
+    for key in keys.FOR_PEOPLE:
+        assert update(node(), PERSON, relabel({key: "x"})) == ["node-labels"], key

@@ -39,9 +39,24 @@ def test_hygiene_checks_become_rules() -> None:
                       extra_spec={"terminationGracePeriodSeconds": 5})
     v = view({P: [distributed], Input.RAYJOBS: [{"metadata": {"name": "rj", "namespace": "ml"},
                                                  "spec": {}}]})
-    assert [f.objects for f in run_rule("TGP-1", v).findings] == [("Pod/ml/w0",)]
+    assert [f.objects for f in run_rule("TGP-1", v).findings] == [("Namespace/ml",)]
     assert [f.objects for f in run_rule("NCCL-1", v).findings] == [("Pod/ml/w0",)]
     assert [f.objects for f in run_rule("RAY-1", v).findings] == [("RayJob/ml/rj",)]
+
+
+def test_short_grace_periods_one_finding_per_namespace_listing_its_pods() -> None:
+    def in_ns(name: str, namespace: str, grace: int | None) -> dict[str, object]:
+        spec = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+        return pod(name, namespace=namespace, extra_spec=spec)
+
+    pods = [in_ns("w0", "ml", 5), in_ns("w1", "ml", None), in_ns("ok", "ml", 600),
+            in_ns("w0", "vision", 10)]
+    findings = run_rule("TGP-1", view({P: pods})).findings
+    assert [(f.objects, f.severity) for f in findings] == [
+        (("Namespace/ml",), Severity.LOW), (("Namespace/vision",), Severity.LOW)]
+    assert [f.evidence.split(";")[0] for f in findings] == [
+        "2 GPU pod(s) with a grace period under 60s: w0 (5s), w1 (30s (default))",
+        "1 GPU pod(s) with a grace period under 60s: w0 (10s)"]
 
 
 def test_gpu_pods_without_priority_one_finding_per_namespace() -> None:

@@ -71,9 +71,10 @@ FOR_PEOPLE = (HOLD, RESET_DONE, INSPECTED, GATE_REPORT, GPU_RETURN, PREFIX + "ch
 """The keys people write (a hold, a done reset, an inspection, the gate's report written by
 `gpuguard gate` under a person's credentials, a request to return isolated GPUs). Every other
 ``gpuguard.io/`` key is gpuguard's own: the Node admission policy lets only gpuguard's service
-account write them. ``change-applied`` is written by the tool that applies a declared change
-(or a person): gpuguard only reads it and checks the result itself
-(docs/change-management.md#who-writes-what)."""
+account write them. As node labels none is people's: every ``gpuguard.io/`` label is
+gpuguard's (the policy's ``node-labels`` rule, docs/security.md). ``change-applied`` is
+written by the tool that applies a declared change (or a person): gpuguard only reads it and
+checks the result itself (docs/change-management.md#who-writes-what)."""
 
 # Change management (docs/change-management.md): where a node stands in a declared change,
 # the request to the tool that applies it, and the tool's (or a person's) "done".

@@ -5,7 +5,7 @@ that blocks every drain."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from gpuguard.model.audit import AuditView, Input, Obj, Severity
@@ -64,7 +64,18 @@ def pinned_templates(view: AuditView) -> Iterator[Hit]:
 
 
 def short_grace(view: AuditView) -> Iterator[Hit]:
-    yield from _hygiene(view, Reason.SHORT_GRACE_PERIOD, Severity.LOW)
+    """One finding per namespace listing its pods: a grace period is usually a team's template
+    default, so one fix per namespace, not one line per replica."""
+    grace = {kube.ref("Pod", pod): found.evidence[0].value for pod in kube.gpu_pods(view)
+             for found in hygiene.pod_findings(pod, view.hygiene)
+             if found.reason is Reason.SHORT_GRACE_PERIOD}
+    short = (p for p in kube.gpu_pods(view) if kube.ref("Pod", p) in grace)
+    minimum = f"{view.hygiene.min_grace_period.total_seconds():g}s"
+    for namespace, pods in _per_namespace(short).items():
+        listed = ", ".join(f"{kube.name(p)} ({grace[kube.ref('Pod', p)]})" for p in pods)
+        yield Hit(Severity.LOW, (f"Namespace/{namespace}",),
+                  f"{len(pods)} GPU pod(s) with a grace period under {minimum}: {listed}; "
+                  "SIGKILL may come before CUDA cleanup (orphaned contexts)")
 
 
 def nccl_unbounded(view: AuditView) -> Iterator[Hit]:
@@ -89,14 +100,20 @@ def rayjob_keeps_cluster(view: AuditView) -> Iterator[Hit]:
 
 
 def no_priority(view: AuditView) -> Iterator[Hit]:
-    by_namespace: dict[str, list[str]] = defaultdict(list)
-    for pod in kube.gpu_pods(view):
-        if not kube.spec(pod).get("priorityClassName"):
-            by_namespace[str(kube.meta(pod).get("namespace") or "")].append(kube.name(pod))
-    for namespace, names in sorted(by_namespace.items()):
+    unprioritised = (p for p in kube.gpu_pods(view) if not kube.spec(p).get("priorityClassName"))
+    for namespace, pods in _per_namespace(unprioritised).items():
+        names = [kube.name(p) for p in pods]
         yield Hit(Severity.LOW, (f"Namespace/{namespace}",),
                   f"{len(names)} GPU pod(s) without priorityClassName ({', '.join(names[:5])}): "
                   "nothing decides which job gives way when GPUs run short")
+
+
+def _per_namespace(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
+    """Pods grouped by namespace, namespaces sorted."""
+    grouped: dict[str, list[Obj]] = defaultdict(list)
+    for pod in pods:
+        grouped[str(kube.meta(pod).get("namespace") or "")].append(pod)
+    return dict(sorted(grouped.items()))
 
 
 # PDB-1 ------------------------------------------------------------------------------------
