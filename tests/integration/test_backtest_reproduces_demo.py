@@ -2,8 +2,8 @@
 
 Each scenario is played by the demo (the guard ticking against the simulated world); what a
 Prometheus would have scraped meanwhile (dcgm-exporter and kube-state-metrics, every 15 s,
-nothing while the scenario's Prometheus is down) is recorded, backfilled with promtool into a
-real Prometheus (Debian's 2.42), and `gpuguard backtest` replays it at the guard's 30 s tick.
+nothing while the scenario's Prometheus is down) is recorded, remote-written with staleness
+markers into a real Prometheus (Debian's 2.42), and `gpuguard backtest` replays it at the guard's 30 s tick.
 The replay must isolate the same nodes and GPUs, for the same reasons, at the same times as the
 demo's guard did — within one tick (the demo's Prometheus finds a change at the next scrape).
 The scenarios are played in date order into one history; they are weeks apart, far beyond the
@@ -25,7 +25,7 @@ from gpuguard.cli.main import app
 from gpuguard.demo import harness
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import history, scenario, world
-from tests.integration import prometheus
+from tests.integration import remote_write
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,9 @@ def _record(recorder: history.HistoryRecorder) -> harness.Observer:
 
 
 @pytest.fixture(scope="module")
-def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Case], Path]:
+def played(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[list[Case], Path, history.HistoryRecorder]:
     recorder = history.HistoryRecorder()
     cases = []
     specs = sorted((scenario.load_shipped(n) for n in SCENARIOS), key=lambda s: s.start)
@@ -77,9 +79,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Case], Path]:
         run = harness.play(spec, settings_model.GuardSettings(), observe=_record(recorder))
         demo = dict(run.isolated_at) | dict(run.gpu_isolated_at)
         cases.append(Case(spec.name, spec.start, spec.start + spec.duration, demo))
-    out = tmp_path_factory.mktemp("backtest-demo")
-    recorder.write_openmetrics(out / "history.om")
-    return cases, out
+    return cases, tmp_path_factory.mktemp("backtest-demo"), recorder
 
 
 def _backtest(url: str, case: Case) -> dict[str, datetime]:
@@ -102,10 +102,12 @@ def _backtest(url: str, case: Case) -> dict[str, datetime]:
 
 
 def test_backtest_isolates_what_the_demo_isolated_when_it_did(
-    played: tuple[list[Case], Path],
+    played: tuple[list[Case], Path, history.HistoryRecorder],
 ) -> None:
-    cases, out = played
-    with prometheus.from_openmetrics(out / "history.om", out) as prom:
+    cases, out, recorder = played
+    # remote-written with staleness markers, as a Prometheus that scraped the fleet holds it;
+    # the scenarios lie months apart, so the out-of-order window spans them all
+    with remote_write.served(recorder, out, ooo_window="800d") as prom:
         replayed = {case.name: _backtest(prom.url, case) for case in cases}
     figures = {
         case.name: {
