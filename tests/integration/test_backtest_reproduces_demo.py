@@ -3,7 +3,8 @@
 Each scenario is played by the demo (the guard ticking against the simulated world); what a
 Prometheus would have scraped meanwhile (dcgm-exporter and kube-state-metrics, every 15 s,
 nothing while the scenario's Prometheus is down) is recorded, remote-written with staleness
-markers into a real Prometheus (Debian's 2.42), and `gpuguard backtest` replays it at the guard's 30 s tick.
+markers into a real Prometheus (Debian's 2.42), and `gpuguard backtest` replays it at the
+guard's 30 s tick.
 The replay must isolate the same nodes and GPUs, for the same reasons, at the same times as the
 demo's guard did — within one tick (the demo's Prometheus finds a change at the next scrape).
 The scenarios are played in date order into one history; they are weeks apart, far beyond the
