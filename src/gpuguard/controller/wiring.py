@@ -151,23 +151,8 @@ def build_guard(
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
-            gpu_isolation=gpu_isolation.GpuIsolation(
-                jobs=jobs.Jobs(client, c.namespace),
-                ledger=ledger.Ledger(client, c.namespace),
-                writer=writer,
-                marker=writer,
-                catalog=catalog,
-                rma_deadline=guard_settings.gpu_isolation.rma_deadline,
-                dra=dra_taints.DraTaints(
-                    dra.DeviceTaints(client), writer,
-                    gpu_route.Effect(guard_settings.gpu_isolation.dra_taint_effect),
-                ),
-                evictor=(
-                    eviction.Evictor(client) if guard_settings.gpu_isolation.evict_pods else None
-                ),
-                image=c.image,
-                namespace=c.namespace,
-                runtime_class=c.job_runtime_class,
+            gpu_isolation=gpu_isolation_step(
+                client, writer, catalog, guard_settings, namespace=c.namespace
             ),
             changes=change_step.Changes(
                 source=changes.ChangeReader(client, c.namespace),
@@ -192,6 +177,33 @@ def build_guard(
             ),
         )
         yield guard, client
+
+
+def gpu_isolation_step(
+    client: Client,
+    writer: nodes.NodeWriter,
+    catalog: xid_catalog.XidCatalog,
+    guard_settings: settings_model.GuardSettings,
+    *,
+    namespace: str,
+) -> gpu_isolation.GpuIsolation:
+    """The GPU-isolation step over the API (the controller's and the demo's guard alike)."""
+    c, gpus = guard_settings.controller, guard_settings.gpu_isolation
+    return gpu_isolation.GpuIsolation(
+        jobs=jobs.Jobs(client, namespace),
+        ledger=ledger.Ledger(client, namespace),
+        writer=writer,
+        marker=writer,
+        catalog=catalog,
+        rma_deadline=gpus.rma_deadline,
+        dra=dra_taints.DraTaints(
+            dra.DeviceTaints(client), writer, gpu_route.Effect(gpus.dra_taint_effect)
+        ),
+        evictor=eviction.Evictor(client) if gpus.evict_pods else None,
+        image=c.image,
+        namespace=namespace,
+        runtime_class=c.job_runtime_class,
+    )
 
 
 def _prometheus_reader(

@@ -20,26 +20,25 @@ from typing import Any
 
 import lightkube
 
-from gpuguard.actuators import dra, eviction, jobs, ledger, workload_events
+from gpuguard.actuators import jobs, ledger, workload_events
 from gpuguard.actuators import nodes as node_writer
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
-    dra_taints,
     fault_history,
     fleet_health,
     recovery,
     return_to_pool,
     tick,
+    wiring,
 )
-from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.demo import agents, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import rollouts as rollout_view
 from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
 from gpuguard.model import return_to_pool as return_model
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation, gpu_route
+from gpuguard.policy import escalation
 from gpuguard.sim import clock as simclock
 from gpuguard.sim import (
     kubeapi,
@@ -177,21 +176,8 @@ def _play(
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
-            gpu_isolation=gpu_step.GpuIsolation(
-                jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace),
-                writer=writer,
-                marker=writer,
-                catalog=catalog,
-                rma_deadline=settings.gpu_isolation.rma_deadline,
-                dra=dra_taints.DraTaints(
-                    dra.DeviceTaints(client), writer,
-                    gpu_route.Effect(settings.gpu_isolation.dra_taint_effect),
-                ),
-                evictor=eviction.Evictor(client) if settings.gpu_isolation.evict_pods else None,
-                image=settings.controller.image,
-                namespace=namespace,
-                runtime_class=settings.controller.job_runtime_class,
+            gpu_isolation=wiring.gpu_isolation_step(
+                client, writer, catalog, settings, namespace=namespace
             ),
             changes=change_step.Changes(
                 source=changes.ChangeReader(client, namespace),
