@@ -73,9 +73,10 @@ def fleet_health_findings(
     samples = fleet_view.health_samples(played, at, settings.window, settings.persistence_window)
     topologies = {}
     for node in played.nodes:
+        if not all(g.on_bus for g in node.gpus):
+            continue  # as the agent: never nvidia-smi while a GPU is off the bus (a hung driver)
         probe = agent_topology.TopologyProbe(node.name, _SimNvidiaSmi(node))
-        # as the agent does: never run nvidia-smi while a GPU is off the bus (a hung driver)
-        read = probe.run(at, [f"GPU {g.index} off the bus" for g in node.gpus if not g.on_bus])
+        read = probe.run(at)
         if read is not None:
             topologies[node.name] = read
     found += [_dict(f) for f in topology.mismatches(topologies, fleet_health.pod_gpus(samples))]
