@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from gpuguard.model import annotation_keys
+from gpuguard.model import annotation_keys, node_conditions
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,8 @@ class Node:
     """The field managers that own ``gpuguard.io/isolated-at`` in ``managedFields``; None when
     not read. Only gpuguard (``annotation_keys.FIELD_MANAGER``) writes it on a real isolation."""
     kernel_version: str = ""  # status.nodeInfo.kernelVersion: the running kernel
+    gpu_conditions: Mapping[str, node_conditions.GpuCondition] = field(default_factory=dict)
+    """gpuguard's agent's conditions (``model.node_conditions.TYPES``) by type, in full."""
 
     @property
     def ready(self) -> bool:

@@ -18,13 +18,13 @@ from typing import cast
 import httpx2
 from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
-from lightkube.models.core_v1 import Container
+from lightkube.models.core_v1 import Container, NodeCondition
 from lightkube.models.meta_v1 import ManagedFieldsEntry
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, fleet
+from gpuguard.model import annotation_keys, fleet, node_conditions
 
 GPU_RESOURCE = "nvidia.com/gpu"
 _UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
@@ -121,7 +121,25 @@ def node_from_api(node: Node) -> fleet.Node:
         resource_version=meta.resourceVersion or "",
         isolation_writers=_owners(meta.managedFields or [], annotation_keys.ISOLATED_AT),
         kernel_version=info.kernelVersion if info else "",
+        gpu_conditions=_gpu_conditions(status.conditions or [] if status else []),
     )
+
+
+def _gpu_conditions(
+    conditions: Iterable[NodeCondition],
+) -> dict[str, node_conditions.GpuCondition]:
+    """gpuguard's agent's conditions, whole (reason, message, transition time)."""
+    return {
+        c.type: node_conditions.GpuCondition(
+            type=c.type,
+            status=c.status,
+            reason=c.reason or "",
+            message=c.message or "",
+            last_transition=c.lastTransitionTime,
+        )
+        for c in conditions
+        if c.type in node_conditions.TYPES
+    }
 
 
 def _owners(entries: Iterable[ManagedFieldsEntry], annotation: str) -> frozenset[str]:
