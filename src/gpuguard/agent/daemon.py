@@ -58,6 +58,7 @@ FollowerFactory = Callable[[position.Position | None], journal.Follower]
 CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
+POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class AgentConfig:
     root: Path
     state_dir: Path
     check_interval_s: float = 300.0
-    poll_interval_s: float = 1.0
+    poll_interval_s: float = POLL_INTERVAL_S
     process_scan_budget_s: float = gpu_processes.BUDGET_S
     pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)
 
