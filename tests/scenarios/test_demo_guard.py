@@ -115,6 +115,6 @@ def test_demo_prints_each_scenarios_figures_in_words() -> None:
     result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "gpu-node-b isolated 31s after the fault" in text
+    assert "gpu-node-b isolated 2s after the fault" in text  # 1 s before a step, +1 s poll
     assert "returned 11m after the repair" in text
     assert "still isolated" in text
