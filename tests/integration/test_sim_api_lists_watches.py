@@ -93,6 +93,19 @@ def test_lightkube_chunked_list_follows_continue_to_the_end(sim_api: SimApi) -> 
     assert [r.query.get("limit") for r in sim_api.server.requests] == ["3", "3", "3"]
 
 
+def test_a_namespaces_pages_hold_only_its_objects(sim_api: SimApi, raw: httpx.Client) -> None:
+    for name in ("p1", "p2", "p3"):
+        add_pod(sim_api.store, name, namespace="team-a")
+    add_pod(sim_api.store, "p0", namespace="team-b")
+    path = "/api/v1/namespaces/team-a/pods"
+
+    first = raw.get(path, params={"limit": "2"}).json()
+    rest = raw.get(path, params={"limit": "2", "continue": first["metadata"]["continue"]}).json()
+
+    assert (names(first), names(rest)) == (["p1", "p2"], ["p3"])
+    assert first["metadata"]["remainingItemCount"] == 1
+
+
 def test_a_selector_filters_within_pages_and_counts_no_remaining_items(
     sim_api: SimApi, raw: httpx.Client
 ) -> None:

@@ -59,8 +59,7 @@ def test_pages_cover_the_snapshot_once_each_with_a_token_for_the_next() -> None:
     seen: list[str] = []
     start = None
     while True:
-        page = paging.page(snapshot, start, 3, lambda o: True, selective=False,
-                           across_namespaces=True)
+        page = paging.page(snapshot, start, 3, None, across_namespaces=True)
         seen += [f'{o["metadata"]["namespace"]}/{o["metadata"]["name"]}' for o in page.objects]
         if not page.continue_token:
             break

@@ -470,9 +470,10 @@ def _list(r: _Request) -> Reply:
     labels, fields = _selectors(r.target, r.query)
     across = kind.namespaced and r.target.namespace is None
     start, snapshot = _list_snapshot(r, across)
+    selective = bool(labels.requirements or fields.requirements)
     page = paging.page(
-        snapshot, start, _limit(r.query), lambda o: _matches(o, labels, fields),
-        selective=bool(labels.requirements or fields.requirements), across_namespaces=across,
+        snapshot, start, _limit(r.query),
+        (lambda o: _matches(o, labels, fields)) if selective else None, across_namespaces=across,
     )
     metadata: store.Obj = {"resourceVersion": str(snapshot.resource_version)}
     if page.continue_token:

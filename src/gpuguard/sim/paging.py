@@ -113,24 +113,29 @@ def page(
     snapshot: store.Snapshot,
     start: Key | None,
     limit: int | None,
-    matches: Callable[[store.Obj], bool],
+    matches: Callable[[store.Obj], bool] | None,
     *,
-    selective: bool,
     across_namespaces: bool,
 ) -> Page:
     """The page of ``snapshot`` from ``start`` (None: the first) holding up to ``limit``
-    matching objects (None: all). Costs what it reads, not the snapshot's size."""
+    objects that ``matches`` (None: no selector, every object; None limit: all). Costs what
+    it reads, not the snapshot's size."""
     at = 0 if start is None else bisect.bisect_left(snapshot.keys, start)
-    taken: list[store.Obj] = []
     end = len(snapshot.keys)
-    while at < end and (limit is None or len(taken) < limit):
-        obj = snapshot.objects[at]
-        if matches(obj):
-            taken.append(obj)
-        at += 1
+    if matches is None:
+        stop = end if limit is None else min(end, at + limit)
+        taken = list(snapshot.objects[at:stop])
+        at = stop
+    else:
+        taken = []
+        while at < end and (limit is None or len(taken) < limit):
+            obj = snapshot.objects[at]
+            if matches(obj):
+                taken.append(obj)
+            at += 1
     if at >= end or limit is None:
         return Page(taken, "", None)
     token_rv = snapshot.resource_version
     namespace, name = snapshot.keys[at - 1]
     token = encode((namespace, name + "\x00"), token_rv, across_namespaces)
-    return Page(taken, token, None if selective else end - at)
+    return Page(taken, token, None if matches is not None else end - at)

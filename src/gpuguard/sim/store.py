@@ -23,20 +23,21 @@ from __future__ import annotations
 import bisect
 import builtins
 import collections
-import copy
+import dataclasses
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpuguard import errors
 from gpuguard.model import timestamps
 from gpuguard.sim import managed_fields, strategic_merge
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 
 DEFAULT_HISTORY = 10_000
 SNAPSHOTS_KEPT = 8  # paged lists being read at once; an evicted one is rebuilt from history
@@ -125,10 +126,20 @@ class Change:
     previous: Obj | None = None
 
 
+def clone(value: _T) -> _T:
+    """A deep copy of JSON data (dicts, lists, scalars): what ``copy.deepcopy`` gives, several
+    times faster — the store copies every object it takes in and hands out."""
+    if isinstance(value, dict):
+        return cast(_T, {k: clone(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return cast(_T, [clone(v) for v in value])
+    return value
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: dicts merge recursively, ``None`` deletes, the rest replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -176,7 +187,7 @@ class ObjectStore:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         with self._lock:
-            return copy.deepcopy(self._current(kind, namespace, name))
+            return clone(self._current(kind, namespace, name))
 
     def list(self, kind: str, namespace: str | None = None) -> list[Obj]:
         """Objects of ``kind`` sorted by (namespace, name); ``namespace=None`` = all."""
@@ -188,7 +199,7 @@ class ObjectStore:
         """Like ``list``, plus the resourceVersion the list was taken at (to watch from)."""
         with self._lock:
             snapshot = self.snapshot(kind, namespace)
-            return [copy.deepcopy(o) for o in snapshot.objects], snapshot.resource_version
+            return [clone(o) for o in snapshot.objects], snapshot.resource_version
 
     def snapshot(
         self, kind: str, namespace: str | None = None, resource_version: int | None = None
@@ -259,7 +270,7 @@ class ObjectStore:
         uid and creationTimestamp unless given (the world backdates objects it seeds).
         ``manager``: the field manager of an API request (``sim.managed_fields``)."""
         with self._lock:
-            stored = copy.deepcopy(obj)
+            stored = clone(obj)
             metadata = stored.setdefault("metadata", {})
             name = metadata.get("name") or self._generated_name(kind, metadata)
             key = (kind, namespace, name)
@@ -269,7 +280,7 @@ class ObjectStore:
             validate_limits(kind, stored)
             self._manage(None, stored, manager)
             self._write(key, stored, ChangeType.ADDED)
-            return copy.deepcopy(stored)
+            return clone(stored)
 
     def merge_patch(
         self,
@@ -320,9 +331,9 @@ class ObjectStore:
         """Remove the object; returns its last state, at the deletion's resourceVersion."""
         with self._lock:
             current = self._current(kind, namespace, name)
-            removed = copy.deepcopy(current)
+            removed = clone(current)
             self._write((kind, namespace, name), removed, ChangeType.DELETED, previous=current)
-            return copy.deepcopy(removed)
+            return clone(removed)
 
     def changes_since(self, resource_version: int, timeout: float = 0.0) -> builtins.list[Change]:
         """Changes newer than ``resource_version``, oldest first (copies).
@@ -332,7 +343,9 @@ class ObjectStore:
         longer reaches back to ``resource_version``.
         """
         changes, _ = self.changes_after(resource_version, timeout)
-        return [copy.deepcopy(c) for c in changes]
+        return [dataclasses.replace(c, object=clone(c.object),
+                                    previous=None if c.previous is None else clone(c.previous))
+                for c in changes]
 
     def changes_after(
         self, resource_version: int, timeout: float = 0.0
@@ -369,19 +382,19 @@ class ObjectStore:
     def _update(
         self, key: tuple[str, str, str], current: Obj, updated: Obj, manager: str | None
     ) -> Obj:
-        stored = copy.deepcopy(updated)
+        stored = clone(updated)
         metadata = stored.setdefault("metadata", {})
         for field in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             if field in current["metadata"]:
                 metadata[field] = current["metadata"][field]
         if "managedFields" in current["metadata"] and not metadata.get("managedFields"):
-            metadata["managedFields"] = copy.deepcopy(current["metadata"]["managedFields"])
+            metadata["managedFields"] = clone(current["metadata"]["managedFields"])
         if stored.get("spec") != current.get("spec"):
             metadata["generation"] = int(metadata.get("generation", 0)) + 1
         validate_limits(key[0], stored)
         self._manage(current, stored, manager)
         self._write(key, stored, ChangeType.MODIFIED, previous=current)
-        return copy.deepcopy(stored)
+        return clone(stored)
 
     def _manage(self, current: Obj | None, stored: Obj, manager: str | None) -> None:
         """Record ``manager``'s write in ``managedFields``; the world's own writes (manager
