@@ -362,5 +362,6 @@ def test_traffic_counts_requests_and_bytes_per_verb_and_path(sim_api: SimApi,
     assert len(got.content) < served.by_path[f"{NODES}/gpu-1"].bytes
     assert served.verb("watch").bytes > len(json.dumps(event, separators=(",", ":")))
     assert served.total.requests == 4
+    assert set(served.by_client) == {"python-httpx"}
     with pytest.raises(TypeError):
-        after.by_request[("list", NODES)] = before.total  # type: ignore[index]
+        after.by_request[("list", NODES, "x")] = before.total  # type: ignore[index]

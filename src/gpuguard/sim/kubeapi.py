@@ -121,7 +121,7 @@ class KubeApiServer:
         self._httpd.bookmark_interval_s = seconds
 
     def traffic(self) -> traffic.Snapshot:
-        """Requests and response bytes served so far, per (verb, path); immutable."""
+        """Requests and response bytes served so far, per (verb, path, client); immutable."""
         return self._httpd.meter.snapshot()
 
     def reset_traffic(self) -> None:
@@ -311,8 +311,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query))
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        client = managed_fields.manager_of({}, self.headers.get("User-Agent"))
         self.counting.count_as(
-            self.server.meter.request(_audit_verb(method, url.path, query), url.path)
+            self.server.meter.request(_audit_verb(method, url.path, query), url.path, client)
         )
         try:
             self._audit(method, url.path, query, content_type, raw_body)

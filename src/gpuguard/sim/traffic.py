@@ -1,5 +1,5 @@
 """How much the simulated API server was asked and answered: requests and response bytes,
-per verb and per request path.
+per verb, per request path and per client (its User-Agent's product name, e.g. ``kubectl``).
 
 A benchmark reads "API bytes per tick" from it: take ``snapshot()`` before and after a tick
 and subtract. Verbs are the API server's audit verbs (``get``, ``list``, ``watch``,
@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+Key = tuple[str, str, str]  # (verb, path, client)
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,10 @@ class Usage:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The counters at one moment; ``by_request`` is keyed by (verb, path without query)."""
+    """The counters at one moment; ``by_request`` is keyed by (verb, path without query,
+    client)."""
 
-    by_request: Mapping[tuple[str, str], Usage] = field(default_factory=dict)
+    by_request: Mapping[Key, Usage] = field(default_factory=dict)
 
     @property
     def total(self) -> Usage:
@@ -49,6 +52,10 @@ class Snapshot:
     def by_path(self) -> Mapping[str, Usage]:
         return _grouped(self.by_request, lambda key: key[1])
 
+    @property
+    def by_client(self) -> Mapping[str, Usage]:
+        return _grouped(self.by_request, lambda key: key[2])
+
     def __sub__(self, earlier: Snapshot) -> Snapshot:
         """What was served between ``earlier`` and this snapshot."""
         delta = {k: v - earlier.by_request.get(k, Usage()) for k, v in self.by_request.items()}
@@ -59,9 +66,7 @@ class Snapshot:
         return self.by_verb.get(verb, Usage())
 
 
-def _grouped(
-    by_request: Mapping[tuple[str, str], Usage], part: Callable[[tuple[str, str]], str]
-) -> Mapping[str, Usage]:
+def _grouped(by_request: Mapping[Key, Usage], part: Callable[[Key], str]) -> Mapping[str, Usage]:
     grouped: dict[str, Usage] = {}
     for key, usage in by_request.items():
         name = part(key)
@@ -82,12 +87,12 @@ class Meter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counters: dict[tuple[str, str], _Counter] = {}
+        self._counters: dict[Key, _Counter] = {}
 
-    def request(self, verb: str, path: str) -> _Counter:
+    def request(self, verb: str, path: str, client: str) -> _Counter:
         """Count one request; returns its counter, to add its response bytes to."""
         with self._lock:
-            counter = self._counters.setdefault((verb, path), _Counter())
+            counter = self._counters.setdefault((verb, path, client), _Counter())
             counter.requests += 1
             return counter
 
