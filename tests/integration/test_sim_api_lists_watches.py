@@ -133,9 +133,6 @@ def test_a_continue_token_older_than_the_history_is_410_expired(
         first = raw.get(PODS, params={"limit": "1"}).json()
         for phase in ("Pending", "Running", "Pending", "Running"):
             small.merge_patch("Pod", "default", "p3", {"status": {"phase": phase}})
-        for evicted in range(store.SNAPSHOTS_KEPT):  # other lists push its snapshot out
-            small.create("ConfigMap", "default", {"metadata": {"name": f"c{evicted}"}})
-            raw.get(PODS, params={"limit": "1"})
         expired = raw.get(PODS, params={"limit": "1", "continue": first["metadata"]["continue"]})
         remainder = raw.get(PODS, params={"continue": expired.json()["metadata"]["continue"]})
 
@@ -188,6 +185,26 @@ def test_continue_with_a_resource_version_is_400(sim_api: SimApi, raw: httpx.Cli
 
     assert response.status_code == 400
     assert "specifying resource version is not allowed when using continue" in response.text
+
+
+def test_a_list_at_an_exact_resource_version_reads_the_past_or_is_410(
+    serve_store: ServeStore,
+) -> None:
+    small = store.ObjectStore(history=3)
+    add_pod(small, "p1")
+    at = small.resource_version
+    add_pod(small, "p2")
+    api = serve_store(small)
+    with httpx.Client(base_url=api.url) as raw:
+        exact = raw.get(PODS, params={"resourceVersion": str(at),
+                                      "resourceVersionMatch": "Exact"}).json()
+        for name in ("p3", "p4", "p5"):
+            add_pod(small, name)
+        gone = raw.get(PODS, params={"resourceVersion": str(at), "limit": "10"})
+
+    assert (names(exact), exact["metadata"]["resourceVersion"]) == (["p1"], str(at))
+    assert (gone.status_code, gone.json()["reason"]) == (410, "Expired")
+    assert gone.json()["message"] == "The resourceVersion for the provided list is too old."
 
 
 # --- watches ---------------------------------------------------------------------------------
@@ -339,6 +356,24 @@ def test_a_list_item_without_its_merge_key_is_400(sim_api: SimApi, raw: httpx.Cl
 
 
 # --- traffic -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "verb"), [
+    ("GET", "/api/v1/namespaces/default/pods", "list"),
+    ("GET", "/apis/batch/v1/namespaces/default/jobs/j1", "get"),
+    ("GET", "/apis/batch/v1/jobs", "list"),
+    ("GET", "/api/v1/nodes/gpu-1/status", "get"),
+    ("GET", "/api", "get"),
+    ("PUT", "/api/v1/nodes/gpu-1", "update"),
+    ("DELETE", "/api/v1/nodes/gpu-1", "delete"),
+    ("POST", "/api/v1/namespaces/default/pods", "create"),
+])
+def test_requests_are_counted_under_the_api_servers_verb(
+    sim_api: SimApi, raw: httpx.Client, method: str, path: str, verb: str
+) -> None:
+    raw.request(method, path, json={} if method in ("PUT", "POST") else None)
+
+    assert [v for v, _, _ in sim_api.server.traffic().by_request] == [verb]
 
 
 def test_traffic_counts_requests_and_bytes_per_verb_and_path(sim_api: SimApi,

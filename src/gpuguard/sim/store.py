@@ -214,12 +214,12 @@ class ObjectStore:
             at = self._rv if resource_version is None else resource_version
             if at > self._rv:
                 raise StoreInvalid(f"resourceVersion {at} is newer than the store ({self._rv})")
+            if at < self._compacted_through:  # compacted: gone even if a snapshot is kept
+                raise StoreGone(f"too old resource version: {at} ({self._compacted_through})")
             cached = self._snapshots.get((kind, namespace, at))
             if cached is not None:
                 self._snapshots.move_to_end((kind, namespace, at))
                 return cached
-            if at < self._compacted_through:
-                raise StoreGone(f"too old resource version: {at} ({self._compacted_through})")
             built = self._build_snapshot(kind, namespace, at)
             self._snapshots[(kind, namespace, at)] = built
             while len(self._snapshots) > SNAPSHOTS_KEPT:
