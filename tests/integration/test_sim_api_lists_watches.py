@@ -244,6 +244,17 @@ def test_bookmarks_come_at_the_servers_interval_with_only_the_resource_version(
         "metadata": {"resourceVersion": str(sim_api.store.resource_version)}}}
 
 
+def test_a_watch_gets_a_bookmark_two_seconds_before_its_timeout(
+    sim_api: SimApi, raw: httpx.Client
+) -> None:
+    add_node(sim_api.store, "gpu-1")
+
+    events = watch_lines(raw, NODES, resourceVersion="1", allowWatchBookmarks="true",
+                         timeoutSeconds="3")  # the default interval is a minute
+
+    assert next(events)["type"] == "BOOKMARK"
+
+
 def test_resuming_from_a_bookmark_avoids_the_410_of_a_compacted_version(
     serve_store: ServeStore,
 ) -> None:

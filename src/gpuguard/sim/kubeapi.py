@@ -62,6 +62,7 @@ _STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH)
 _COMPACT = (",", ":")  # the API server writes compact JSON
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_PRE_TIMEOUT_BOOKMARK_S = 2.0
 _JOIN_TIMEOUT_S = 5.0
 _SERVER_FIELDS = ("uid", "creationTimestamp", "resourceVersion", "generation")  # ignored on create
 _VERSION_PATHS = ("/version", "/version/")
@@ -684,7 +685,7 @@ class _Watch:
         self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
         self._bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         self._interval = handler.server.bookmark_interval_s
-        self._next_bookmark = time.monotonic() + self._interval if self._bookmarks else math.inf
+        self._next_bookmark = self._next_bookmark_time()
         self._tables = tables.wanted(handler.headers.get("Accept") or "")
         self._columns_sent = False
 
@@ -761,7 +762,19 @@ class _Watch:
         obj = {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": metadata}
         event = {"type": "BOOKMARK", "object": obj}
         self._handler.send_chunk(json.dumps(event, separators=_COMPACT).encode() + b"\n")
-        self._next_bookmark = time.monotonic() + self._interval if self._bookmarks else math.inf
+        self._next_bookmark = self._next_bookmark_time()
+
+    def _next_bookmark_time(self) -> float:
+        """Every interval, and once 2 s before the watch's timeout so its client can resume
+        from there; none after that (kubernetes apiserver ``cacher/cache_watcher.go``
+        ``nextBookmarkTime``)."""
+        if not self._bookmarks:
+            return math.inf
+        now = time.monotonic()
+        when = now + self._interval
+        if self._deadline is not None:
+            when = min(when, self._deadline - _PRE_TIMEOUT_BOOKMARK_S)
+        return when if when >= now else math.inf
 
     def _as_table(self, obj: store.Obj) -> store.Obj:
         """A one-row Table (``Accept: ...;as=Table``, what ``kubectl get -w`` sends); as the
