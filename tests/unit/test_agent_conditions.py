@@ -289,9 +289,10 @@ def test_without_a_reporter_the_agent_writes_nothing(tmp_path: Path) -> None:
 def test_the_patch_goes_to_the_nodes_status_subresource() -> None:
     node_name = "gpu-node-b"
     objects = store.ObjectStore(now=lambda: NOW)
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
     objects.create("Node", "", {"apiVersion": "v1", "kind": "Node",
                                 "metadata": {"name": node_name, "labels": {"a": "b"}},
-                                "spec": {}, "status": {"conditions": []}})
+                                "spec": {}, "status": {"conditions": [ready]}})
     with kubeapi.serve(objects) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager=node_status.FIELD_MANAGER
     ) as client:
@@ -303,4 +304,5 @@ def test_the_patch_goes_to_the_nodes_status_subresource() -> None:
     stored = objects.get("Node", "", node_name)
     written = {c["type"]: c for c in stored["status"]["conditions"]}
     assert written[nc.GPU_FALLEN_OFF_BUS]["reason"] == nc.GONE_FROM_BUS
+    assert written["Ready"] == ready  # merged by type: the kubelet's conditions stay
     assert stored["metadata"]["labels"] == {"a": "b"}
