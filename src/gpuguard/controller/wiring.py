@@ -26,6 +26,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     dra_taints,
+    fast_path,
     fault_history,
     fitness_label,
     fleet_health,
@@ -39,7 +40,15 @@ from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation, gpu_route
-from gpuguard.sources import changes, gang_pods, gpu_metrics, kubernetes, prometheus, return_facts
+from gpuguard.sources import (
+    changes,
+    gang_pods,
+    gpu_metrics,
+    kubernetes,
+    prometheus,
+    return_facts,
+    watched_cluster,
+)
 from gpuguard.sources import fleet_health as health_plan
 
 
@@ -94,9 +103,16 @@ def kubeconfig_user(kubeconfig: Path | None) -> str | None:
 
 @contextmanager
 def build_guard(
-    guard_settings: settings_model.GuardSettings, connection: Connection, *, dry_run: bool
+    guard_settings: settings_model.GuardSettings,
+    connection: Connection,
+    *,
+    dry_run: bool,
+    fast: fast_path.FastPath | None = None,
 ) -> Iterator[tuple[tick.Guard, Client]]:
-    """The guard with every step wired to the real adapters; all of them closed on exit."""
+    """The guard with every step wired to the real adapters; all of them closed on exit.
+    With ``fast`` (a long-running guard) and ``controller.watch`` on, it reads the cluster
+    from watch caches (not started: ``fast_path.watching`` runs them) whose Node changes go
+    to ``fast``; otherwise every tick lists."""
     with ExitStack() as closing:
         client = kube_client(connection)
         closing.callback(client.close)
@@ -109,7 +125,7 @@ def build_guard(
         isolation = guard_settings.isolation
         guard = tick.Guard(
             metrics=read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback)),
-            cluster=kubernetes.KubernetesReader(client),
+            cluster=_cluster(client, guard_settings, fast),
             writer=writer,
             classifier=catalog,
             settings=guard_settings,
@@ -177,6 +193,16 @@ def build_guard(
             ),
         )
         yield guard, client
+
+
+def _cluster(
+    client: Client, guard_settings: settings_model.GuardSettings, fast: fast_path.FastPath | None
+) -> kubernetes.KubernetesReader | watched_cluster.WatchedCluster:
+    c = guard_settings.controller
+    if fast is None or not c.watch:
+        return kubernetes.KubernetesReader(client)
+    # a cache whose watch is broken longer than a tick interval is not decided on
+    return watched_cluster.watched_cluster(client, c.interval, on_node_change=fast.on_node_change)
 
 
 def gpu_isolation_step(

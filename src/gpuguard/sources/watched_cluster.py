@@ -1,0 +1,104 @@
+"""The guard's ClusterReader from watch caches of Nodes and unfinished Pods
+(docs/design.md#fast-path): a tick reads memory, not a list of the whole cluster.
+
+A cache is answered from only while it is fresh: synced, and its list or watch not failing
+for longer than ``stale_after`` (the tick interval). Otherwise the tick lists afresh (the
+safety net, ``KubernetesReader``); when that fails too it raises SourceError and the tick
+decides nothing — a stale or missing cache is never decided on (fail closed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from lightkube import Client
+
+from gpuguard.model import fleet, ports
+from gpuguard.sources import kube_lists, kubernetes, watch_cache
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+NodeHook = Callable[[fleet.Node | None, fleet.Node], None]
+
+
+class WatchedCluster:
+    """Nodes and Pods from their caches while fresh, else from a fresh list."""
+
+    def __init__(
+        self,
+        nodes: watch_cache.WatchCache[fleet.Node],
+        pods: watch_cache.WatchCache[fleet.Pod],
+        fallback: ports.ClusterReader,
+        stale_after: timedelta,
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.node_cache, self.pod_cache = nodes, pods
+        self._fallback, self._close = fallback, close
+        self._stale_after_s = stale_after.total_seconds()
+        self.fallback_lists = 0  # ticks that listed afresh because a cache was not fresh
+
+    def nodes(self) -> tuple[fleet.Node, ...]:
+        return self._read(self.node_cache, self._fallback.nodes)
+
+    def pods(self) -> tuple[fleet.Pod, ...]:
+        return self._read(self.pod_cache, self._fallback.pods)
+
+    def start(self) -> None:
+        self.node_cache.start()
+        self.pod_cache.start()
+
+    def stop(self) -> None:
+        """Stop both threads and close their connections."""
+        self.node_cache.stop()
+        self.pod_cache.stop()
+        self._close()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Whether both caches synced within ``timeout_s`` (together)."""
+        deadline = time.monotonic() + timeout_s
+        nodes = self.node_cache.wait_synced(timeout_s)
+        return nodes and self.pod_cache.wait_synced(max(0.0, deadline - time.monotonic()))
+
+    def states(self) -> tuple[watch_cache.CacheState, ...]:
+        return self.node_cache.state(), self.pod_cache.state()
+
+    def _read(
+        self, cache: watch_cache.WatchCache[T], listed: Callable[[], tuple[T, ...]]
+    ) -> tuple[T, ...]:
+        if cache.fresh(self._stale_after_s):
+            return cache.values()
+        state = cache.state()
+        why = "not synced yet" if not state.synced else "its watch is broken"
+        log.warning("%s cache %s: listing afresh for this tick", state.resource, why)
+        self.fallback_lists += 1
+        return listed()  # SourceError when this fails too: the tick decides nothing
+
+
+def watched_cluster(
+    client: Client,
+    stale_after: timedelta,
+    *,
+    on_node_change: NodeHook | None = None,
+    **cache_options: Any,
+) -> WatchedCluster:
+    """Caches of the cluster ``client`` talks to (not started: ``start()`` them with the loop),
+    with ``on_node_change`` called on every Node change after the first list;
+    ``cache_options`` go to both ``WatchCache``s (page size, backoff, watch timeout)."""
+    api = kube_lists.RawApi(client.config)
+    return WatchedCluster(
+        watch_cache.WatchCache(
+            api, kube_lists.NODES, kubernetes.node_from_dict, on_change=on_node_change,
+            **cache_options,
+        ),
+        watch_cache.WatchCache(
+            api, kube_lists.UNFINISHED_PODS, kubernetes.pod_from_dict, **cache_options
+        ),
+        kubernetes.KubernetesReader(client),
+        stale_after,
+        close=api.close,
+    )
