@@ -119,13 +119,16 @@ def build_guard(
         url = connection.prometheus_url or guard_settings.prometheus.url
         read = _prometheus_reader(url, guard_settings, closing)
         notifier = _notifier(guard_settings, closing)
-        writer = nodes.NodeWriter(client)
+        cluster = _cluster(client, guard_settings, fast)
+        if isinstance(cluster, watched_cluster.WatchedCluster):
+            closing.callback(cluster.stop)
+        writer = _writer(client, cluster)
         catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
         c = guard_settings.controller
         isolation = guard_settings.isolation
         guard = tick.Guard(
             metrics=read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback)),
-            cluster=_cluster(client, guard_settings, fast),
+            cluster=cluster,
             writer=writer,
             classifier=catalog,
             settings=guard_settings,
@@ -203,6 +206,16 @@ def _cluster(
         return kubernetes.KubernetesReader(client)
     # a cache whose watch is broken longer than a tick interval is not decided on
     return watched_cluster.watched_cluster(client, c.interval, on_node_change=fast.on_node_change)
+
+
+def _writer(
+    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+) -> nodes.NodeWriter:
+    """The one node writer; over watch caches, each write it makes is one the next read of
+    the Nodes waits for (read-your-writes, ``sources.watched_cluster``)."""
+    if isinstance(cluster, watched_cluster.WatchedCluster):
+        return nodes.NodeWriter(client, on_written=cluster.node_written)
+    return nodes.NodeWriter(client)
 
 
 def gpu_isolation_step(

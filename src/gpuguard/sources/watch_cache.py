@@ -117,6 +117,13 @@ class WatchCache(Generic[T]):
         with self.changed:
             return self.changed.wait_for(predicate, timeout_s)
 
+    def holds(self, resource_version: str, timeout_s: float) -> bool:
+        """Whether the cache reached ``resource_version`` (a write of this kind) within
+        ``timeout_s``: read-your-writes. Versions are compared as integers, which etcd's
+        revisions are; one that is not an integer is never held (the reader lists instead)."""
+        return self.wait_until(lambda: _at_least(self.state().resource_version,
+                                                 resource_version), timeout_s)  # fmt: skip
+
     def values(self) -> tuple[T, ...]:
         with self._lock:
             return tuple(self._objects.values())
@@ -251,3 +258,10 @@ class WatchCache(Generic[T]):
 
 def _keyed(convert: Converter[T]) -> Callable[[Mapping[str, Any]], tuple[str, T]]:
     return lambda obj: (object_key(obj), convert(obj))
+
+
+def _at_least(have: str, want: str) -> bool:
+    try:
+        return int(have) >= int(want)
+    except ValueError:
+        return False

@@ -5,6 +5,12 @@ A cache is answered from only while it is fresh: synced, and its list or watch n
 for longer than ``stale_after`` (the tick interval). Otherwise the tick lists afresh (the
 safety net, ``KubernetesReader``); when that fails too it raises SourceError and the tick
 decides nothing — a stale or missing cache is never decided on (fail closed).
+
+The guard reads its own writes: the node writer reports each written Node's resourceVersion
+(``node_written``), and the Nodes are answered from the cache only once its watch has
+delivered that write (else from a fresh list). A tick right after another — a wake — so
+never judges the fleet without the marks and isolations the last tick wrote, which the
+breaker counts (docs/breaker.md).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from gpuguard.sources import kube_lists, kubernetes, watch_cache
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+CATCH_UP = timedelta(seconds=5)  # how long a read waits for the watch to show its own write
 NodeHook = Callable[[fleet.Node | None, fleet.Node], None]
 
 
@@ -36,13 +43,26 @@ class WatchedCluster:
         fallback: ports.ClusterReader,
         stale_after: timedelta,
         close: Callable[[], None] = lambda: None,
+        catch_up: timedelta = CATCH_UP,
     ) -> None:
         self.node_cache, self.pod_cache = nodes, pods
         self._fallback, self._close = fallback, close
         self._stale_after_s = stale_after.total_seconds()
+        self._catch_up_s = catch_up.total_seconds()
+        self._written = ""  # the newest resourceVersion of a Node the guard wrote
         self.fallback_lists = 0  # ticks that listed afresh because a cache was not fresh
 
+    def node_written(self, resource_version: str) -> None:
+        """The guard wrote a Node; its next read must include that write."""
+        self._written = resource_version
+
     def nodes(self) -> tuple[fleet.Node, ...]:
+        written = self._written
+        if written and not self.node_cache.holds(written, self._catch_up_s):
+            log.warning("Nodes cache has not seen the guard's write at resourceVersion %s "
+                        "within %.0fs: listing afresh for this tick", written, self._catch_up_s)
+            self.fallback_lists += 1
+            return self._fallback.nodes()
         return self._read(self.node_cache, self._fallback.nodes)
 
     def pods(self) -> tuple[fleet.Pod, ...]:
