@@ -92,10 +92,15 @@ class RawApi:
     """An HTTP client to the API server of a lightkube config; close it
     (``contextlib.closing``)."""
 
-    def __init__(self, config: SingleConfig, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        config: SingleConfig,
+        timeout_s: float = 30.0,
+        transport: httpx2.BaseTransport | None = None,  # tests: an httpx2.MockTransport
+    ) -> None:
         self._timeout_s = timeout_s
         self._timeout = httpx2.Timeout(timeout_s, connect=min(timeout_s, _CONNECT_TIMEOUT_S))
-        params = client_adapter.ConnectionParams(timeout=self._timeout)
+        params = client_adapter.ConnectionParams(timeout=self._timeout, transport=transport)
         try:
             self._http = client_adapter.Client(config, params)
         except (ConfigError, OSError, ValueError) as e:

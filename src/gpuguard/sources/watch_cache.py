@@ -6,8 +6,9 @@ The loop is client-go's reflector's (``k8s.io/client-go/tools/cache/reflector.go
 resourceVersion with bookmarks and a randomized 5–10 min ``timeoutSeconds``; apply ADDED,
 MODIFIED and DELETED to the cache and move its resourceVersion on every event (BOOKMARK
 included); a watch the server ends is resumed at once from the last resourceVersion; a broken
-one is resumed after a backoff; a 410 (the resourceVersion is older than the server keeps)
-means list again. The cache holds slim model objects only, never the API's JSON.
+one (or one that ended within a second without an event) is resumed after a backoff; a 410
+(the resourceVersion is older than the server keeps) means list again. The cache holds slim
+model objects only, never the API's JSON.
 
 Each change (a watch event, or an object a re-list found different) is passed to
 ``on_change(before, after)``; the first list calls nothing — the first tick looks at every
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Converter = Callable[[Mapping[str, Any]], T]
 MIN_WATCH_S = 300  # client-go's minWatchTimeout; each watch asks for 1–2 times this
+SHORT_WATCH_S = 1.0  # a watch that ends this soon with no event failed
 
 
 def watch_timeout() -> int:
@@ -186,10 +188,16 @@ class WatchCache(Generic[T]):
     def _watch(self) -> None:
         with self._lock:
             since = self._version
+        began, events = self._monotonic(), 0
         for event in self._api.watch(self.resource, since, self._timeout(), self._healthy):
+            events += 1
             self._apply(event)
             if self._stop.is_set():
                 return
+        if events == 0 and self._monotonic() - began < SHORT_WATCH_S:
+            # client-go's reflector treats this as an error too: resuming at once would spin
+            raise SourceError(f"watching {self.resource.plural}: the server ended the watch "
+                              f"within {SHORT_WATCH_S:.0f} s without an event")  # fmt: skip
 
     def _apply(self, event: kube_lists.Event) -> None:
         version = event.resource_version
