@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
 import pytest
+from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.errors import SourceError
+from gpuguard.model import annotation_keys, fleet, node_conditions
 from gpuguard.sim import kubeapi
 from gpuguard.sources import kube_lists, kubernetes, watch_cache
+from tests.integration.simnodes import node_info
 
 Answer = Callable[[httpx2.Request], httpx2.Response]
 
@@ -141,3 +145,47 @@ def test_events_and_bookmarks_move_the_cache_and_its_resource_version() -> None:
     assert script.watches[0]["allowWatchBookmarks"] == "true"
     assert 300 <= int(script.watches[0]["timeoutSeconds"]) < 600
     assert cache.state().relists == 1
+
+
+def test_a_node_is_read_from_its_json_with_gpuguards_conditions_and_mark_writers() -> None:
+    obj = node("gpu-1", "42") | {"spec": {"unschedulable": True}}
+    obj["metadata"]["managedFields"] = [{"manager": "gpuguard", "fieldsV1": {"f:metadata": {
+        "f:annotations": {f"f:{annotation_keys.ISOLATED_AT}": {}}}}}]  # fmt: skip
+    obj["status"] |= {"nodeInfo": node_info("gpu-1"), "conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": node_conditions.GPU_FALLEN_OFF_BUS, "status": "True",
+         "reason": node_conditions.GONE_FROM_BUS, "message": "gpu=3 pci=0000:3b:00.0 xid=79; gone",
+         "lastTransitionTime": "2026-09-21T06:05:00Z"}]}  # fmt: skip
+    read = kubernetes.node_from_dict(obj)
+    assert (read.name, read.resource_version, read.boot_id, read.unschedulable) == (
+        "gpu-1", "42", "boot-gpu-1", True)
+    assert read.ready
+    assert read.isolation_writers == frozenset({"gpuguard"})
+    fault = node_conditions.unambiguous_fault(read.gpu_conditions)
+    assert fault is not None
+    assert fault.gpus == (node_conditions.GpuNamed("3", "0000:3b:00.0", None, 79),)
+    assert fault.last_transition == datetime(2026, 9, 21, 6, 5, tzinfo=UTC)
+    assert kubernetes.node_from_api(Node.from_dict(obj)) == read  # one reading of a Node
+
+
+def status(container: str, restarts: int) -> dict[str, Any]:
+    return {"name": container, "image": "i", "imageID": "", "ready": True,
+            "restartCount": restarts}  # fmt: skip
+
+
+def test_a_pod_is_read_from_its_json() -> None:
+    obj = {"metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"}},
+           "spec": {"nodeName": "gpu-1", "containers": [
+               {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+               {"name": "d", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                      "containerStatuses": [status("c", 3), status("d", 1)]}}  # fmt: skip
+    read = kubernetes.pod_from_dict(obj)
+    assert (read.node, read.phase, read.gpu_request, read.ready, read.restarts) == (
+        "gpu-1", fleet.PodPhase.RUNNING, 3, True, 4)
+    assert kubernetes.pod_from_api(Pod.from_dict(obj)) == read
+
+
+def test_a_node_without_a_name_is_refused() -> None:
+    with pytest.raises(SourceError, match=r"without metadata\.name"):
+        kubernetes.node_from_dict({"metadata": {}})
