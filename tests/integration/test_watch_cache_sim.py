@@ -132,22 +132,26 @@ def test_the_first_list_is_paged_and_events_keep_the_cache_current() -> None:
     assert changes == [(None, "gpu-4"), ("gpu-2", "gpu-2")]  # the first list wakes nothing
 
 
-def test_the_pod_cache_holds_only_unfinished_pods() -> None:
+def test_the_pod_cache_holds_only_unfinished_pods_as_the_tick_and_the_gang_check_read_them(
+) -> None:
     world = store.ObjectStore()
-    world.create("Pod", "team-a", pod("running", "Running"))
+    gang = {"scheduling.k8s.io/group-name": "job-1", "kubectl.kubernetes.io/last-applied": "{}"}
+    world.create("Pod", "team-a", pod("running", "Running") | {"metadata": {
+        "name": "running", "namespace": "team-a", "annotations": gang}})  # fmt: skip
     world.create("Pod", "team-a", pod("done", "Succeeded"))
 
     def pods(raw: kube_lists.RawApi) -> watch_cache.WatchCache[Any]:
-        return watch_cache.WatchCache(
-            raw, kube_lists.UNFINISHED_PODS, kubernetes.pod_from_dict, **FAST_RETRY
-        )
+        reader = watched_cluster.pod_reader({"scheduling.k8s.io/group-name"})
+        return watch_cache.WatchCache(raw, kube_lists.UNFINISHED_PODS, reader, **FAST_RETRY)
 
     with cache_for(pods) as (port, cache), kubeapi.serve(world, port=port):
         started(cache)
-        assert [(p.name, p.gpu_request) for p in cache.values()] == [("running", 1)]
+        ((running, work),) = cache.values()
+        assert (running.name, running.gpu_request, work.node) == ("running", 1, "gpu-1")
+        assert work.annotations == {"scheduling.k8s.io/group-name": "job-1"}  # only those asked
         world.merge_patch("Pod", "team-a", "running", {"status": {"phase": "Succeeded"}})
         world.create("Pod", "team-a", pod("next", "Pending"))
-        assert cache.wait_until(lambda: [p.name for p in cache.values()] == ["next"], WAIT_S)
+        assert cache.wait_until(lambda: [p.name for p, _ in cache.values()] == ["next"], WAIT_S)
 
 
 def test_a_dropped_watch_resumes_from_its_resource_version_without_a_new_list() -> None:
@@ -197,6 +201,7 @@ def guard_over(cluster: Any, metrics: fakes.FakeMetrics, client: lightkube.Clien
 def test_a_cache_never_synced_lists_afresh_and_a_failed_list_decides_nothing() -> None:
     world = store.ObjectStore()
     seed(world, "gpu-1", "gpu-2")
+    world.create("Pod", "team-a", pod("running", "Running"))
     with kubeapi.serve(world) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url)
     ) as client:
@@ -206,26 +211,28 @@ def test_a_cache_never_synced_lists_afresh_and_a_failed_list_decides_nothing() -
         server.fail_next("GET", "/api/v1/nodes", 500)
         failed = guard.tick()
         again = guard.tick()
+        gang_check = watched_cluster.WorkloadPods(cluster).pods()
         cluster.stop()
+    assert [(p.name, p.phase) for p in gang_check] == [("running", "Running")]
     assert listed.snapshot is not None
     assert {n.name for n in listed.snapshot.nodes} == {"gpu-1", "gpu-2"}
     assert (failed.error_kind, failed.decision) == ("source", None)
     assert "listing Nodes" in (failed.error or "")
     assert again.ok  # the next tick runs
-    assert cluster.fallback_lists == 5  # nodes and pods, but no pods on the failed tick
+    assert cluster.fallback_lists == 6  # nodes and pods, no pods on the failed tick; the gang
 
 
 def test_a_watch_broken_longer_than_the_interval_is_not_decided_on() -> None:
     world = store.ObjectStore()
     seed(world, "gpu-1")
     clock = FakeMonotonic()
-    pods = watch_cache.WatchCache[fleet.Pod]
+    pods = watch_cache.WatchCache[watched_cluster.CachedPod]
     with cache_for(nodes_cache(monotonic=clock)) as (port, nodes), lightkube.Client(
         config=config(port)
     ) as client, contextlib.closing(kube_lists.RawApi(client.config)) as raw:
         cluster = watched_cluster.WatchedCluster(
             nodes,
-            pods(raw, kube_lists.UNFINISHED_PODS, kubernetes.pod_from_dict, **FAST_RETRY),
+            pods(raw, kube_lists.UNFINISHED_PODS, watched_cluster.pod_reader(()), **FAST_RETRY),
             kubernetes.KubernetesReader(client),
             timedelta(seconds=30),
         )

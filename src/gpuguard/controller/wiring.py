@@ -39,7 +39,7 @@ from gpuguard.controller import (
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation, gpu_route
+from gpuguard.policy import escalation, gang, gpu_route
 from gpuguard.sources import (
     changes,
     gang_pods,
@@ -189,7 +189,7 @@ def build_guard(
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
-                pods=gang_pods.GangPodReader(client),
+                pods=_workload_pods(client, cluster),
                 metrics=read(_health_plan(guard_settings.fleet)),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
@@ -205,7 +205,22 @@ def _cluster(
     if fast is None or not c.watch:
         return kubernetes.KubernetesReader(client)
     # a cache whose watch is broken longer than a tick interval is not decided on
-    return watched_cluster.watched_cluster(client, c.interval, on_node_change=fast.on_node_change)
+    return watched_cluster.watched_cluster(
+        client, c.interval, on_node_change=fast.on_node_change, pod_annotations=GANG_ANNOTATIONS
+    )
+
+
+GANG_ANNOTATIONS = frozenset(
+    {m.key for m in gang.MARKERS if m.where == "annotation"} | {gang.KUEUE_TOTAL_COUNT}
+)  # the only pod annotations the gang check reads
+
+
+def _workload_pods(
+    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+) -> fleet_health.PodSource:
+    if isinstance(cluster, watched_cluster.WatchedCluster):
+        return watched_cluster.WorkloadPods(cluster)
+    return gang_pods.GangPodReader(client)
 
 
 def _writer(

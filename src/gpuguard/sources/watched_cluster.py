@@ -1,5 +1,7 @@
 """The guard's ClusterReader from watch caches of Nodes and unfinished Pods
-(docs/design.md#fast-path): a tick reads memory, not a list of the whole cluster.
+(docs/design.md#fast-path): a tick reads memory, not a list of the whole cluster. The pod
+cache keeps each pod as both readers of pods need it: the tick's ``fleet.Pod`` and the gang
+check's ``WorkloadPod`` (``workload_pods``; its annotations cut to the keys asked for).
 
 A cache is answered from only while it is fresh: synced, and its list or watch not failing
 for longer than ``stale_after`` (the tick interval). Otherwise the tick lists afresh (the
@@ -17,20 +19,40 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from lightkube import Client
 
-from gpuguard.model import fleet, ports
-from gpuguard.sources import kube_lists, kubernetes, watch_cache
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet, ports, workloads
+from gpuguard.sources import gang_pods, kube_lists, kubernetes, watch_cache
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CATCH_UP = timedelta(seconds=5)  # how long a read waits for the watch to show its own write
 NodeHook = Callable[[fleet.Node | None, fleet.Node], None]
+U = TypeVar("U")
+
+
+class CachedPod(NamedTuple):
+    """One pod as the tick and the gang check read it (one labels mapping for both)."""
+
+    pod: fleet.Pod
+    workload: workloads.WorkloadPod
+
+
+def pod_reader(annotations: Collection[str]) -> Callable[[Mapping[str, Any]], CachedPod]:
+    """The pod cache's converter, keeping of the pod's annotations only ``annotations``."""
+
+    def read(obj: Mapping[str, Any]) -> CachedPod:
+        work = gang_pods.workload_pod(obj, annotations=annotations)
+        return CachedPod(replace(kubernetes.pod_from_dict(obj), labels=work.labels), work)
+
+    return read
 
 
 class WatchedCluster:
@@ -39,14 +61,16 @@ class WatchedCluster:
     def __init__(
         self,
         nodes: watch_cache.WatchCache[fleet.Node],
-        pods: watch_cache.WatchCache[fleet.Pod],
+        pods: watch_cache.WatchCache[CachedPod],
         fallback: ports.ClusterReader,
         stale_after: timedelta,
         close: Callable[[], None] = lambda: None,
         catch_up: timedelta = CATCH_UP,
+        fallback_workloads: Callable[[], tuple[workloads.WorkloadPod, ...]] | None = None,
     ) -> None:
         self.node_cache, self.pod_cache = nodes, pods
         self._fallback, self._close = fallback, close
+        self._fallback_workloads = fallback_workloads
         self._stale_after_s = stale_after.total_seconds()
         self._catch_up_s = catch_up.total_seconds()
         self._written = ""  # the newest resourceVersion of a Node the guard wrote
@@ -63,10 +87,17 @@ class WatchedCluster:
                         "within %.0fs: listing afresh for this tick", written, self._catch_up_s)
             self.fallback_lists += 1
             return self._fallback.nodes()
-        return self._read(self.node_cache, self._fallback.nodes)
+        return self._read(self.node_cache, lambda node: node, self._fallback.nodes)
 
     def pods(self) -> tuple[fleet.Pod, ...]:
-        return self._read(self.pod_cache, self._fallback.pods)
+        return self._read(self.pod_cache, lambda cached: cached.pod, self._fallback.pods)
+
+    def workload_pods(self) -> tuple[workloads.WorkloadPod, ...]:
+        """The unfinished pods as the gang check reads them (``fleet_health.PodSource``)."""
+        listed = self._fallback_workloads
+        if listed is None:
+            raise SourceError("no list of workload pods to fall back on")
+        return self._read(self.pod_cache, lambda cached: cached.workload, listed)
 
     def start(self) -> None:
         self.node_cache.start()
@@ -88,10 +119,13 @@ class WatchedCluster:
         return self.node_cache.state(), self.pod_cache.state()
 
     def _read(
-        self, cache: watch_cache.WatchCache[T], listed: Callable[[], tuple[T, ...]]
-    ) -> tuple[T, ...]:
+        self,
+        cache: watch_cache.WatchCache[T],
+        pick: Callable[[T], U],
+        listed: Callable[[], tuple[U, ...]],
+    ) -> tuple[U, ...]:
         if cache.fresh(self._stale_after_s):
-            return cache.values()
+            return tuple(map(pick, cache.values()))
         state = cache.state()
         why = "not synced yet" if not state.synced else "its watch is broken"
         log.warning("%s cache %s: listing afresh for this tick", state.resource, why)
@@ -104,11 +138,13 @@ def watched_cluster(
     stale_after: timedelta,
     *,
     on_node_change: NodeHook | None = None,
+    pod_annotations: Collection[str] = (),
     **cache_options: Any,
 ) -> WatchedCluster:
     """Caches of the cluster ``client`` talks to (not started: ``start()`` them with the loop),
-    with ``on_node_change`` called on every Node change after the first list;
-    ``cache_options`` go to both ``WatchCache``s (page size, backoff, watch timeout)."""
+    with ``on_node_change`` called on every Node change after the first list and of each
+    pod's annotations only ``pod_annotations`` kept; ``cache_options`` go to both
+    ``WatchCache``s (page size, backoff, watch timeout)."""
     api = kube_lists.RawApi(client.config)
     return WatchedCluster(
         watch_cache.WatchCache(
@@ -116,9 +152,20 @@ def watched_cluster(
             **cache_options,
         ),
         watch_cache.WatchCache(
-            api, kube_lists.UNFINISHED_PODS, kubernetes.pod_from_dict, **cache_options
+            api, kube_lists.UNFINISHED_PODS, pod_reader(pod_annotations), **cache_options
         ),
         kubernetes.KubernetesReader(client),
         stale_after,
         close=api.close,
+        fallback_workloads=gang_pods.GangPodReader(client).pods,
     )
+
+
+class WorkloadPods:
+    """``WatchedCluster.workload_pods`` as the gang check's pod source."""
+
+    def __init__(self, cluster: WatchedCluster) -> None:
+        self._cluster = cluster
+
+    def pods(self) -> tuple[workloads.WorkloadPod, ...]:
+        return self._cluster.workload_pods()
