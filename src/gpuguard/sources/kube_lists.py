@@ -40,6 +40,8 @@ RAW_CALLS: Final = (("Node", "list"), ("Node", "watch"), ("Pod", "list"), ("Pod"
 PAGE_SIZE = 500  # client-go's pager default (k8s.io/client-go/tools/pager)
 LIST_RESTARTS = 3  # a list whose continue token expired this often in a row fails
 GONE = 410
+QUIET_WATCH_S = 90.0  # the API server bookmarks a watch every minute (apiserver cacher:
+# defaultBookmarkFrequency); silence longer than this is a dead connection
 _CONNECT_TIMEOUT_S = 10.0
 _SHOWN_BODY = 200
 
@@ -163,16 +165,15 @@ class RawApi:
         on_open: Callable[[], None] = lambda: None,
     ) -> Iterator[Event]:
         """Events after ``resource_version`` until the server ends the watch (about
-        ``timeout_s``); ``on_open`` once the server accepted it; Expired on a 410,
-        SourceError when it is refused or the stream breaks."""
+        ``timeout_s``) or says nothing for ``QUIET_WATCH_S`` (a connection that died without
+        a word; the caller resumes from its last resourceVersion, losing nothing); ``on_open``
+        once the server accepted it; Expired on a 410, SourceError when it is refused or the
+        stream breaks."""
         _allowed(resource, "watch")
         what = f"watching {resource.plural} from resourceVersion {resource_version}"
         params = {**resource.params(), "watch": "true", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}  # fmt: skip
-        # the server ends the watch after timeout_s; a read that waits longer is a dead peer
-        timeout = httpx2.Timeout(
-            self._timeout_s, connect=self._timeout.connect, read=timeout_s + self._timeout_s
-        )
+        timeout = httpx2.Timeout(self._timeout_s, connect=self._timeout.connect, read=QUIET_WATCH_S)
         try:
             with self._http.stream("GET", resource.path, params=params, timeout=timeout) as r:
                 if r.status_code != 200:
@@ -183,6 +184,8 @@ class RawApi:
                 for line in r.iter_lines():
                     if line.strip():
                         yield _event(what, line)
+        except httpx2.ReadTimeout:
+            return  # quiet too long: maybe a dead peer; resuming costs one request
         except httpx2.HTTPError as e:
             raise SourceError(f"{what}: {type(e).__name__}: {e}") from e
 

@@ -164,6 +164,8 @@ class WatchCache(Generic[T]):
                 log.info("%s: %s; listing again", self.resource.plural, e)
                 must_list = True
             except Exception as e:  # any failure, a bug too, must make the cache read as broken
+                if self._stop.is_set():
+                    return  # stopped: its connection was closed under it
                 failures += 1
                 self._broken(e)
                 self._stop.wait(self._backoff(failures))
