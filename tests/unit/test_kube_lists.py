@@ -189,3 +189,10 @@ def test_a_pod_is_read_from_its_json() -> None:
 def test_a_node_without_a_name_is_refused() -> None:
     with pytest.raises(SourceError, match=r"without metadata\.name"):
         kubernetes.node_from_dict({"metadata": {}})
+
+
+def test_a_watch_silent_past_the_bookmark_period_ends_to_be_resumed() -> None:
+    def silent(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ReadTimeout("no bookmark for 90 s", request=request)
+
+    assert list(raw_api(silent).watch(kube_lists.NODES, "5", 60)) == []
