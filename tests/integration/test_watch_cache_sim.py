@@ -112,8 +112,9 @@ def test_the_first_list_is_paged_and_events_keep_the_cache_current() -> None:
         started(cache)
         assert names_in(cache) == {"gpu-1", "gpu-2", "gpu-3"}
         lists = [r.query for r in server.requests if "watch" not in r.query]
-        assert lists
-        assert all(q["limit"] == "2" for q in lists)
+        assert [q["limit"] for q in lists] == ["2", "2"]  # 3 nodes: two pages
+        assert "continue" not in lists[0]
+        assert lists[1]["continue"]
         seed(world, "gpu-4")
         world.merge_patch("Node", "", "gpu-2", {"spec": {"unschedulable": True}})
         world.delete("Node", "", "gpu-3")
@@ -270,9 +271,8 @@ def gone_from_bus(client: lightkube.Client, node: str) -> None:
         ),
         "lastTransitionTime": "2026-09-21T06:05:00Z",
     }
-    ready = {"type": "Ready", "status": "True"}  # a merge patch (the sim today) replaces lists
-    client.patch(NodeStatus, node, {"status": {"conditions": [ready, condition]}},
-                 patch_type=PatchType.STRATEGIC)  # fmt: skip
+    client.patch(NodeStatus, node, {"status": {"conditions": [condition]}},
+                 patch_type=PatchType.STRATEGIC)  # merged by type: Ready stays
 
 
 @dataclass
@@ -425,3 +425,26 @@ def test_the_guard_reads_its_own_node_writes_from_the_cache() -> None:
     assert after == {"gpu-1": True, "gpu-2": False}
     assert late == {"gpu-1", "gpu-2"}
     assert impatient.fallback_lists == 1  # listed afresh rather than read without the write
+
+
+def test_a_steady_tick_reads_the_caches_and_lists_nothing() -> None:
+    world = store.ObjectStore()
+    seed(world, *(f"gpu-{i}" for i in range(20)))
+    for i in range(40):
+        world.create("Pod", "team-a", pod(f"p{i}", "Running", node=f"gpu-{i % 20}"))
+    with kubeapi.serve(world) as server, lightkube.Client(
+        config=kubeapi.lightkube_config(server.url)
+    ) as client:
+        cluster = watched_cluster.watched_cluster(client, timedelta(seconds=30), **FAST_RETRY)
+        cluster.start()
+        assert cluster.wait_synced(WAIT_S)
+        guard = guard_over(cluster, fakes.FakeMetrics(), client)
+        before = server.traffic()
+        result = guard.tick()
+        spent = server.traffic() - before
+        server.stop()
+        cluster.stop()
+    assert result.snapshot is not None
+    assert (len(result.snapshot.nodes), len(result.snapshot.pods)) == (20, 40)
+    assert spent.total.requests == 0  # nothing listed, nothing read: the caches answered
+    assert cluster.fallback_lists == 0
