@@ -8,7 +8,6 @@ annotations, ``spec.workloadRef`` / ``spec.schedulingGroup``, ``spec.schedulingG
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -26,12 +25,11 @@ class GangPodReader:
     """Lists every unfinished pod of the cluster as ``WorkloadPod`` (a paged list of raw
     JSON, ``sources.kube_lists``)."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
+        self._api = kube_lists.SharedApi(lambda: client.config, api)
 
     def pods(self) -> tuple[workloads.WorkloadPod, ...]:
-        with contextlib.closing(kube_lists.RawApi(self._client.config)) as api:
-            found = api.list_all(kube_lists.UNFINISHED_PODS, workload_pod).items
+        found = self._api.get().list_all(kube_lists.UNFINISHED_PODS, workload_pod).items
         return tuple(p for p in found if not p.finished)
 
 

@@ -20,6 +20,7 @@ Every call this module makes is declared in ``RAW_CALLS``; the chart grants exac
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -188,6 +189,21 @@ class RawApi:
             return  # quiet too long: maybe a dead peer; resuming costs one request
         except httpx2.HTTPError as e:
             raise SourceError(f"{what}: {type(e).__name__}: {e}") from e
+
+
+class SharedApi:
+    """One ``RawApi`` for a reader's lifetime: the one it was given, or one made on first use
+    (building a client costs tens of milliseconds: its TLS context) and closed with the
+    reader (``close``, or when the reader is collected)."""
+
+    def __init__(self, config: Callable[[], SingleConfig], api: RawApi | None = None) -> None:
+        self._config, self._api = config, api
+
+    def get(self) -> RawApi:
+        if self._api is None:
+            self._api = RawApi(self._config())
+            weakref.finalize(self, self._api.close)
+        return self._api
 
 
 def _allowed(resource: Resource, verb: str) -> None:

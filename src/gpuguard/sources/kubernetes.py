@@ -11,7 +11,6 @@ every Kubernetes adapter uses, naming what was being read.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -37,12 +36,12 @@ class KubernetesReader:
     """Reads Nodes and unfinished Pods with paged lists of raw JSON
     (``sources.kube_lists``), sent to the lightkube client's server with its credentials."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
         self._client = client
+        self._api = kube_lists.SharedApi(lambda: client.config, api)
 
     def nodes(self) -> tuple[fleet.Node, ...]:
-        with contextlib.closing(kube_lists.RawApi(self._client.config)) as api:
-            return api.list_all(kube_lists.NODES, node_from_dict).items
+        return self._api.get().list_all(kube_lists.NODES, node_from_dict).items
 
     def has_node(self, name: str) -> bool:
         """Whether the cluster has a Node of this name (one GET, not a list of every node)."""
@@ -55,8 +54,7 @@ class KubernetesReader:
 
     def pods(self) -> tuple[fleet.Pod, ...]:
         """Pods that are not finished (GPU pods and the node's system pods alike)."""
-        with contextlib.closing(kube_lists.RawApi(self._client.config)) as api:
-            found = api.list_all(kube_lists.UNFINISHED_PODS, pod_from_dict).items
+        found = self._api.get().list_all(kube_lists.UNFINISHED_PODS, pod_from_dict).items
         return tuple(p for p in found if p.phase in _UNFINISHED)
 
 

@@ -154,10 +154,10 @@ def watched_cluster(
         watch_cache.WatchCache(
             api, kube_lists.UNFINISHED_PODS, pod_reader(pod_annotations), **cache_options
         ),
-        kubernetes.KubernetesReader(client),
+        kubernetes.KubernetesReader(client, api),
         stale_after,
         close=api.close,
-        fallback_workloads=gang_pods.GangPodReader(client).pods,
+        fallback_workloads=gang_pods.GangPodReader(client, api).pods,
     )
 
 
