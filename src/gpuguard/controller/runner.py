@@ -84,7 +84,8 @@ class Runner:
     def wake(self, node: str, why: str) -> None:
         """Tick at once (from any thread): ``node`` newly carries ``why``. Wakes before the
         tick runs are coalesced into it; a standby ignores them (its leader has its own)."""
-        log.warning("urgent: %s: %s; ticking now", node, why)
+        then = "ticking now" if self.leadership.is_leader() else "standby: the leader ticks"
+        log.warning("urgent: %s: %s; %s", node, why, then)
         self.metrics.urgent_wakes.inc()
         self._urgent = True
         self._woken.set()

@@ -181,10 +181,10 @@ class WatchCache(Generic[T]):
         self._synced.set()
         log.info("%s: listed %d in %d page(s) at resourceVersion %s", self.resource.plural,
                  len(fresh), listed.pages, listed.resource_version)  # fmt: skip
-        if not first:
+        if not first and self._on_change is not None:
             for key, after in fresh.items():
-                if before.get(key) != after:
-                    self._notify(before.get(key), after)
+                if (was := before.get(key)) != after:
+                    self._notify(was, after)
         self._announce()
 
     def _watch(self) -> None:
