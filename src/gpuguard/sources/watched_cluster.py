@@ -18,6 +18,7 @@ breaker counts (docs/breaker.md).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
@@ -49,10 +50,41 @@ def pod_reader(annotations: Collection[str]) -> Callable[[Mapping[str, Any]], Ca
     """The pod cache's converter, keeping of the pod's annotations only ``annotations``."""
 
     def read(obj: Mapping[str, Any]) -> CachedPod:
+        _share_repeated(obj)
         work = gang_pods.workload_pod(obj, annotations=annotations)
         return CachedPod(replace(kubernetes.pod_from_dict(obj), labels=work.labels), work)
 
     return read
+
+
+def read_node(obj: Mapping[str, Any]) -> fleet.Node:
+    """The node cache's converter: ``node_from_dict``, with the label keys and values that
+    repeat from node to node (``feature.node.kubernetes.io/…``) held once."""
+    _share_labels(obj.get("metadata") or {})
+    return kubernetes.node_from_dict(obj)
+
+
+def _share_labels(meta: Any) -> None:
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        meta["labels"] = {sys.intern(k): sys.intern(v) if isinstance(v, str) else v
+                          for k, v in labels.items()}  # fmt: skip
+
+
+def _share_repeated(obj: Mapping[str, Any]) -> None:
+    """Intern, in the freshly decoded JSON, the strings that repeat from pod to pod (the
+    namespace, node, phase, scheduler, owner kinds, label keys and values): at 100,000 pods
+    one copy of each instead of one per pod saves tens of megabytes."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    for part, key in ((meta, "namespace"), (spec, "nodeName"), (spec, "schedulerName"),
+                      (status, "phase")):  # fmt: skip
+        if isinstance(value := part.get(key), str):
+            part[key] = sys.intern(value)
+    _share_labels(meta)
+    for ref in meta.get("ownerReferences") or ():
+        for key in ("kind", "apiVersion"):
+            if isinstance(value := ref.get(key), str):
+                ref[key] = sys.intern(value)
 
 
 class WatchedCluster:
@@ -148,7 +180,7 @@ def watched_cluster(
     api = kube_lists.RawApi(client.config)
     return WatchedCluster(
         watch_cache.WatchCache(
-            api, kube_lists.NODES, kubernetes.node_from_dict, on_change=on_node_change,
+            api, kube_lists.NODES, read_node, on_change=on_node_change,
             **cache_options,
         ),
         watch_cache.WatchCache(
