@@ -136,6 +136,7 @@ def window_stat(metric: str, stat: str) -> str:
 AGENT_KERNEL_LINES_TOTAL = "gpuguard_agent_kernel_lines_total"  # agent: lines read, per node
 AGENT_MALFORMED_LINES_TOTAL = "gpuguard_agent_malformed_lines_total"  # agent: unreadable records
 AGENT_KERNEL_LOG_READABLE = "gpuguard_agent_kernel_log_readable"  # agent: 0 = cannot read it
+AGENT_CONDITION_WRITES_TOTAL = "gpuguard_agent_condition_writes_total"  # agent: by result
 AGENT_CHECK_DURATION = "gpuguard_agent_check_duration_seconds"  # agent: last check cycle
 AGENT_LAST_CHECK = "gpuguard_agent_last_check_timestamp_seconds"  # agent: end of last cycle
 
