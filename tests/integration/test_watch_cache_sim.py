@@ -461,3 +461,22 @@ def test_a_steady_tick_reads_the_caches_and_lists_nothing() -> None:
     assert (len(result.snapshot.nodes), len(result.snapshot.pods)) == (20, 40)
     assert spent.total.requests == 0  # nothing listed, nothing read: the caches answered
     assert cluster.fallback_lists == 0
+
+
+def test_sigterm_ends_the_wait_for_the_first_lists() -> None:
+    with lightkube.Client(config=config(free_port())) as client:  # nothing answers there
+        cluster = watched_cluster.watched_cluster(client, timedelta(seconds=30), **FAST_RETRY)
+        stop = threading.Event()
+        stop.set()  # as the SIGTERM handler does
+        entered = threading.Event()
+
+        def run() -> None:
+            with fast_path.watching(cluster, fast_path.FastPath(), lambda node, why: None,
+                                    telemetry.GuardMetrics(), timedelta(hours=1), stop):  # fmt: skip
+                entered.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert entered.wait(WAIT_S), "waited for caches that can never sync"
+        thread.join(WAIT_S)
+    assert not cluster.node_cache.state().synced

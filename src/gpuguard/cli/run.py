@@ -79,6 +79,8 @@ def run(
             signal.signal(sig, stopping)
         with failures.listening("--metrics-port", port), telemetry.serve(
             loop.metrics, loop.healthy, port=port, ready=loop.ready
-        ) as server, fast_path.watching(built.cluster, fast, loop.wake, metrics, c.interval):
+        ) as server, fast_path.watching(
+            built.cluster, fast, loop.wake, metrics, c.interval, stop
+        ):
             logging.info("gpuguard %s serving /metrics on :%d", me, server.server_address[1])
             loop.run(stop)

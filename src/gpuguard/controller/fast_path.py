@@ -10,6 +10,8 @@ second time), exported as metrics, stopped on the way out.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -19,6 +21,7 @@ from gpuguard.model import fleet, node_conditions, ports
 from gpuguard.sources import watched_cluster
 
 log = logging.getLogger(__name__)
+_STOP_CHECK_S = 0.2  # how often the wait for the first lists looks at the stop event
 
 Wake = Callable[[str, str], None]
 
@@ -50,8 +53,10 @@ def watching(
     wake: Wake,
     metrics: telemetry.GuardMetrics,
     sync_within: timedelta,
+    stop: threading.Event | None = None,
 ) -> Iterator[None]:
-    """Run ``cluster``'s watch caches (when it has any) while the block runs."""
+    """Run ``cluster``'s watch caches (when it has any) while the block runs; the wait for
+    their first lists ends early when ``stop`` is set (SIGTERM)."""
     if not isinstance(cluster, watched_cluster.WatchedCluster):
         yield
         return
@@ -59,9 +64,19 @@ def watching(
     fast.connect(wake)
     cluster.start()
     try:
-        if not cluster.wait_synced(sync_within.total_seconds()):
+        if not _synced(cluster, sync_within.total_seconds(), stop or threading.Event()):
             log.warning("watch caches not synced within %s: ticks list afresh until they are",
                         sync_within)  # fmt: skip
         yield
     finally:
         cluster.stop()
+
+
+def _synced(
+    cluster: watched_cluster.WatchedCluster, within_s: float, stop: threading.Event
+) -> bool:
+    deadline = time.monotonic() + within_s
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        if cluster.wait_synced(min(left, _STOP_CHECK_S)):
+            return True
+    return False
