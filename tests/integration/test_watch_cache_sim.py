@@ -471,8 +471,9 @@ def test_sigterm_ends_the_wait_for_the_first_lists() -> None:
         entered = threading.Event()
 
         def run() -> None:
-            with fast_path.watching(cluster, fast_path.FastPath(), lambda node, why: None,
-                                    telemetry.GuardMetrics(), timedelta(hours=1), stop):  # fmt: skip
+            metrics, nobody = telemetry.GuardMetrics(), lambda node, why: None
+            fast = fast_path.FastPath()
+            with fast_path.watching(cluster, fast, nobody, metrics, timedelta(hours=1), stop):
                 entered.set()
 
         thread = threading.Thread(target=run, daemon=True)
