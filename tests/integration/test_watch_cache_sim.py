@@ -133,6 +133,28 @@ def test_the_first_list_is_paged_and_events_keep_the_cache_current() -> None:
     assert changes == [(None, "gpu-4"), ("gpu-2", "gpu-2")]  # the first list wakes nothing
 
 
+def test_a_cache_holds_a_version_only_once_the_change_hooks_of_it_ran() -> None:
+    """Whoever waits for a version (``holds``: the demo before a tick, read-your-writes) also
+    sees the wake its change brought."""
+    world = store.ObjectStore()
+    seed(world, "gpu-1")
+    held_in_hook: list[bool] = []
+    caches: list[watch_cache.WatchCache[Any]] = []
+
+    def hook(before: fleet.Node | None, after: fleet.Node) -> None:
+        held_in_hook.append(caches[0].holds(after.resource_version, 0.0))
+
+    def make(raw: kube_lists.RawApi) -> watch_cache.WatchCache[Any]:
+        caches.append(nodes_cache(on_change=hook)(raw))
+        return caches[0]
+
+    with cache_for(make) as (port, cache), kubeapi.serve(world, port=port):
+        started(cache)
+        world.merge_patch("Node", "", "gpu-1", {"spec": {"unschedulable": True}})
+        assert cache.holds(str(world.resource_version), WAIT_S)
+        assert held_in_hook == [False]  # ran, and before its version was published
+
+
 def test_the_pod_cache_holds_only_unfinished_pods_as_the_tick_and_the_gang_check_read_them(
 ) -> None:
     world = store.ObjectStore()

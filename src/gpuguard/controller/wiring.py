@@ -110,19 +110,17 @@ def build_guard(
     fast: fast_path.FastPath | None = None,
 ) -> Iterator[tuple[tick.Guard, Client]]:
     """The guard with every step wired to the real adapters; all of them closed on exit.
-    With ``fast`` (a long-running guard) and ``controller.watch`` on, it reads the cluster
-    from watch caches (not started: ``fast_path.watching`` runs them) whose Node changes go
-    to ``fast``; otherwise every tick lists."""
+    It reads the cluster as ``cluster_reads`` says (watch caches with ``fast``)."""
     with ExitStack() as closing:
         client = kube_client(connection)
         closing.callback(client.close)
         url = connection.prometheus_url or guard_settings.prometheus.url
         read = _prometheus_reader(url, guard_settings, closing)
         notifier = _notifier(guard_settings, closing)
-        cluster = _cluster(client, guard_settings, fast)
-        if isinstance(cluster, watched_cluster.WatchedCluster):
-            closing.callback(cluster.stop)
-        writer = _writer(client, cluster)
+        reads = cluster_reads(client, guard_settings, fast)
+        if isinstance(reads.cluster, watched_cluster.WatchedCluster):
+            closing.callback(reads.cluster.stop)
+        cluster, writer = reads.cluster, reads.writer
         catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
         c = guard_settings.controller
         isolation = guard_settings.isolation
@@ -189,7 +187,7 @@ def build_guard(
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
-                pods=_workload_pods(client, cluster),
+                pods=reads.workload_pods,
                 metrics=read(_health_plan(guard_settings.fleet)),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
@@ -198,39 +196,42 @@ def build_guard(
         yield guard, client
 
 
-def _cluster(
+@dataclass(frozen=True)
+class ClusterReads:
+    """How a guard reads the cluster and writes its Nodes: the tick's reader, the one node
+    writer (over watch caches, reporting each write for read-your-writes) and the gang
+    check's pods."""
+
+    cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+    writer: nodes.NodeWriter
+    workload_pods: fleet_health.PodSource
+
+
+def cluster_reads(
     client: Client, guard_settings: settings_model.GuardSettings, fast: fast_path.FastPath | None
-) -> kubernetes.KubernetesReader | watched_cluster.WatchedCluster:
+) -> ClusterReads:
+    """With ``fast`` (a long-running guard: ``gpuguard run``, the demo) and
+    ``controller.watch`` on, watch caches (not started: ``fast_path.watching`` runs them)
+    whose Node changes go to ``fast``; otherwise every tick lists."""
     c = guard_settings.controller
     if fast is None or not c.watch:
-        return kubernetes.KubernetesReader(client)
+        return ClusterReads(
+            kubernetes.KubernetesReader(client),
+            nodes.NodeWriter(client),
+            gang_pods.GangPodReader(client),
+        )
     # a cache whose watch is broken longer than a tick interval is not decided on
-    return watched_cluster.watched_cluster(
+    cluster = watched_cluster.watched_cluster(
         client, c.interval, on_node_change=fast.on_node_change, pod_annotations=GANG_ANNOTATIONS
     )
+    # each write the writer makes is one the next read of the Nodes waits for
+    writer = nodes.NodeWriter(client, on_written=cluster.node_written)
+    return ClusterReads(cluster, writer, watched_cluster.WorkloadPods(cluster))
 
 
 GANG_ANNOTATIONS = frozenset(
     {m.key for m in gang.MARKERS if m.where == "annotation"} | {gang.KUEUE_TOTAL_COUNT}
 )  # the only pod annotations the gang check reads
-
-
-def _workload_pods(
-    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
-) -> fleet_health.PodSource:
-    if isinstance(cluster, watched_cluster.WatchedCluster):
-        return watched_cluster.WorkloadPods(cluster)
-    return gang_pods.GangPodReader(client)
-
-
-def _writer(
-    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
-) -> nodes.NodeWriter:
-    """The one node writer; over watch caches, each write it makes is one the next read of
-    the Nodes waits for (read-your-writes, ``sources.watched_cluster``)."""
-    if isinstance(cluster, watched_cluster.WatchedCluster):
-        return nodes.NodeWriter(client, on_written=cluster.node_written)
-    return nodes.NodeWriter(client)
 
 
 def gpu_isolation_step(

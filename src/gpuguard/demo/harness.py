@@ -7,18 +7,20 @@ tick runs only within the hold window (+2 min) after a change in the world, and 
 Xid lookback later (when the gauge's 24 h-ago value turns over). Skipped ticks would have
 read the same inputs and decided the same as the last one.
 
-The fast path (docs/design.md#fast-path): after each step the agents whose kernel log grew
-read it and write their node conditions; when a node's conditions become newly urgent
-(``model.node_conditions.newly_urgent``) the guard ticks at once, its clock reading the step's
-time plus the agent's poll interval (the follower reads at most that late), while the world
-keeps its 15 s step grid.
+The guard reads the cluster as ``gpuguard run`` does (``demo.guard_reads``): watch caches
+over HTTP, caught up with the world before every tick. The fast path
+(docs/design.md#fast-path): after each step the agents whose kernel log grew read it and
+write their node conditions; when the product's ``FastPath`` sees a node's conditions become
+newly urgent through the watch, it wakes the guard, which ticks at once, its clock reading
+the step's time plus the agent's poll interval (the follower reads at most that late), while
+the world keeps its 15 s step grid.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,19 +29,20 @@ from typing import Any
 import lightkube
 
 from gpuguard.actuators import jobs, ledger, workload_events
-from gpuguard.actuators import nodes as node_writer
 from gpuguard.agent import node_status as agent_status
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
+    fast_path,
     fault_history,
     fleet_health,
     recovery,
     return_to_pool,
+    telemetry,
     tick,
     wiring,
 )
-from gpuguard.demo import agents, host_checks, job_commands
+from gpuguard.demo import agents, guard_reads, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import rollouts as rollout_view
 from gpuguard.model import (
@@ -48,7 +51,6 @@ from gpuguard.model import (
     faults,
     fleet,
     gpu_isolation,
-    node_conditions,
     withheld,
 )
 from gpuguard.model import return_to_pool as return_model
@@ -66,7 +68,7 @@ from gpuguard.sim import (
     store,
     world,
 )
-from gpuguard.sources import changes, gang_pods, kubernetes
+from gpuguard.sources import changes, kubernetes, watched_cluster
 
 STEP = timedelta(seconds=15)
 MARGIN = timedelta(minutes=2)
@@ -95,6 +97,8 @@ class ScenarioRun:
     healthy_gpu_seconds_out: float = 0.0  # healthy GPUs made unavailable by gpuguard
     rollouts: list[dict[str, Any]] = field(default_factory=list)  # declared changes (demo.rollouts)
     rollout_watch: rollout_view.Watch = field(default_factory=rollout_view.Watch)
+    woken_ticks: int = 0  # ticks the fast path woke
+    fallback_lists: int = 0  # ticks that listed because a watch cache was not fresh
 
 
 @dataclass
@@ -152,18 +156,20 @@ def _play(
     node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")
     view.targets.append(node_agents.scrape)
     guard_clock = _GuardClock(clock)
+    fast, wakes = fast_path.FastPath(), guard_reads.Wakes()
     with kubeapi.serve(objects) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
     ) as client, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager=agent_status.FIELD_MANAGER
     ) as agent_client:
         node_agents.client = agent_client
-        writer = node_writer.NodeWriter(client)
+        reads = wiring.cluster_reads(client, settings, fast)
+        writer = reads.writer
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
         namespace = settings.controller.namespace
         guard = tick.Guard(
             metrics=view,
-            cluster=kubernetes.KubernetesReader(client),
+            cluster=reads.cluster,
             writer=writer,
             classifier=catalog,
             settings=settings,
@@ -212,18 +218,23 @@ def _play(
             # the gang check with its Events on the owners, over HTTP like the real guard; the
             # interconnect and topology checks run once at the end (demo.findings), not per tick
             fleet_health=fleet_health.FleetHealthWatch(
-                pods=gang_pods.GangPodReader(client),
+                pods=reads.workload_pods,
                 metrics=None,
                 settings=settings.fleet,
                 events=workload_events.WorkloadEvents(client),
             ),
         )
+        urgent = _Urgent(node_agents, guard_clock, reads.cluster, wakes, objects)
         try:
-            fast = _FastPath(node_agents, guard_clock)
-            _drive(run, guard, view, settings, jobs_kubelet, observe, fast)
+            with fast_path.watching(
+                reads.cluster, fast, wakes.wake, telemetry.GuardMetrics(),
+                settings.controller.interval,
+            ):
+                _drive(run, guard, view, settings, jobs_kubelet, observe, urgent)
         finally:
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
+    _ended(reads.cluster, run)
     run.withheld = _withheld(run)
     run.rollouts = run.rollout_watch.report()
     run.gpu_isolated = _gpu_isolated(run)
@@ -285,25 +296,47 @@ class _GuardClock:
 
 
 @dataclass
-class _FastPath:
-    """The agents' node conditions, and whether a step made one newly urgent."""
+class _Urgent:
+    """After each step: the agents read, the guard's caches catch up with the world, and
+    whether the product's fast path woke the guard. The guard's clock reads the step's time
+    plus the poll interval for the rest of a woken step."""
 
     agents: agents.NodeAgents
     clock: _GuardClock
-    known: dict[str, Mapping[str, node_conditions.GpuCondition]] = field(default_factory=dict)
+    cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+    wakes: guard_reads.Wakes
+    objects: store.ObjectStore
+    woken: int = 0
 
-    def urgent(self, objects: store.ObjectStore) -> bool:
-        """Let the agents read; whether a node they wrote on is newly urgent. The guard's
-        clock reads the step's time plus the poll interval for the rest of the step."""
+    def __post_init__(self) -> None:
+        self._caught_up = guard_reads.CaughtUp(self.objects)
+
+    def catch_up(self) -> None:
+        """Before the guard reads: its caches hold the world as it is now."""
+        if isinstance(self.cluster, watched_cluster.WatchedCluster):
+            self._caught_up.wait(self.cluster)
+
+    def after_step(self) -> bool:
         self.clock.offset = timedelta(0)
-        urgent = False
-        for name in self.agents.follow():
-            after = kubernetes.node_from_object(objects.get("Node", "", name)).gpu_conditions
-            urgent |= node_conditions.newly_urgent(self.known.get(name), after)
-            self.known[name] = after
+        self.agents.follow()
+        self.catch_up()
+        urgent = self.wakes.take()
         if urgent:
+            self.woken += 1
             self.clock.offset = timedelta(seconds=agents.POLL_INTERVAL_S)
         return urgent
+
+
+def _ended(
+    cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster, run: ScenarioRun
+) -> None:
+    """The watch threads ended with the simulator's API server (DemoError if not)."""
+    if not isinstance(cluster, watched_cluster.WatchedCluster):
+        return
+    run.fallback_lists = cluster.fallback_lists
+    if not cluster.join(guard_reads.JOIN_S):
+        raise guard_reads.DemoError(f"watch threads still running {guard_reads.JOIN_S:.0f}s "
+                                    "after the API server stopped")  # fmt: skip
 
 
 def _drive(
@@ -313,7 +346,7 @@ def _drive(
     settings: settings_model.GuardSettings,
     jobs_kubelet: kubelet.JobKubelet,
     observe: Observer | None = None,
-    fast: _FastPath | None = None,
+    fast: _Urgent | None = None,
 ) -> None:
     played, objects = run.played, run.played.store
     activity = _Activity(settings.isolation.hold_window, settings.isolation.xid_lookback)
@@ -330,7 +363,7 @@ def _drive(
         last = w.now
         if jobs_kubelet.due(w.now):  # a run time, deadline or TTL passed between ticks
             jobs_kubelet.step()
-        urgent = fast is not None and fast.urgent(objects)
+        urgent = fast is not None and fast.after_step()
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
             view.scrape(found_after=prometheus_view.SCRAPE)
@@ -341,12 +374,16 @@ def _drive(
             observe(w)
         if urgent or (w.elapsed % interval == timedelta(0) and activity.active(w.now)):
             jobs_kubelet.step()
+            if fast is not None:
+                fast.catch_up()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 
     view.scrape(found_after=prometheus_view.SCRAPE)
     if observe is not None:
         observe(played)
     played.run(step=STEP, on_step=on_step)
+    if fast is not None:
+        run.woken_ticks = fast.woken
     run.findings = demo_findings.phantom_findings(view, settings.phantom, played.now)
     run.findings += demo_findings.fleet_health_findings(played, settings.fleet, played.now)
 

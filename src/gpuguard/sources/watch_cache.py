@@ -111,6 +111,12 @@ class WatchCache(Generic[T]):
         if self._thread is not None:
             self._thread.join(join_s)
 
+    def join(self, timeout_s: float) -> bool:
+        """Whether the thread (asked to ``stop``) ended within ``timeout_s``."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self._thread is None or not self._thread.is_alive()
+
     def wait_synced(self, timeout_s: float) -> bool:
         return self._synced.wait(timeout_s)
 
@@ -175,16 +181,17 @@ class WatchCache(Generic[T]):
         fresh = dict(listed.items)
         with self._lock:
             before, first = self._objects, not self._synced.is_set()
-            self._objects, self._version = fresh, listed.resource_version
+            self._objects = fresh
             self._relists += 1
             self._last_relist, self._broken_since = self._monotonic(), None
-        self._synced.set()
-        log.info("%s: listed %d in %d page(s) at resourceVersion %s", self.resource.plural,
-                 len(fresh), listed.pages, listed.resource_version)  # fmt: skip
         if not first and self._on_change is not None:
             for key, after in fresh.items():
                 if (was := before.get(key)) != after:
                     self._notify(was, after)
+        self._reached(listed.resource_version)
+        self._synced.set()
+        log.info("%s: listed %d in %d page(s) at resourceVersion %s", self.resource.plural,
+                 len(fresh), listed.pages, listed.resource_version)  # fmt: skip
         self._announce()
 
     def _watch(self) -> None:
@@ -211,7 +218,7 @@ class WatchCache(Generic[T]):
         if event.type == "DELETED":
             with self._lock:
                 self._objects.pop(key, None)
-                self._version = version or self._version
+            self._reached(version)
             self._announce()
             return
         after = self._converted(event)
@@ -219,10 +226,16 @@ class WatchCache(Generic[T]):
             before = self._objects.get(key)
             if after is not None:
                 self._objects[key] = after
-            self._version = version or self._version
         if after is not None:
             self._notify(before, after)
+        self._reached(version)
         self._announce()
+
+    def _reached(self, version: str) -> None:
+        """The cache holds everything through ``version``: set only once the change hooks
+        ran, so whoever waited for it (``holds``) also sees what they did (a wake)."""
+        with self._lock:
+            self._version = version or self._version
 
     def _converted(self, event: kube_lists.Event) -> T | None:
         try:

@@ -147,6 +147,19 @@ class WatchedCluster:
         nodes = self.node_cache.wait_synced(timeout_s)
         return nodes and self.pod_cache.wait_synced(max(0.0, deadline - time.monotonic()))
 
+    def holds(self, nodes: str, pods: str, timeout_s: float) -> bool:
+        """Whether the Nodes cache reached resourceVersion ``nodes`` and the Pods cache
+        ``pods`` within ``timeout_s`` (together), their change hooks run."""
+        deadline = time.monotonic() + timeout_s
+        held = self.node_cache.holds(nodes, timeout_s)
+        return held and self.pod_cache.holds(pods, max(0.0, deadline - time.monotonic()))
+
+    def join(self, timeout_s: float) -> bool:
+        """Whether both threads (``stop``ped) ended within ``timeout_s`` (together)."""
+        deadline = time.monotonic() + timeout_s
+        ended = self.node_cache.join(timeout_s)
+        return ended and self.pod_cache.join(max(0.0, deadline - time.monotonic()))
+
     def states(self) -> tuple[watch_cache.CacheState, ...]:
         return self.node_cache.state(), self.pod_cache.state()
 
