@@ -230,6 +230,7 @@ def _play(
                 reads.cluster, fast, wakes.wake, telemetry.GuardMetrics(),
                 settings.controller.interval,
             ):
+                urgent.started()
                 _drive(run, guard, view, settings, jobs_kubelet, observe, urgent)
         finally:
             node_agents.close()
@@ -310,6 +311,14 @@ class _Urgent:
 
     def __post_init__(self) -> None:
         self._caught_up = guard_reads.CaughtUp(self.objects)
+
+    def started(self) -> None:
+        """The caches listed before the world's first step (a first list wakes nothing)."""
+        if isinstance(self.cluster, watched_cluster.WatchedCluster) and not (
+            self.cluster.wait_synced(0.0)
+        ):
+            raise guard_reads.DemoError("watch caches of the simulator's API not synced "
+                                        "within the guard's interval")  # fmt: skip
 
     def catch_up(self) -> None:
         """Before the guard reads: its caches hold the world as it is now."""
