@@ -11,9 +11,9 @@ The world runs in a second process (``multiprocessing``, spawned), so the contro
 its own: the simulator's Kubernetes API (``sim.kubeapi.serve``) over a store of realistically
 sized objects (``FleetObjects``), a byte-counting TCP relay in front of it (bytes read from the
 API = bytes the API sent to the controller, headers and watch streams included), and a
-stand-in Prometheus: the simulator's Prometheus HTTP API (``sim.prometheus_api.serve``)
-answering each of the tick's queries (``sources.prometheus.QueryPlan``) with what a healthy
-fleet of that size answers (``HealthyFleet``), counting them. The controller process wires a
+stand-in Prometheus (``/api/v1/query`` only) answering each of the tick's queries
+(``sources.prometheus.QueryPlan``) with what a healthy fleet of that size answers
+(``HealthyFleet``), counting queries and bytes. The controller process wires a
 ``controller.tick.Guard`` as ``gpuguard run`` does (``controller.wiring``: the lightkube client,
 ``PrometheusSource``, ``NodeWriter``, the packaged Xid catalog, default settings), dry-run,
 with the isolation decision and the freshness check but without the optional steps (recovery,
@@ -36,6 +36,7 @@ import resource
 import selectors
 import socket
 import statistics
+import sys
 import threading
 import time
 import urllib.request
@@ -43,16 +44,21 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx2
+from lightkube import Client
 
 from gpuguard.actuators import nodes
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import tick, wiring
-from gpuguard.model import fleet, ports
+from gpuguard.model import annotation_keys, fleet, ports
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import kube_objects, kubeapi, prometheus_api, state, store
+from gpuguard.sim import kube_objects, kubeapi, metrics_server, state, store
 from gpuguard.sources import kubernetes, prometheus
 
 Obj = dict[str, Any]
@@ -261,6 +267,18 @@ def node_name(i: int) -> str:
     return f"gpu-node-{i:05d}"
 
 
+def _generated_suffix(i: int) -> str:
+    """A DaemonSet pod's 5-letter suffix, distinct per node: ``kube_objects.pod_name`` hashes
+    the node's name into 5 letters, and among 10,000 nodes a few collide (the API server would
+    generate another); ``i * 7919`` is a bijection modulo 27**5 (7919 is prime, not 3)."""
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generateName letters
+    n, suffix = i * 7919 % len(alphabet) ** 5, ""
+    for _ in range(5):
+        n, digit = divmod(n, len(alphabet))
+        suffix += alphabet[digit]
+    return suffix
+
+
 def _uid(*parts: object) -> str:
     return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, "/".join(map(str, parts))))
 
@@ -297,13 +315,15 @@ class FleetObjects:
 
     def pods(self, i: int, generation: int = 0) -> list[tuple[str, Obj]]:
         """(namespace, Pod) of node ``i``: 5 system pods, 4 GPU pods, 1 CPU pod."""
-        node = node_name(i)
-        found = [(sp.namespace, self._system_pod(sp, node)) for sp in kube_objects.SYSTEM_PODS]
+        found = [(sp.namespace, self._system_pod(sp, i)) for sp in kube_objects.SYSTEM_PODS]
         found += [("train", self.workload(i, k, generation)) for k in range(5)]
         return found
 
-    def _system_pod(self, sp: kube_objects.SystemPod, node: str) -> Obj:
+    def _system_pod(self, sp: kube_objects.SystemPod, i: int) -> Obj:
+        node = node_name(i)
         pod = kube_objects.system_pod_object(sp, node, CREATED)
+        if not sp.static:
+            pod["metadata"]["name"] = sp.prefix + _generated_suffix(i)
         pod["status"] = kube_objects.system_pod_status(sp, True, 0, CREATED)
         owner = ("Node", node) if sp.static else ("DaemonSet", sp.prefix.rstrip("-"))
         return self._padded(pod, node, owner)
@@ -364,10 +384,13 @@ class BenchStore(store.ObjectStore):
     own methods (each one a ``Change`` its watches deliver)."""
 
     def load(self, kind: str, namespace: str, obj: Obj) -> None:
+        key = (kind, namespace, obj["metadata"]["name"])
         with self._lock:
+            if key in self._objects:
+                raise BenchError(f"the bench built two objects named {key}")
             self._rv += 1
             obj["metadata"]["resourceVersion"] = str(self._rv)
-            self._objects[(kind, namespace, obj["metadata"]["name"])] = obj
+            self._objects[key] = obj
 
     def list_with_version(
         self, kind: str, namespace: str | None = None
@@ -430,37 +453,44 @@ class ByteCountingRelay:
                         return
 
 
-Answer = Callable[[datetime], list[prometheus_api.Sample]]
+Value = Callable[[float], float]  # a series' value at an evaluation time (Unix seconds)
 
 
 class HealthyFleet:
-    """``prometheus_api.Answers`` for the tick's queries over a healthy fleet of ``n`` nodes:
+    """What Prometheus answers the tick's queries with for a healthy fleet of ``n`` nodes:
     per GPU, dcgm-exporter's Xid gauge at 0 (``DCGM_FI_DEV_XID_ERRORS``, now and a lookback
     ago, with the exporter's labels and its pod mapping); per node, no GPU loss, the newest
     dcgm-exporter and agent sample; the two freshness stamps; nothing for the queries that
-    select faults (Xid counts, the agent's counters, which are ``> 0`` filters) and for the
-    agent's opt-in GPU-to-pod series. A query it does not know is refused (HTTP 400), so a
-    changed plan fails the bench rather than reading as healthy."""
+    select faults (Xid counts, the agent's counters: ``> 0`` filters) and for the agent's
+    opt-in GPU-to-pod series. A query it does not know is refused (HTTP 400), so a changed
+    plan fails the bench rather than reading as healthy.
+
+    Each series' JSON is encoded once; an answer joins them around the evaluation time, so the
+    stand-in costs the tick next to nothing (``sim.prometheus_api`` builds and encodes every
+    sample per request: ~3 s a tick at 10,000 nodes, which the tick would be charged with)."""
 
     def __init__(self, n: int, plan: Mapping[str, str]) -> None:
-        nodes_ = [node_name(i) for i in range(n)]
-        gpus = [self._gpu_labels(i, g) for i in range(n) for g in range(GPUS_PER_NODE)]
-        xid: Answer = lambda at: [(labels, 0.0) for labels in gpus]  # noqa: E731
-        answers: dict[str, Answer] = {
-            names.DCGM_XID_LAST: xid,
-            names.XID_LAST_24H_AGO: xid,
-            names.GPU_LOSS_HELD: lambda at: [({"node": n}, 0.0) for n in nodes_],
-            names.DCGM_NODE_NEWEST: lambda at: [({"Hostname": n}, _ago(at, 7)) for n in nodes_],
-            names.AGENT_NODE_NEWEST: lambda at: [({"node": n}, _ago(at, 4)) for n in nodes_],
-            names.FRESHNESS_KSM: lambda at: [({}, _ago(at, 3))],
-            names.FRESHNESS_DCGM: lambda at: [({}, _ago(at, 2))],
+        xid = [_series_head(self._gpu_labels(i, g)) for i in range(n)
+               for g in range(GPUS_PER_NODE)]  # fmt: skip
+        per_node = {key: [_series_head({key: node_name(i)}) for i in range(n)]
+                    for key in ("node", "Hostname")}  # fmt: skip
+        fleet_wide = [_series_head({})]
+        zero: Value = lambda t: 0.0  # noqa: E731
+        answers: dict[str, tuple[list[str], Value]] = {
+            names.DCGM_XID_LAST: (xid, zero),
+            names.XID_LAST_24H_AGO: (xid, zero),
+            names.GPU_LOSS_HELD: (per_node["node"], zero),
+            names.DCGM_NODE_NEWEST: (per_node["Hostname"], lambda t: t - 7),
+            names.AGENT_NODE_NEWEST: (per_node["node"], lambda t: t - 4),
+            names.FRESHNESS_KSM: (fleet_wide, lambda t: t - 3),
+            names.FRESHNESS_DCGM: (fleet_wide, lambda t: t - 2),
         }
         empty = (names.XID_COUNT_RECENT, names.XID_TOTAL_RECENT, names.FALLEN_OFF_BUS_RECENT,
                  names.GPU_POD)  # fmt: skip
-        answers |= {name: lambda at: [] for name in empty}
+        answers |= {name: ([], zero) for name in empty}
         self._by_query = {promql: answers[name] for name, promql in plan.items()}
         self._lock = threading.Lock()
-        self._queries = 0
+        self.queries = self.bytes = 0
 
     @staticmethod
     def _gpu_labels(i: int, g: int) -> dict[str, str]:
@@ -474,25 +504,50 @@ class HealthyFleet:
             "instance": f"10.42.{i % 256}.3:9400", "job": "nvidia-dcgm-exporter",
         }  # fmt: skip
 
-    @property
-    def queries(self) -> int:
+    def answer(self, query: str, at: float) -> tuple[int, bytes]:
+        """(HTTP status, body) of ``GET /api/v1/query`` as Prometheus answers it
+        (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries)."""
+        found = self._by_query.get(query)
+        if found is None:
+            body = {"status": "error", "errorType": "bad_data",
+                    "error": f"the bench has no answer for {query!r}"}  # fmt: skip
+            return 400, json.dumps(body).encode()
+        heads, value = found
+        point = f'{at},"{value(at)!r}"]}}'
+        result = (point + ",").join(heads) + point if heads else ""
+        data = f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'
+        encoded = data.encode()
         with self._lock:
-            return self._queries
+            self.queries += 1
+            self.bytes += len(encoded)
+        return 200, encoded
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def instant(self, query: str, at: datetime) -> list[prometheus_api.Sample]:
+    def counters(self) -> tuple[int, int]:
+        """Queries answered and their bytes, so far."""
         with self._lock:
-            self._queries += 1
-        answer = self._by_query.get(query)
-        if answer is None:
-            raise prometheus_api.QueryRefused(f"the bench has no answer for {query!r}")
-        return answer(at)
+            return self.queries, self.bytes
 
 
-def _ago(at: datetime, seconds: float) -> float:
-    return at.timestamp() - seconds
+def _series_head(labels: Mapping[str, str]) -> str:
+    """One vector item's JSON up to its sample: ``{"metric":{...},"value":[``."""
+    return f'{{"metric":{json.dumps(labels, separators=(",", ":"))},"value":['
+
+
+def _prometheus_handler(fleet_: HealthyFleet) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            params = dict(parse_qsl(url.query))
+            if url.path != "/api/v1/query":
+                metrics_server.reply(self, 404, "text/plain", b"not found")
+                return
+            status, body = fleet_.answer(params.get("query", ""), float(params["time"]))
+            metrics_server.reply(self, status, "application/json", body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    return Handler
 
 
 def tick_plan(guard_settings: settings_model.GuardSettings) -> prometheus.QueryPlan:
@@ -534,6 +589,21 @@ class Churn:
 
 
 @dataclass(frozen=True)
+class Counters:
+    """The world's counters: bytes the API sent the controller, Prometheus queries and the
+    bytes of their answers."""
+
+    api_bytes: int
+    prom_queries: int
+    prom_bytes: int
+
+    def __sub__(self, earlier: Counters) -> Counters:
+        return Counters(self.api_bytes - earlier.api_bytes,
+                        self.prom_queries - earlier.prom_queries,
+                        self.prom_bytes - earlier.prom_bytes)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class WorldReady:
     """What the world process reports once it serves."""
 
@@ -558,8 +628,8 @@ def _body_bytes(url: str) -> int:
 
 
 def world(n: int, share: float, conn: Connection) -> None:
-    """The world process: serve until told ``stop``; answer ``counters`` with (API bytes sent
-    through the relay, Prometheus queries) and ``change`` with the changed nodes' names."""
+    """The world process: serve until told ``stop``; answer ``counters`` with ``Counters``
+    and ``change`` with the changed nodes' names."""
     started = time.perf_counter()
     builder, objects = FleetObjects(), BenchStore()
     for i in range(n):
@@ -569,11 +639,13 @@ def world(n: int, share: float, conn: Connection) -> None:
     built = time.perf_counter() - started
     answers = HealthyFleet(n, tick_plan(settings_model.GuardSettings()).queries())
     churn = Churn(objects, builder, n, share)
-    with kubeapi.serve(objects) as api, prometheus_api.serve(answers) as prom:
+    prometheus_handler = _prometheus_handler(answers)
+    with kubeapi.serve(objects) as api, \
+            metrics_server.serving(prometheus_handler, "127.0.0.1", 0, "prometheus") as prom:
         host, port = api.url.removeprefix("http://").rsplit(":", 1)
         relay = ByteCountingRelay((host, int(port)))
         conn.send(WorldReady(
-            api_url=relay.url, prometheus_url=prom.url, nodes=n, pods=n * 10,
+            api_url=relay.url, prometheus_url=prom, nodes=n, pods=n * 10,
             node_list_bytes=_body_bytes(f"{api.url}/api/v1/nodes"),
             pod_list_bytes=_body_bytes(f"{api.url}/api/v1/pods"),
             node_bytes=len(json.dumps(builder.node(0))),
@@ -581,7 +653,7 @@ def world(n: int, share: float, conn: Connection) -> None:
         ))  # fmt: skip
         while (command := conn.recv()) != "stop":
             if command == "counters":
-                conn.send((relay.sent, answers.queries))
+                conn.send(Counters(relay.sent, *answers.counters()))
             elif command == "change":
                 conn.send(churn.apply())
         relay.close()
@@ -602,6 +674,7 @@ class Figures:
     pods: int
     cluster_s: float = 0.0  # of ``seconds``: in the cluster reader (nodes() and pods())
     prometheus_s: float = 0.0  # in the Prometheus source (every query of the plan)
+    prom_bytes: int = 0  # the answers' bodies
 
 
 class WorldProcess:
@@ -616,10 +689,10 @@ class WorldProcess:
             raise BenchError(f"the world of {n} nodes did not start within 30 minutes")
         self.ready: WorldReady = self._conn.recv()
 
-    def counters(self) -> tuple[int, int]:
+    def counters(self) -> Counters:
         self._conn.send("counters")
-        sent, queries = self._conn.recv()
-        return int(sent), int(queries)
+        counters: Counters = self._conn.recv()
+        return counters
 
     def change(self) -> list[str]:
         self._conn.send("change")
@@ -632,10 +705,10 @@ class WorldProcess:
         """Wait until no byte has flowed to the controller for a moment (its watches, if any,
         have delivered what changed)."""
         deadline = time.monotonic() + _SETTLE_MAX_S
-        last = self.counters()[0]
+        last = self.counters().api_bytes
         while time.monotonic() < deadline:
             time.sleep(_SETTLE_S)
-            now = self.counters()[0]
+            now = self.counters().api_bytes
             if now == last:
                 return
             last = now
@@ -714,10 +787,16 @@ def _reader(kind: str, client: Any) -> ports.ClusterReader:
 
 
 @contextlib.contextmanager
-def controller(ready: WorldReady, reader: str, watch: Stopwatch) -> Iterator[tick.Guard]:
-    """The tick's Guard wired as ``wiring.build_guard`` wires it (dry-run, core steps only)."""
+def controller(ready: WorldReady, options: Options, watch: Stopwatch) -> Iterator[tick.Guard]:
+    """The tick's Guard wired as ``wiring.build_guard`` wires it (dry-run, core steps only);
+    the lightkube client as ``wiring.kube_client`` makes it, with the read timeout asked for
+    (lightkube's default, 10 s, is what ``gpuguard run`` uses)."""
     guard_settings = settings_model.GuardSettings()
-    client = wiring.kube_client(wiring.Connection(kube_server=ready.api_url))
+    client = Client(
+        config=kubeapi.lightkube_config(ready.api_url),
+        field_manager=annotation_keys.FIELD_MANAGER,
+        timeout=httpx2.Timeout(options.kube_timeout_s),
+    )
     metrics = prometheus.PrometheusSource(
         ready.prometheus_url, tick_plan(guard_settings),
         staleness=guard_settings.prometheus.staleness,
@@ -726,7 +805,7 @@ def controller(ready: WorldReady, reader: str, watch: Stopwatch) -> Iterator[tic
     try:
         yield tick.Guard(
             metrics=TimedMetrics(metrics, watch),
-            cluster=TimedCluster(_reader(reader, client), watch),
+            cluster=TimedCluster(_reader(options.reader, client), watch),
             writer=nodes.NodeWriter(client),
             classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
             settings=guard_settings,
@@ -739,14 +818,15 @@ def controller(ready: WorldReady, reader: str, watch: Stopwatch) -> Iterator[tic
 
 
 def measured(
-    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, since: tuple[int, int]
+    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, since: Counters
 ) -> tuple[Figures, tick.TickResult]:
     """One tick; bytes and queries counted from ``since`` (counters before any change)."""
     watch.reset()
     started = time.perf_counter()
     result = guard.tick()
     seconds = time.perf_counter() - started
-    sent, queries = world_.counters()
+    print(f"  tick: {seconds:.2f} s", file=sys.stderr, flush=True)  # progress, not a figure
+    counted = world_.counters() - since
     if not result.ok or result.step_errors or result.snapshot is None:
         raise BenchError(f"the tick failed: {result.error or result.step_errors}")
     decision = result.decision
@@ -754,9 +834,9 @@ def measured(
         raise BenchError("a healthy fleet was not read as healthy: "
                          f"{decision and decision.actions} {result.silent[:3]}")
     snapshot = result.snapshot
-    return Figures(seconds, sent - since[0], queries - since[1], _vm_rss_mb(),
+    return Figures(seconds, counted.api_bytes, counted.prom_queries, _vm_rss_mb(),
                    len(snapshot.nodes), len(snapshot.pods), watch.cluster_s,
-                   watch.prometheus_s), result  # fmt: skip
+                   watch.prometheus_s, counted.prom_bytes), result  # fmt: skip
 
 
 def _check_changed(result: tick.TickResult, changed: list[str], round_: int) -> None:
@@ -782,30 +862,44 @@ class SizeResult:
     world_rss_mb: float
 
 
-def run_size(n: int, reader: str, ticks: int, share: float) -> SizeResult:
-    world_ = WorldProcess(n, share)
+@dataclass(frozen=True)
+class Options:
+    reader: str
+    ticks: int
+    share: float
+    kube_timeout_s: float
+
+
+def run_size(n: int, options: Options) -> SizeResult:
+    """The initial sync (reader built, first tick), ``options.ticks`` steady ticks, then as
+    many ticks each after ``options.share`` of the nodes changed."""
+    world_ = WorldProcess(n, options.share)
     try:
-        ready = world_.ready
         since, started, watch = world_.counters(), time.perf_counter(), Stopwatch()
-        with controller(ready, reader, watch) as guard:
+        with controller(world_.ready, options, watch) as guard:
             first, _ = measured(guard, world_, watch, since)  # a watching reader syncs here
             sync = replace(first, seconds=time.perf_counter() - started)
             peak = _peak_rss_mb()
-            steady = []
-            for _ in range(ticks):
-                steady.append(measured(guard, world_, watch, world_.counters())[0])
-            changed, count = [], 0
-            for round_ in range(1, ticks + 1):
-                since = world_.counters()
-                names_ = world_.change()
-                world_.settle()
-                figures, result = measured(guard, world_, watch, since)
-                _check_changed(result, names_, round_)
-                changed.append(figures)
-                count = len(names_)
-            return SizeResult(ready, reader, sync, peak, steady, changed, count, world_.rss_mb())
+            steady = [measured(guard, world_, watch, world_.counters())[0]
+                      for _ in range(options.ticks)]  # fmt: skip
+            changed = [_changed_tick(guard, world_, watch, k) for k in range(options.ticks)]
+        return SizeResult(world_.ready, options.reader, sync, peak, steady,
+                          [f for f, _ in changed], changed[-1][1], world_.rss_mb())  # fmt: skip
     finally:
         world_.stop()
+
+
+def _changed_tick(
+    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, k: int
+) -> tuple[Figures, int]:
+    """A tick after the world changed nodes (round ``k + 1``); its figures count the bytes the
+    change sent the controller before the tick too. Also the number of changed nodes."""
+    since = world_.counters()
+    changed = world_.change()
+    world_.settle()
+    figures, result = measured(guard, world_, watch, since)
+    _check_changed(result, changed, k + 1)
+    return figures, len(changed)
 
 
 # --- Report ----------------------------------------------------------------------------------
@@ -829,6 +923,7 @@ def report(r: SizeResult, share: float) -> list[str]:
         r.steady[-1].nodes, r.steady[-1].pods,
         statistics.median(f.cluster_s for f in r.steady),
         statistics.median(f.prometheus_s for f in r.steady),
+        max(f.prom_bytes for f in r.steady),
     )  # fmt: skip
     changed_bytes = round(statistics.median(f.api_bytes for f in r.changed))
     changed_s = statistics.median(f.seconds for f in r.changed)
@@ -854,7 +949,7 @@ def report(r: SizeResult, share: float) -> list[str]:
         f"{_verdict(share_steady <= TARGET_BYTES_SHARE)}; rss after sync ≤ "
         f"{TARGET_RSS_MB:g} MB {_verdict(r.sync.rss_mb <= TARGET_RSS_MB)}",
         f"steady split: cluster_read_s={steady.cluster_s:.3f} "
-        f"prometheus_s={steady.prometheus_s:.3f} "
+        f"prometheus_s={steady.prometheus_s:.3f} prom_bytes={steady.prom_bytes} "
         f"decide_and_rest_s={steady.seconds - steady.cluster_s - steady.prometheus_s:.3f}",
         f"steady tick: nodes={steady.nodes} pods={steady.pods} seconds={steady.seconds:.3f} "
         f"api_bytes={steady.api_bytes} prom_queries={steady.prom_queries} "
@@ -862,18 +957,18 @@ def report(r: SizeResult, share: float) -> list[str]:
     ]
 
 
-def _measured_in_child(n: int, reader: str, ticks: int, share: float, conn: Connection) -> None:
+def _measured_in_child(n: int, options: Options, conn: Connection) -> None:
     try:
-        conn.send(run_size(n, reader, ticks, share))
+        conn.send(run_size(n, options))
     except BenchError as e:
         conn.send(e)
 
 
-def measured_size(n: int, reader: str, ticks: int, share: float) -> SizeResult:
+def measured_size(n: int, options: Options) -> SizeResult:
     """``run_size`` in a fresh controller process, so one size's RSS owes nothing to the last."""
     context = multiprocessing.get_context("spawn")
     conn, child = context.Pipe()
-    process = context.Process(target=_measured_in_child, args=(n, reader, ticks, share, child))
+    process = context.Process(target=_measured_in_child, args=(n, options, child))
     process.start()
     try:
         answer = conn.recv()
@@ -897,14 +992,19 @@ def main() -> None:
                         help="steady ticks, then as many changed ticks (medians reported)")
     parser.add_argument("--change-share", type=float, default=CHANGED_SHARE,
                         help="share of nodes that change between changed ticks")
+    parser.add_argument("--kube-timeout", type=float, default=10.0,
+                        help="the lightkube client's timeout in seconds (default: lightkube's "
+                             "10 s, as gpuguard run)")
     args = parser.parse_args()
-    print(f"tick bench: reader={args.reader}; Prometheus: stand-in (sim.prometheus_api "
-          "answering the tick's queries for a healthy fleet); Kubernetes: sim.kubeapi over "
-          "HTTP, bytes counted by a relay; guard: tick.Guard dry-run, core steps", flush=True)
+    options = Options(args.reader, args.ticks, args.change_share, args.kube_timeout)
+    print(f"tick bench: reader={args.reader}; Kubernetes: sim.kubeapi over HTTP, bytes "
+          "counted by a relay; Prometheus: a stand-in answering the tick's queries as for a "
+          "healthy fleet (per-GPU Xid gauges at 0); guard: tick.Guard dry-run, core steps",
+          flush=True)
     queries: dict[int, int] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         try:
-            result = measured_size(n, args.reader, args.ticks, args.change_share)
+            result = measured_size(n, options)
         except BenchError as e:
             raise SystemExit(f"tick bench at {n} nodes: {e}") from e
         for line in report(result, args.change_share):
