@@ -868,6 +868,7 @@ class Options:
     ticks: int
     share: float
     kube_timeout_s: float
+    pause_s: float  # between two ticks (the tick interval: a watch's bookmarks flow meanwhile)
 
 
 def run_size(n: int, options: Options) -> SizeResult:
@@ -880,22 +881,34 @@ def run_size(n: int, options: Options) -> SizeResult:
             first, _ = measured(guard, world_, watch, since)  # a watching reader syncs here
             sync = replace(first, seconds=time.perf_counter() - started)
             peak = _peak_rss_mb()
-            steady = [measured(guard, world_, watch, world_.counters())[0]
+            steady = [_steady_tick(guard, world_, watch, options.pause_s)
                       for _ in range(options.ticks)]  # fmt: skip
-            changed = [_changed_tick(guard, world_, watch, k) for k in range(options.ticks)]
+            changed = [_changed_tick(guard, world_, watch, k, options.pause_s)
+                       for k in range(options.ticks)]  # fmt: skip
         return SizeResult(world_.ready, options.reader, sync, peak, steady,
                           [f for f, _ in changed], changed[-1][1], world_.rss_mb())  # fmt: skip
     finally:
         world_.stop()
 
 
+def _steady_tick(
+    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, pause_s: float
+) -> Figures:
+    """A tick ``pause_s`` after the last one, nothing changed; the bytes of the pause count."""
+    since = world_.counters()
+    time.sleep(pause_s)
+    return measured(guard, world_, watch, since)[0]
+
+
 def _changed_tick(
-    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, k: int
+    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, k: int, pause_s: float
 ) -> tuple[Figures, int]:
     """A tick after the world changed nodes (round ``k + 1``); its figures count the bytes the
-    change sent the controller before the tick too. Also the number of changed nodes."""
+    change (and the pause) sent the controller before the tick too. Also the number of
+    changed nodes."""
     since = world_.counters()
     changed = world_.change()
+    time.sleep(pause_s)
     world_.settle()
     figures, result = measured(guard, world_, watch, since)
     _check_changed(result, changed, k + 1)
@@ -995,8 +1008,11 @@ def main() -> None:
     parser.add_argument("--kube-timeout", type=float, default=10.0,
                         help="the lightkube client's timeout in seconds (default: lightkube's "
                              "10 s, as gpuguard run)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds between ticks (the controller's interval is 30 s; what a "
+                             "watch receives meanwhile counts in the next tick's bytes)")
     args = parser.parse_args()
-    options = Options(args.reader, args.ticks, args.change_share, args.kube_timeout)
+    options = Options(args.reader, args.ticks, args.change_share, args.kube_timeout, args.pause)
     print(f"tick bench: reader={args.reader}; Kubernetes: sim.kubeapi over HTTP, bytes "
           "counted by a relay; Prometheus: a stand-in answering the tick's queries as for a "
           "healthy fleet (per-GPU Xid gauges at 0); guard: tick.Guard dry-run, core steps",
