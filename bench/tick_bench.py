@@ -685,9 +685,14 @@ class WorldProcess:
         self._conn, child = context.Pipe()
         self._process = context.Process(target=world, args=(n, share, child), daemon=True)
         self._process.start()
+        child.close()
         if not self._conn.poll(1800):
             raise BenchError(f"the world of {n} nodes did not start within 30 minutes")
-        self.ready: WorldReady = self._conn.recv()
+        try:
+            self.ready: WorldReady = self._conn.recv()
+        except EOFError:
+            raise BenchError(f"the world of {n} nodes ended while starting (exit code "
+                             f"{self._process.exitcode}; out of memory?)") from None
 
     def counters(self) -> Counters:
         self._conn.send("counters")
@@ -983,6 +988,7 @@ def measured_size(n: int, options: Options) -> SizeResult:
     conn, child = context.Pipe()
     process = context.Process(target=_measured_in_child, args=(n, options, child))
     process.start()
+    child.close()  # the child's end lives in the child: its exit is our end of file
     try:
         answer = conn.recv()
     except EOFError:
