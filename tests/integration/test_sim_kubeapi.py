@@ -183,7 +183,7 @@ async def test_async_merge_patch_cordons_and_annotates_together(
     assert node.metadata.annotations == {"gpuguard.io/reason": "xid-79"}
 
 
-def test_strategic_merge_patch_is_accepted_as_a_merge_patch(
+def test_lightkubes_default_strategic_merge_patch_cordons(
     sim_api: SimApi, client: lightkube.Client
 ) -> None:
     add_node(sim_api.store, "gpu-1")

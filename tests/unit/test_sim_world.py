@@ -385,3 +385,27 @@ def test_a_job_hang_is_used_by_the_next_job_of_its_kind_only() -> None:
     assert not w.take_job_hang(name, "burnin")
     assert w.take_job_hang(name, "evidence")
     assert not w.take_job_hang(name, "evidence")
+
+
+def test_a_condition_another_writer_set_survives_the_kubelets_updates_and_a_reboot() -> None:
+    w = build("""
+{at: 10m, xid: {node: 1, gpu: 4, xid: 79}}
+{at: 1h, reboot: {node: 1}}
+{at: 2h, power_cycle: {node: 1}}
+""")
+    w.step_to(timedelta(minutes=11))
+    gone = {"type": "GpuFallenOffBus", "status": "True", "reason": "GpuGoneFromBus",
+            "message": "gpu=4 xid=79; fell off the bus"}
+    w.store.merge_patch("Node", "", "gpu-node-b", {"status": {"conditions": [gone]}},
+                        scope=store.Scope.STATUS, manager="gpuguard-agent", strategic=True)
+    w.step_to(timedelta(hours=1, minutes=30))
+    assert ready(w) == "Unknown"  # the kubelet's own condition moved on
+    old_boot = node_obj(w)["status"]["nodeInfo"]["bootID"]
+    w.step_to(timedelta(hours=3))
+
+    conditions = node_obj(w)["status"]["conditions"]
+    assert ready(w) == "True"
+    assert node_obj(w)["status"]["nodeInfo"]["bootID"] != old_boot
+    assert gone in conditions
+    assert sorted(c["type"] for c in conditions) == [
+        "DiskPressure", "GpuFallenOffBus", "MemoryPressure", "PIDPressure", "Ready"]

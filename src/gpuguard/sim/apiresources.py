@@ -97,6 +97,16 @@ class RequestRefused(store.StoreError):
         self.reason = reason
 
 
+class ListExpired(RequestRefused):
+    """A paged list's continue token older than the history (HTTP 410, reason Expired); the
+    answer carries a token that continues from the newest state (an inconsistent remainder),
+    as the real API server's does."""
+
+    def __init__(self, message: str, continue_token: str) -> None:
+        super().__init__(410, "Expired", message)
+        self.continue_token = continue_token
+
+
 @dataclass(frozen=True)
 class Target:
     """What a request path names: a collection (``name`` None) or one object."""
@@ -155,6 +165,8 @@ def status_body(error: store.StoreError, target: Target | None = None) -> dict[s
         "reason": error.reason,
         "code": error.status,
     }
+    if isinstance(error, ListExpired):
+        body["metadata"] = {"continue": error.continue_token}
     if target is not None:
         details = {"kind": target.resource.plural, "name": target.name}
         body["details"] = {k: v for k, v in details.items() if v}

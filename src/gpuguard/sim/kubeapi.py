@@ -1,11 +1,15 @@
 """A Kubernetes-API-compatible HTTP server over the simulator's ObjectStore.
 
-It speaks enough of the real API (get, list, create, merge-patch, replace, delete and watch
-of Nodes, Pods, ConfigMaps, Events, Jobs and Leases, with label/field selectors,
-resourceVersion preconditions and ``Status`` errors; and ``GET /version``) that the real
-``lightkube`` clients, sync and async, work against it unchanged over loopback — so
+It speaks enough of the real API (get, list, create, merge-patch, strategic-merge-patch,
+replace, delete and watch of Nodes, Pods, ConfigMaps, Events, Jobs and Leases, with
+label/field selectors, paged lists (``sim.paging``), watch bookmarks, resourceVersion
+preconditions and ``Status`` errors; and ``GET /version``) that the real ``lightkube``
+clients, sync and async, and ``kubectl`` work against it unchanged over loopback — so
 gpuguard's adapters are tested against the wire protocol, not against a mock of their own
-making.
+making. It counts what it serves (``traffic()``), for benchmarks.
+
+Objects go out as JSON serialized once per stored version (``ObjectStore.encoded``): a list
+or watch of 100,000 pods joins bytes instead of copying and encoding every object each time.
 
 Start it with ``serve(store)``; point lightkube at it with ``lightkube_config(server.url)``.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 import select
 import socket
@@ -33,9 +38,11 @@ from gpuguard.sim import (
     eviction,
     kube_objects,
     managed_fields,
+    paging,
     selectors,
     store,
     tables,
+    traffic,
 )
 from gpuguard.sim.apiresources import RequestRefused, Target
 
@@ -45,9 +52,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Query = dict[str, str]
-Reply = tuple[int, store.Obj]
+Reply = tuple[int, store.Obj | bytes]
 _WATCH_POLL_S = 0.25  # how often an idle watch checks for a stop or a vanished client
-_MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+BOOKMARK_INTERVAL_S = 60.0
+"""How often a watch that allows bookmarks gets one: the cacher's ``defaultBookmarkFrequency``
+(kubernetes ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go``: a minute)."""
+_MERGE_PATCH = "application/merge-patch+json"
+_STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+_PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH)
+_COMPACT = (",", ":")  # the API server writes compact JSON
+_INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_PRE_TIMEOUT_BOOKMARK_S = 2.0
 _JOIN_TIMEOUT_S = 5.0
 _SERVER_FIELDS = ("uid", "creationTimestamp", "resourceVersion", "generation")  # ignored on create
 _VERSION_PATHS = ("/version", "/version/")
@@ -93,6 +108,26 @@ class KubeApiServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    @property
+    def bookmark_interval(self) -> float:
+        """Seconds between BOOKMARK events on a watch that allows them (60 by default, as
+        the real API server; tests set it short). Applies to watches started after."""
+        return self._httpd.bookmark_interval_s
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"bookmark interval must be positive, not {seconds}")
+        self._httpd.bookmark_interval_s = seconds
+
+    def traffic(self) -> traffic.Snapshot:
+        """Requests and response bytes served so far, per (verb, path, client); immutable."""
+        return self._httpd.meter.snapshot()
+
+    def reset_traffic(self) -> None:
+        """Count from zero again (open watches go on counting)."""
+        self._httpd.meter.reset()
 
     @property
     def requests(self) -> list[apiaudit.RecordedRequest]:
@@ -186,6 +221,8 @@ class _HttpServer(ThreadingHTTPServer):
         self.audit = apiaudit.Audit()
         self.version_info: store.Obj = {}
         self.withheld: frozenset[str] = frozenset()
+        self.meter = traffic.Meter()
+        self.bookmark_interval_s = BOOKMARK_INTERVAL_S
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._watches = 0
@@ -246,6 +283,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
     streaming = False  # the response headers are out: errors can only end the stream
 
+    def setup(self) -> None:
+        super().setup()
+        self.counting = _CountingWriter(self.wfile, self.server.meter)
+        self.wfile = self.counting  # type: ignore[assignment]
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
@@ -270,6 +312,10 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query))
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        client = managed_fields.manager_of({}, self.headers.get("User-Agent"))
+        self.counting.count_as(
+            self.server.meter.request(_audit_verb(method, url.path, query), url.path, client)
+        )
         try:
             self._audit(method, url.path, query, content_type, raw_body)
             if method == "GET" and url.path in _VERSION_PATHS:
@@ -287,11 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
                     _Watch(self, target, query).run()
                 return
             manager = managed_fields.manager_of(query, self.headers.get("User-Agent"))
+            as_table = method == "GET" and tables.wanted(self.headers.get("Accept") or "")
             request = _Request(
-                self.server.store, target, query, _json(raw_body), content_type, manager
+                self.server.store, target, query, _json(raw_body), content_type, manager,
+                as_table,
             )
             code, body = _verb(method, target)(request)
-            if method == "GET" and tables.wanted(self.headers.get("Accept") or ""):
+            if as_table and isinstance(body, dict):
                 body = tables.table(target.resource, body)
             self._send_json(code, body)
         except store.StoreError as e:
@@ -321,8 +369,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(error.status, apiresources.status_body(error, target))
 
-    def _send_json(self, code: int, body: store.Obj) -> None:
-        data = json.dumps(body).encode()
+    def _send_json(self, code: int, body: store.Obj | bytes) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body, separators=_COMPACT).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -351,6 +399,43 @@ class _Handler(BaseHTTPRequestHandler):
         return peeked == b""
 
 
+class _CountingWriter:
+    """The connection's writer, counting every byte into the current request's counter."""
+
+    def __init__(self, raw: Any, meter: traffic.Meter) -> None:
+        self._raw = raw
+        self._meter = meter
+        self._counter: Any = None
+
+    def count_as(self, counter: Any) -> None:
+        self._counter = counter
+
+    def write(self, data: bytes) -> int:
+        if self._counter is not None:  # counted first: a reader that has it sees it counted
+            self._meter.add_bytes(self._counter, len(data))
+        written: int = self._raw.write(data)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _audit_verb(method: str, path: str, query: Query) -> str:
+    """The API server's request verb (get, list, watch, create, update, patch, delete)."""
+    if method != "GET":
+        return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    if query.get("watch") in ("true", "1"):
+        return "watch"
+    parts = [p for p in path.split("/") if p]
+    core = parts[:1] == ["api"]
+    # /api/v1/<plural>, /api/v1/namespaces/<ns>/<plural>, /apis/<g>/<v>/... (a collection:
+    # an odd number of parts after the group/version, counting a namespace as two)
+    rest = parts[2:] if core else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    return "list" if len(rest) == 1 else "get"
+
+
 @dataclass(frozen=True)
 class _Request:
     """What a verb needs of one (non-watch) request."""
@@ -361,6 +446,7 @@ class _Request:
     body: Any  # parsed JSON, None when there was none
     content_type: str
     manager: str  # the field manager recorded in managedFields (sim.managed_fields)
+    as_table: bool = False  # the client asked for a Table (answer a dict, not bytes)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -381,15 +467,78 @@ def _verb(method: str, target: Target) -> Verb:
 
 
 def _list(r: _Request) -> Reply:
+    """A list, paged with ``limit``/``continue`` (``sim.paging``)."""
     kind = r.target.resource
     labels, fields = _selectors(r.target, r.query)
-    items, rv = r.store.list_with_version(kind.kind, r.target.namespace)
-    return 200, {
-        "kind": f"{kind.kind}List",
-        "apiVersion": kind.api_version,
-        "metadata": {"resourceVersion": str(rv)},
-        "items": [kind.decorate(o) for o in items if _matches(o, labels, fields)],
-    }
+    across = kind.namespaced and r.target.namespace is None
+    start, snapshot = _list_snapshot(r, across)
+    selective = bool(labels.requirements or fields.requirements)
+    page = paging.page(
+        snapshot, start, _limit(r.query),
+        (lambda o: _matches(o, labels, fields)) if selective else None, across_namespaces=across,
+    )
+    metadata: store.Obj = {"resourceVersion": str(snapshot.resource_version)}
+    if page.continue_token:
+        metadata["continue"] = page.continue_token
+    if page.remaining is not None:
+        metadata["remainingItemCount"] = page.remaining
+    head = {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": metadata}
+    if r.as_table:
+        return 200, {**head, "items": [kind.decorate(o) for o in page.objects]}
+    items = b",".join(_encoded(r.store, kind, o) for o in page.objects)
+    opening = json.dumps(head, separators=_COMPACT).encode()[:-1]
+    return 200, opening + b',"items":[' + items + b"]}"
+
+
+def _list_snapshot(r: _Request, across: bool) -> tuple[paging.Key | None, store.Snapshot]:
+    """Where the page starts and the snapshot it is read from: the continue token's, an exact
+    resourceVersion asked for, or now (kubernetes apiserver ``storage.ValidateListOptions``
+    and the cacher's ``waitAndListExactRV``)."""
+    kind, namespace = r.target.resource.kind, r.target.namespace
+    token, version = r.query.get("continue"), r.query.get("resourceVersion") or ""
+    if not token:
+        exact = r.query.get("resourceVersionMatch") == "Exact" or (
+            _limit(r.query) is not None and r.query.get("resourceVersionMatch") is None
+        )
+        at = _resource_version(version) if exact else None
+        try:
+            return None, r.store.snapshot(kind, namespace, at)
+        except store.StoreGone as e:
+            message = "The resourceVersion for the provided list is too old."
+            raise RequestRefused(410, "Expired", message) from e
+    if version not in ("", "0"):
+        message = "specifying resource version is not allowed when using continue"
+        raise RequestRefused(400, "BadRequest", message)
+    try:
+        resume = paging.decode(token, namespace, across)
+    except paging.TokenInvalid as e:
+        raise RequestRefused(400, "BadRequest", f"invalid continue token: {e}") from e
+    at = None if resume.resource_version == paging.INCONSISTENT else resume.resource_version
+    try:
+        return resume.start, r.store.snapshot(kind, namespace, at)
+    except store.StoreGone as e:
+        remainder = paging.encode(resume.start, paging.INCONSISTENT, across)
+        raise apiresources.ListExpired(paging.EXPIRED_MESSAGE, remainder) from e
+
+
+def _limit(query: Query) -> int | None:
+    raw = query.get("limit")
+    if not raw:
+        return None
+    try:
+        limit = int(raw)
+    except ValueError as e:
+        raise RequestRefused(400, "BadRequest", f"limit {raw!r} is not an integer") from e
+    if limit < 0:
+        raise RequestRefused(400, "BadRequest", f"limit {limit} must not be negative")
+    return limit or None
+
+
+def _encoded(object_store: store.ObjectStore, kind: apiresources.ResourceType,
+             obj: store.Obj) -> bytes:
+    """The object as served (kind and apiVersion set), serialized once per stored version."""
+    return object_store.encoded(kind.kind, obj, kind.api_version, lambda o: json.dumps(
+        kind.decorate(o), separators=_COMPACT).encode())
 
 
 def _get(r: _Request) -> Reply:
@@ -421,15 +570,16 @@ def _replace(r: _Request) -> Reply:
 
 
 def _patch(r: _Request) -> Reply:
-    if r.content_type not in _MERGE_PATCH_TYPES:
+    """A JSON merge patch (RFC 7386: lists replaced) or a strategic merge patch (lists with a
+    merge key merged by it, ``sim.strategic_merge``)."""
+    if r.content_type not in _PATCH_TYPES:
         message = (
             f"the body of the request was in an unknown format ({r.content_type});"
-            f" accepted: {', '.join(_MERGE_PATCH_TYPES)}"
+            f" accepted: {', '.join(_PATCH_TYPES)}"
         )
         raise RequestRefused(415, "UnsupportedMediaType", message)
-    updated = r.store.merge_patch(
-        *r.key, _checked_body(r), scope=_scope(r.target), manager=r.manager
-    )
+    updated = r.store.merge_patch(*r.key, _checked_body(r), scope=_scope(r.target),
+                                  manager=r.manager, strategic=r.content_type == _STRATEGIC_PATCH)
     return 200, r.target.resource.decorate(updated)
 
 
@@ -512,16 +662,30 @@ def _matches(
 
 
 class _Watch:
-    """One ``?watch=true`` request: newline-delimited JSON events in a chunked response."""
+    """One ``?watch=true`` request: newline-delimited JSON events in a chunked response.
+
+    With ``allowWatchBookmarks=true`` it also sends a BOOKMARK every ``bookmark_interval``:
+    an object with only kind, apiVersion and ``metadata.resourceVersion``, the version the
+    watcher has seen every change through — its client can resume from it instead of an
+    older version the history may have lost (https://kubernetes.io/docs/reference/using-api/
+    api-concepts/#watch-bookmarks). ``sendInitialEvents=true`` first streams the current
+    objects as ADDED, then a BOOKMARK annotated ``k8s.io/initial-events-end: "true"``
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists).
+    """
 
     def __init__(self, handler: _Handler, target: Target, query: Query) -> None:
         self._handler = handler
         self._target = target
         self._store = handler.server.store
         self._labels, self._fields = _selectors(target, query)
-        self._since = _resource_version(query.get("resourceVersion"))
+        self._initial_events = query.get("sendInitialEvents") == "true"
+        self._since = None if self._initial_events else _resource_version(
+            query.get("resourceVersion"))
         timeout_s = float(query.get("timeoutSeconds") or 0)
         self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+        self._bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        self._interval = handler.server.bookmark_interval_s
+        self._next_bookmark = self._next_bookmark_time()
         self._tables = tables.wanted(handler.headers.get("Accept") or "")
         self._columns_sent = False
 
@@ -531,29 +695,32 @@ class _Watch:
         (a client sees a clean end of stream, not a broken connection)."""
         self._handler.start_stream()
         last = self._send_current_state() if self._since is None else self._since
+        if self._initial_events and self._bookmarks:
+            self._send_bookmark(last, {_INITIAL_EVENTS_END: "true"})
         while self._should_continue():
             try:
-                changes = self._store.changes_since(last, timeout=self._poll_timeout())
+                changes, through = self._store.changes_after(last, self._poll_timeout())
             except store.StoreGone as e:
-                self._send("ERROR", apiresources.status_body(e))
+                self._send_status(apiresources.status_body(e))
                 break
             for change in changes:
-                last = change.resource_version
                 event = self._event_for(change)
                 if event is not None:
                     self._send(*event)
+            last = through
+            if time.monotonic() >= self._next_bookmark:
+                self._send_bookmark(last)
         self._handler.send_chunk(b"")
         if self._handler.server.stopping.is_set():
             self._handler.close_connection = True
 
     def _send_current_state(self) -> int:
         """No resourceVersion given: every matching object as ADDED, then changes after."""
-        kind, namespace = self._target.resource.kind, self._target.namespace
-        items, rv = self._store.list_with_version(kind, namespace)
-        for obj in items:
+        snapshot = self._store.snapshot(self._target.resource.kind, self._target.namespace)
+        for obj in snapshot.objects:
             if _matches(obj, self._labels, self._fields):
                 self._send("ADDED", obj)
-        return rv
+        return snapshot.resource_version
 
     def _event_for(self, change: store.Change) -> tuple[str, store.Obj] | None:
         """The event this watcher sees: a MODIFIED that leaves (enters) the selection is a
@@ -572,18 +739,48 @@ class _Watch:
         return ("DELETED", change.object) if before else None
 
     def _send(self, event_type: str, obj: store.Obj) -> None:
-        if obj.get("kind") != "Status":
-            obj = self._as_asked(self._target.resource.decorate(obj))
-        line = json.dumps({"type": event_type, "object": obj}) + "\n"
-        self._handler.send_chunk(line.encode())
+        if self._tables:
+            line = json.dumps({"type": event_type, "object": self._as_table(obj)},
+                              separators=_COMPACT).encode()
+        else:
+            encoded = _encoded(self._store, self._target.resource, obj)
+            line = b'{"type":"' + event_type.encode() + b'","object":' + encoded + b"}"
+        self._handler.send_chunk(line + b"\n")
 
-    def _as_asked(self, obj: store.Obj) -> store.Obj:
-        """The object, or (``Accept: ...;as=Table``, what ``kubectl get -w`` sends) a one-row
-        Table; as the API server does, only the first event carries the column definitions
-        (kubernetes apiserver ``endpoints/handlers/watch.go``: headers on the first object only)."""
-        if not self._tables:
-            return obj
-        table = tables.table(self._target.resource, obj)
+    def _send_status(self, status: store.Obj) -> None:
+        event = {"type": "ERROR", "object": status}
+        self._handler.send_chunk(json.dumps(event, separators=_COMPACT).encode() + b"\n")
+
+    def _send_bookmark(self, resource_version: int, annotations: dict[str, str] | None = None
+                       ) -> None:
+        """A BOOKMARK: kind, apiVersion and the resourceVersion seen through (kubernetes
+        apiserver ``cacher.go`` ``dispatchEvent`` of a bookmark event)."""
+        metadata: store.Obj = {"resourceVersion": str(resource_version)}
+        if annotations:
+            metadata["annotations"] = annotations
+        resource = self._target.resource
+        obj = {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": metadata}
+        event = {"type": "BOOKMARK", "object": obj}
+        self._handler.send_chunk(json.dumps(event, separators=_COMPACT).encode() + b"\n")
+        self._next_bookmark = self._next_bookmark_time()
+
+    def _next_bookmark_time(self) -> float:
+        """Every interval, and once 2 s before the watch's timeout so its client can resume
+        from there; none after that (kubernetes apiserver ``cacher/cache_watcher.go``
+        ``nextBookmarkTime``)."""
+        if not self._bookmarks:
+            return math.inf
+        now = time.monotonic()
+        when = now + self._interval
+        if self._deadline is not None:
+            when = min(when, self._deadline - _PRE_TIMEOUT_BOOKMARK_S)
+        return when if when >= now else math.inf
+
+    def _as_table(self, obj: store.Obj) -> store.Obj:
+        """A one-row Table (``Accept: ...;as=Table``, what ``kubectl get -w`` sends); as the
+        API server does, only the first event carries the column definitions (kubernetes
+        apiserver ``endpoints/handlers/watch.go``: headers on the first object only)."""
+        table = tables.table(self._target.resource, self._target.resource.decorate(obj))
         if self._columns_sent:
             del table["columnDefinitions"]
         self._columns_sent = True
@@ -595,9 +792,8 @@ class _Watch:
         return self._deadline is None or time.monotonic() < self._deadline
 
     def _poll_timeout(self) -> float:
-        if self._deadline is None:
-            return _WATCH_POLL_S
-        return max(0.0, min(_WATCH_POLL_S, self._deadline - time.monotonic()))
+        until = min(self._deadline or math.inf, self._next_bookmark) - time.monotonic()
+        return max(0.0, min(_WATCH_POLL_S, until))
 
 
 def _resource_version(raw: str | None) -> int | None:

@@ -176,8 +176,10 @@ class JobKubelet:
         })  # fmt: skip
 
     def _patch_pod(self, pod: store.Obj, status: dict[str, Any]) -> None:
+        """A strategic merge patch of the pod's status, as the kubelet's status manager sends
+        (kubernetes ``pkg/util/pod`` ``PatchPodStatus``): conditions others set stay."""
         name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
-        self.world.store.merge_patch("Pod", namespace, name, {"status": status})
+        self.world.store.merge_patch("Pod", namespace, name, {"status": status}, strategic=True)
 
     def _delete_pod(self, pod: store.Obj) -> None:
         with contextlib.suppress(store.StoreNotFound):

@@ -1,10 +1,17 @@
 """The store's view of the world: pushes each SimNode into its Node and system Pod objects.
 
-The world changes ``state.SimNode``; the mirror renders it (``sim.kube_objects``) and merge-
-patches only what the kubelet and the pods' own containers would report — Node ``status`` and
-the system pods' ``status`` — so ``spec.unschedulable``, labels and annotations stay with the
+The world changes ``state.SimNode``; the mirror renders it (``sim.kube_objects``) and patches
+only what the kubelet and the pods' own containers would report — Node ``status`` and the
+system pods' ``status`` — so ``spec.unschedulable``, labels and annotations stay with the
 humans and gpuguard that write them. A patch that would change nothing is not sent, so the
 store's resourceVersion moves only when something did.
+
+The patch is a strategic merge patch, as the kubelet's: each of its ``nodestatus`` setters
+updates or appends only its own condition type (Ready, MemoryPressure, DiskPressure,
+PIDPressure) and the kubelet sends the difference as a strategic merge patch of the status
+(kubernetes ``pkg/kubelet/nodestatus/setters.go``, ``pkg/util/node`` ``PatchNodeStatus``), so a
+condition another writer set on the Node — node-problem-detector's, or gpuguard's agent's
+``GpuFallenOffBus`` — survives every kubelet update and a reboot.
 """
 
 from __future__ import annotations
@@ -82,5 +89,5 @@ class StoreMirror:
                       status: kube_objects.Obj) -> None:
         key = (kind, namespace, name)
         if self._synced.get(key) != status:
-            self._store.merge_patch(kind, namespace, name, {"status": status})
+            self._store.merge_patch(kind, namespace, name, {"status": status}, strategic=True)
             self._synced[key] = status

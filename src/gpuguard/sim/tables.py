@@ -33,7 +33,7 @@ def table(resource: apiresources.ResourceType, body: store.Obj) -> store.Obj:
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
+        "metadata": _list_meta(body.get("metadata", {})),
         "columnDefinitions": [
             {"name": name, "type": "string", "format": "name" if name == "Name" else "",
              "description": name, "priority": 0}
@@ -47,6 +47,14 @@ def table(resource: apiresources.ResourceType, body: store.Obj) -> store.Obj:
             for obj in items
         ],
     }
+
+
+def _list_meta(metadata: store.Obj) -> store.Obj:
+    """The list's resourceVersion and, for a page, its continue token and remaining count
+    (``kubectl get`` pages with ``limit=500`` and follows ``continue``)."""
+    kept = {"resourceVersion": metadata.get("resourceVersion", "")}
+    kept.update({k: metadata[k] for k in ("continue", "remainingItemCount") if k in metadata})
+    return kept
 
 
 def age(obj: store.Obj, now: datetime) -> str:
