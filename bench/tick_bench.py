@@ -9,8 +9,8 @@ RSS <= 500 MB after the initial sync, Prometheus queries per tick the same at ev
 
 The world runs in a second process (``multiprocessing``, spawned), so the controller's RSS is
 its own: the simulator's Kubernetes API (``sim.kubeapi.serve``) over a store of realistically
-sized objects (``FleetObjects``), a byte-counting TCP relay in front of it (bytes read from the
-API = bytes the API sent to the controller, headers and watch streams included), and a
+sized objects (``FleetObjects``), whose traffic counters say the bytes read from the API (what
+it sent the controller: status lines, headers, bodies, watch streams; per verb), and a
 stand-in Prometheus (``/api/v1/query`` only) answering each of the tick's queries
 (``sources.prometheus.QueryPlan``) with what a healthy fleet of that size answers
 (``HealthyFleet``), counting queries and bytes. The controller process wires a
@@ -33,8 +33,6 @@ import hashlib
 import json
 import multiprocessing
 import resource
-import selectors
-import socket
 import statistics
 import sys
 import threading
@@ -42,7 +40,7 @@ import time
 import urllib.request
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from multiprocessing.connection import Connection
@@ -73,7 +71,7 @@ TARGET_TICK_S = 1.0
 TARGET_BYTES_SHARE = 0.01
 TARGET_RSS_MB = 500.0
 ROUND_ANNOTATION = "bench.gpuguard.io/round"  # which change round last touched a node
-_SETTLE_S = 0.2  # a watch stream is caught up when the relay saw no byte for this long
+_SETTLE_S = 0.2  # a watch stream is caught up when the API sent no byte for this long
 _SETTLE_MAX_S = 10.0
 
 
@@ -374,83 +372,7 @@ class FleetObjects:
         return pod
 
 
-# --- The world process: API server, byte-counting relay, stand-in Prometheus ---------------
-
-
-class BenchStore(store.ObjectStore):
-    """The simulator's store, loaded in bulk and listed without copying: its objects share
-    their padding, which a deep copy per object would multiply (the world's memory at 100,000
-    pods), and the API server only serialises what it lists. Writes go through the store's
-    own methods (each one a ``Change`` its watches deliver)."""
-
-    def load(self, kind: str, namespace: str, obj: Obj) -> None:
-        key = (kind, namespace, obj["metadata"]["name"])
-        with self._lock:
-            if key in self._objects:
-                raise BenchError(f"the bench built two objects named {key}")
-            self._rv += 1
-            obj["metadata"]["resourceVersion"] = str(self._rv)
-            self._objects[key] = obj
-
-    def list_with_version(
-        self, kind: str, namespace: str | None = None
-    ) -> tuple[list[Obj], int]:
-        with self._lock:
-            items = [o for (k, ns, _), o in sorted(self._objects.items())
-                     if k == kind and (namespace is None or ns == namespace)]  # fmt: skip
-            return items, self._rv
-
-
-class ByteCountingRelay:
-    """A TCP relay in front of the API server that counts the bytes it passes to clients:
-    what the controller reads from the API, headers and watch streams included."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self._upstream = upstream
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._lock = threading.Lock()
-        self._sent = 0
-        threading.Thread(target=self._accept, name="relay", daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-
-    @property
-    def sent(self) -> int:
-        with self._lock:
-            return self._sent
-
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
-
-    def _relay(self, client: socket.socket) -> None:
-        with client, socket.create_connection(self._upstream) as server, \
-                selectors.DefaultSelector() as ready:
-            for end, other in ((client, server), (server, client)):
-                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                ready.register(end, selectors.EVENT_READ, other)
-            while True:
-                for key, _ in ready.select():
-                    source: socket.socket = key.fileobj  # type: ignore[assignment]
-                    try:
-                        data = source.recv(1 << 20)
-                        if not data:
-                            return
-                        if source is server:
-                            with self._lock:
-                                self._sent += len(data)
-                        key.data.sendall(data)
-                    except OSError:
-                        return
+# --- The world process: API server, stand-in Prometheus --------------------------------------
 
 
 Value = Callable[[float], float]  # a series' value at an evaluation time (Unix seconds)
@@ -596,18 +518,22 @@ class Counters:
     api_bytes: int
     prom_queries: int
     prom_bytes: int
+    api_by_verb: Mapping[str, int]  # API bytes per request verb (list, watch, get...)
 
     def __sub__(self, earlier: Counters) -> Counters:
+        by_verb = {verb: count - earlier.api_by_verb.get(verb, 0)
+                   for verb, count in self.api_by_verb.items()}  # fmt: skip
         return Counters(self.api_bytes - earlier.api_bytes,
                         self.prom_queries - earlier.prom_queries,
-                        self.prom_bytes - earlier.prom_bytes)  # fmt: skip
+                        self.prom_bytes - earlier.prom_bytes,
+                        {verb: count for verb, count in by_verb.items() if count})  # fmt: skip
 
 
 @dataclass(frozen=True)
 class WorldReady:
     """What the world process reports once it serves."""
 
-    api_url: str  # the relay's: every byte the controller reads is counted
+    api_url: str
     prometheus_url: str
     nodes: int
     pods: int
@@ -631,21 +557,19 @@ def world(n: int, share: float, conn: Connection) -> None:
     """The world process: serve until told ``stop``; answer ``counters`` with ``Counters``
     and ``change`` with the changed nodes' names."""
     started = time.perf_counter()
-    builder, objects = FleetObjects(), BenchStore()
+    builder, objects = FleetObjects(), store.ObjectStore()
     for i in range(n):
-        objects.load("Node", "", builder.node(i))
+        objects.create("Node", "", builder.node(i))
         for namespace, pod in builder.pods(i):
-            objects.load("Pod", namespace, pod)
+            objects.create("Pod", namespace, pod)
     built = time.perf_counter() - started
     answers = HealthyFleet(n, tick_plan(settings_model.GuardSettings()).queries())
     churn = Churn(objects, builder, n, share)
     prometheus_handler = _prometheus_handler(answers)
     with kubeapi.serve(objects) as api, \
             metrics_server.serving(prometheus_handler, "127.0.0.1", 0, "prometheus") as prom:
-        host, port = api.url.removeprefix("http://").rsplit(":", 1)
-        relay = ByteCountingRelay((host, int(port)))
         conn.send(WorldReady(
-            api_url=relay.url, prometheus_url=prom, nodes=n, pods=n * 10,
+            api_url=api.url, prometheus_url=prom, nodes=n, pods=n * 10,
             node_list_bytes=_body_bytes(f"{api.url}/api/v1/nodes"),
             pod_list_bytes=_body_bytes(f"{api.url}/api/v1/pods"),
             node_bytes=len(json.dumps(builder.node(0))),
@@ -653,10 +577,11 @@ def world(n: int, share: float, conn: Connection) -> None:
         ))  # fmt: skip
         while (command := conn.recv()) != "stop":
             if command == "counters":
-                conn.send(Counters(relay.sent, *answers.counters()))
+                served = api.traffic()
+                conn.send(Counters(served.total.bytes, *answers.counters(),
+                                   {verb: u.bytes for verb, u in served.by_verb.items()}))
             elif command == "change":
                 conn.send(churn.apply())
-        relay.close()
 
 
 # --- The controller process ------------------------------------------------------------------
@@ -675,6 +600,7 @@ class Figures:
     cluster_s: float = 0.0  # of ``seconds``: in the cluster reader (nodes() and pods())
     prometheus_s: float = 0.0  # in the Prometheus source (every query of the plan)
     prom_bytes: int = 0  # the answers' bodies
+    api_by_verb: Mapping[str, int] = field(default_factory=dict)
 
 
 class WorldProcess:
@@ -841,7 +767,7 @@ def measured(
     snapshot = result.snapshot
     return Figures(seconds, counted.api_bytes, counted.prom_queries, _vm_rss_mb(),
                    len(snapshot.nodes), len(snapshot.pods), watch.cluster_s,
-                   watch.prometheus_s, counted.prom_bytes), result  # fmt: skip
+                   watch.prometheus_s, counted.prom_bytes, counted.api_by_verb), result  # fmt: skip
 
 
 def _check_changed(result: tick.TickResult, changed: list[str], round_: int) -> None:
@@ -927,6 +853,11 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _verbs(figures: Figures) -> str:
+    return " ".join(f"{verb}={count}" for verb, count in sorted(figures.api_by_verb.items())
+                    ) or "none"  # fmt: skip
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
@@ -960,6 +891,8 @@ def report(r: SizeResult, share: float) -> list[str]:
         f"seconds={changed_s:.3f} api_bytes={changed_bytes} "
         f"prom_queries={max(f.prom_queries for f in r.changed)} "
         f"rss_mb={max(f.rss_mb for f in r.changed):.0f}",
+        f"api bytes by verb: sync {_verbs(r.sync)}; steady {_verbs(r.steady[-1])}; changed "
+        f"{_verbs(r.changed[-1])}",
         f"ratio: api_bytes per tick / one full list of Nodes and Pods: steady "
         f"{share_steady:.2%}, changed {share_changed:.2%}",
         f"targets: steady tick ≤ {TARGET_TICK_S:g} s {_verdict(steady.seconds <= TARGET_TICK_S)}"
@@ -1020,9 +953,9 @@ def main() -> None:
     args = parser.parse_args()
     options = Options(args.reader, args.ticks, args.change_share, args.kube_timeout, args.pause)
     print(f"tick bench: reader={args.reader}; Kubernetes: sim.kubeapi over HTTP, bytes "
-          "counted by a relay; Prometheus: a stand-in answering the tick's queries as for a "
-          "healthy fleet (per-GPU Xid gauges at 0); guard: tick.Guard dry-run, core steps",
-          flush=True)
+          "from its traffic counters; Prometheus: a stand-in answering the tick's queries as "
+          "for a healthy fleet (per-GPU Xid gauges at 0); guard: tick.Guard dry-run, core "
+          "steps", flush=True)
     queries: dict[int, int] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         try:
