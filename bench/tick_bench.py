@@ -7,18 +7,18 @@ ticks, and with 1 % of the nodes changing between ticks. Targets (printed with e
 steady tick <= 1 s, API bytes per steady tick <= 1 % of one full list of Nodes and Pods,
 RSS <= 500 MB after the initial sync, Prometheus queries per tick the same at every size.
 
-The world runs in a second process (``multiprocessing``, spawned), so the controller's RSS is
-its own: the simulator's Kubernetes API (``sim.kubeapi.serve``) over a store of realistically
-sized objects (``FleetObjects``), whose traffic counters say the bytes read from the API (what
-it sent the controller: status lines, headers, bodies, watch streams; per verb), and a
-stand-in Prometheus (``/api/v1/query`` only) answering each of the tick's queries
-(``sources.prometheus.QueryPlan``) with what a healthy fleet of that size answers
-(``HealthyFleet``), counting queries and bytes. The controller process wires a
-``controller.tick.Guard`` as ``gpuguard run`` does (``controller.wiring``: the lightkube client,
-``PrometheusSource``, ``NodeWriter``, the packaged Xid catalog, default settings), dry-run,
-with the isolation decision and the freshness check but without the optional steps (recovery,
-return to pool, phantom, fault history, GPU isolation, changes, fleet health): those read
-their own plans and objects and are not what this bench measures.
+The world runs in a second process (``multiprocessing``, forked before the controller starts a
+thread), so the controller's RSS is its own: the simulator's Kubernetes API
+(``sim.kubeapi.serve``) over a store of realistically sized objects (``FleetObjects``), whose
+traffic counters say the bytes read from the API (what it sent the controller: status lines,
+headers, bodies, watch streams; per verb), and a stand-in Prometheus (``/api/v1/query`` only)
+answering each of the tick's queries (``sources.prometheus.QueryPlan``) with what a healthy
+fleet of that size answers (``HealthyFleet``), counting queries and bytes. The controller
+process wires a ``controller.tick.Guard`` as ``gpuguard run`` does (``controller.wiring``: the
+lightkube client, ``PrometheusSource``, ``NodeWriter``, the packaged Xid catalog, default
+settings), dry-run, with the isolation decision and the freshness check but without the
+optional steps (recovery, return to pool, phantom, fault history, GPU isolation, changes, fleet
+health): those read their own plans and objects and are not what this bench measures.
 
     .venv/bin/python bench/tick_bench.py                      # 1,000 and 10,000 nodes
     .venv/bin/python bench/tick_bench.py --sizes 100          # a quick smoke run
@@ -607,7 +607,7 @@ class WorldProcess:
     """The world in its own process, and the controller's line to it."""
 
     def __init__(self, n: int, share: float) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context("fork")
         self._conn, child = context.Pipe()
         self._process = context.Process(target=world, args=(n, share, child), daemon=True)
         self._process.start()
@@ -917,7 +917,7 @@ def _measured_in_child(n: int, options: Options, conn: Connection) -> None:
 
 def measured_size(n: int, options: Options) -> SizeResult:
     """``run_size`` in a fresh controller process, so one size's RSS owes nothing to the last."""
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("fork")
     conn, child = context.Pipe()
     process = context.Process(target=_measured_in_child, args=(n, options, child))
     process.start()
