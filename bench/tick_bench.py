@@ -412,7 +412,7 @@ class HealthyFleet:
         answers |= {name: ([], zero) for name in empty}
         self._by_query = {promql: answers[name] for name, promql in plan.items()}
         self._lock = threading.Lock()
-        self.queries = self.bytes = 0
+        self._queries = self._bytes = 0
 
     @staticmethod
     def _gpu_labels(i: int, g: int) -> dict[str, str]:
@@ -440,14 +440,14 @@ class HealthyFleet:
         data = f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'
         encoded = data.encode()
         with self._lock:
-            self.queries += 1
-            self.bytes += len(encoded)
+            self._queries += 1
+            self._bytes += len(encoded)
         return 200, encoded
 
     def counters(self) -> tuple[int, int]:
         """Queries answered and their bytes, so far."""
         with self._lock:
-            return self.queries, self.bytes
+            return self._queries, self._bytes
 
 
 def _series_head(labels: Mapping[str, str]) -> str:
