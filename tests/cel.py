@@ -38,17 +38,20 @@ def refusals(
     old: dict[str, Any] | None = None,
     operation: str = "CREATE",
     params: dict[str, Any] | None = None,
+    extra: dict[str, list[str]] | None = None,
 ) -> list[str] | None:
     """The messages of the validations that refuse ``obj``; None when the policy does not
     match the request (its matchConditions are not all true). ``params``: the object the
-    binding's ``paramRef`` names (a policy with a ``paramKind``)."""
+    binding's ``paramRef`` names (a policy with a ``paramKind``); ``extra``: the user's extra
+    attributes (a pod-bound token's ``authentication.kubernetes.io/node-name``)."""
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(obj),
         "oldObject": celpy.json_to_cel(old),
         "params": celpy.json_to_cel(params),
-        "request": celpy.json_to_cel(
-            {"userInfo": {"username": username}, "operation": operation}
-        ),
+        "request": celpy.json_to_cel({
+            "userInfo": {"username": username, **({"extra": extra} if extra else {})},
+            "operation": operation,
+        }),
     }
     spec = policy["spec"]
     for condition in spec.get("matchConditions", []):

@@ -38,6 +38,19 @@ def test_xid79_isolated_within_a_minute_with_default_settings(name: str) -> None
     assert 0 < seconds <= 60  # the seed's guard: 12 min 26 s
 
 
+@pytest.mark.parametrize("name", ["xid79-twice", "user-xid13-then-xid79"])
+def test_xid79_is_isolated_within_a_step_and_a_poll_through_the_agents_condition(
+    name: str,
+) -> None:
+    """The fast path (docs/design.md#fast-path): the agent's GpuGoneFromBus condition wakes the
+    guard at the world's next 15 s step plus the agent's 1 s poll, before any scrape."""
+    r = report(name)
+    (seconds,) = r["time_to_isolate_s"].values()
+    assert 0 < seconds <= 16
+    first = next(e for e in r["timeline"] if e["kind"] == "isolate")
+    assert "(node-condition)" in first["detail"]
+
+
 def test_the_same_card_falling_again_is_isolated_again() -> None:
     isolations = [e for e in report("xid79-twice")["timeline"] if e["kind"] == "isolate"]
     assert [(e["node"], e["reason"]) for e in isolations] == [("gpu-node-b", "fast-path")] * 2
@@ -102,6 +115,6 @@ def test_demo_prints_each_scenarios_figures_in_words() -> None:
     result = CliRunner().invoke(app, ["demo", "--scenario", "xid79-twice"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "gpu-node-b isolated 31s after the fault" in text
+    assert "gpu-node-b isolated 2s after the fault" in text  # 1 s before a step, +1 s poll
     assert "returned 11m after the repair" in text
     assert "still isolated" in text

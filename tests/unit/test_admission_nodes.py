@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from gpuguard.agent import conditions as agent_conditions
+from gpuguard.agent import node_status
 from gpuguard.controller import fitness_label
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import fleet, gpu_isolation
+from gpuguard.model import node_conditions as nc
 from tests import cel, chart
+from tests.builders import Classifier
 
 GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
 PERSON = "alice@example.com"
@@ -239,3 +244,109 @@ def test_no_gpuguard_label_is_peoples() -> None:
     deselects a device plugin on a person's word (docs/security.md#admission-policies)."""
     for key in keys.FOR_PEOPLE:
         assert update(node(), PERSON, relabel({key: "x"})) == ["node-labels"], key
+
+
+
+# gpuguard's node conditions (docs/design.md#fast-path): only the agent, only on its own Node,
+# only its condition types. The agent's write is the real writer's patch body, merged by
+# ``type`` as the API server merges a strategic-merge patch of ``status.conditions``.
+AGENT = "system:serviceaccount:gpuguard:gpuguard-agent"
+NPD = "system:serviceaccount:kube-system:node-problem-detector"
+ON_B = {"authentication.kubernetes.io/node-name": ["gpu-node-b"]}
+ON_A = {"authentication.kubernetes.io/node-name": ["gpu-node-a"]}
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+         "lastHeartbeatTime": "2026-12-01T23:00:00Z"}
+PCI, UUID = "0000:99:00.0", "GPU-3d1e2f7a-1b2c-4d5e-8f90-123456789abc"
+
+
+@functools.cache
+def conditions_policy() -> Obj:
+    return chart.by_name("ValidatingAdmissionPolicy", "gpuguard-node-conditions")
+
+
+def agent_patch(gone: bool) -> Obj:
+    """The agent's patch body: all well, or GPU 4 gone from the bus."""
+    xids = [["4", UUID, PCI, "79", 1]] if gone else []
+    seen = agent_conditions.Seen({"xids": xids}, {}, {}, {PCI: True}, None)
+    return node_status.body(agent_conditions.compute(seen, Classifier(), AT), 1.8e9)
+
+
+def reporting_node() -> Obj:
+    """gpu-node-b with the kubelet's Ready and the agent's conditions (all well)."""
+    n = node()
+    n["status"] = {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                   "conditions": [READY]}
+    merge_conditions(agent_patch(False))(n)
+    return n
+
+
+def merge_conditions(patch: Obj) -> Any:
+    def apply(n: Obj) -> None:
+        conditions = n["status"]["conditions"]
+        for condition in patch["status"]["conditions"]:
+            same = [i for i, c in enumerate(conditions) if c["type"] == condition["type"]]
+            if same:
+                conditions[same[0]] = condition
+            else:
+                conditions.append(condition)
+    return apply
+
+
+def set_condition(kind: str, status: str) -> Any:
+    return merge_conditions({"status": {"conditions": [{"type": kind, "status": status}]}})
+
+
+def drop_condition(kind: str) -> Any:
+    def apply(n: Obj) -> None:
+        n["status"]["conditions"] = [c for c in n["status"]["conditions"] if c["type"] != kind]
+    return apply
+
+
+def status_update(user: str, change: Any, extra: dict[str, list[str]] | None = None) -> list[str]:
+    old = reporting_node()
+    new = copy.deepcopy(old)
+    change(new)
+    refused = cel.refusals(conditions_policy(), new, old=old, username=user,
+                           operation="UPDATE", extra=extra)
+    return cel.rule_names(refused)
+
+
+@pytest.mark.parametrize(("name", "user", "extra", "change", "refused_by"), [
+    ("agent-reports-gpu-gone-on-its-node", AGENT, ON_B, merge_conditions(agent_patch(True)), []),
+    ("agent-heartbeat", AGENT, ON_B, merge_conditions(agent_patch(False)), []),
+    ("agent-writes-another-node", AGENT, ON_A, merge_conditions(agent_patch(True)),
+     ["node-conditions-own-node"]),
+    ("agent-token-without-a-node-name", AGENT, None, merge_conditions(agent_patch(True)),
+     ["node-conditions-own-node"]),
+    ("agent-marks-its-node-not-ready", AGENT, ON_B, set_condition("Ready", "False"),
+     ["node-conditions-only"]),
+    ("agent-adds-a-condition-of-its-own-choosing", AGENT, ON_B,
+     set_condition("NetworkUnavailable", "True"), ["node-conditions-only"]),
+    ("agent-labels-its-node", AGENT, ON_B, relabel({"pool": "x"}), ["node-conditions-only"]),
+    ("agent-raises-allocatable", AGENT, ON_B,
+     lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "16"}),
+     ["node-conditions-only"]),
+    ("agent-cordons-its-node", AGENT, ON_B, cordon(True), ["node-conditions-only"]),
+    ("person-writes-gpu-gone", PERSON, None, merge_conditions(agent_patch(True)),
+     ["node-conditions"]),
+    ("person-clears-a-condition", PERSON, None, drop_condition("GpuHardwareXid"),
+     ["node-conditions"]),
+    ("kubelet-posts-ready", KUBELET, None, set_condition("Ready", "True"), []),
+    ("kubelet-writes-gpu-gone", KUBELET, None, set_condition("GpuFallenOffBus", "True"),
+     ["node-conditions"]),
+    ("npd-writes-its-own-condition", NPD, None, set_condition("KernelDeadlock", "False"), []),
+    ("npd-replaces-the-list", NPD, None, drop_condition("GpuFallenOffBus"), ["node-conditions"]),
+    ("gpuguard-controller-cordons", GPUGUARD, None, ISOLATE, []),
+    ("gpuguard-controller-writes-a-condition", GPUGUARD, None,
+     set_condition("GpuFallenOffBus", "True"), ["node-conditions"]),
+])
+def test_gpuguard_node_conditions_are_the_agents_on_its_own_node_only(
+    name: str, user: str, extra: dict[str, list[str]] | None, change: Any,
+    refused_by: list[str],
+) -> None:
+    assert status_update(user, change, extra) == refused_by
+
+
+def test_the_policy_guards_every_condition_type_the_agent_reports() -> None:
+    variables = {v["name"]: v["expression"] for v in conditions_policy()["spec"]["variables"]}
+    assert ast.literal_eval(variables["gpuTypes"]) == list(nc.TYPES)

@@ -265,6 +265,17 @@ def _ac(pod: Obj) -> Obj:
     return container
 
 
+def _projected(pod: Obj) -> list[Obj]:
+    (volume,) = [v for v in pod["spec"]["volumes"] if "projected" in v]
+    sources: list[Obj] = volume["projected"]["sources"]
+    return sources
+
+
+def _token(pod: Obj) -> Obj:
+    (token,) = [s["serviceAccountToken"] for s in _projected(pod) if "serviceAccountToken" in s]
+    return token
+
+
 AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
     ("other-image", "agent-container", lambda p: _ac(p).update(image="attacker/root:latest")),
     ("shell-init-container", "agent-container", lambda p: p["spec"]["initContainers"][0].update(
@@ -280,6 +291,13 @@ AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
     ("writable-etc", "agent-volumes",
      lambda p: [m.update(readOnly=False) for m in _ac(p)["volumeMounts"]
                 if m["name"] == "host-etc"]),
+    ("auto-mounted-token", "agent-volumes",
+     lambda p: p["spec"].update(automountServiceAccountToken=True)),
+    ("year-long-token", "agent-volumes", lambda p: _token(p).update(expirationSeconds=31536000)),
+    ("token-for-another-audience", "agent-volumes",
+     lambda p: _token(p).update(audience="vault")),
+    ("other-secret-in-the-projection", "agent-volumes",
+     lambda p: _projected(p).append({"secret": {"name": "gpuguard-webhook"}})),
     ("privileged-without-the-option", "agent-privileges",
      lambda p: _ac(p)["securityContext"].update(privileged=True)),
     ("host-pid", "agent-privileges", lambda p: p["spec"].update(hostPID=True)),

@@ -47,6 +47,7 @@ def test_help_teaches_with_examples() -> None:
     outcome = CliRunner(env={"COLUMNS": "200"}).invoke(APP, ["--help"])
     assert outcome.exit_code == 0
     assert "gpuguard agent --kernel-log /var/log/kern.log" in outcome.output
+    assert "--no-report-conditions" in outcome.output  # node conditions: on unless turned off
 
 
 def test_agent_process_serves_metrics_and_saves_state_then_stops_on_sigterm(
@@ -65,6 +66,7 @@ def test_agent_process_serves_metrics_and_saves_state_then_stops_on_sigterm(
             process.send_signal(signal.SIGTERM)
             _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
+    assert b"node conditions not reported: no in-cluster service-account token" in stderr
     assert 'gpuguard_check_status{check="nvidia-match"' in body
     assert position.load(tmp_path / "state").counts["xids"][0][-1] == 1
 

@@ -196,3 +196,50 @@ def test_a_nan_from_prometheus_fails_one_tick_closed_and_the_next_tick_decides()
     assert first.error is not None
     assert "not a finite number" in first.error
     assert second.ok
+
+
+def test_wakes_tick_at_once_and_wakes_before_a_tick_are_that_one_tick() -> None:
+    source = fakes.FakeMetrics()
+    loop, _ = make(FakeLease(), source)
+    loop.step()  # the regular tick; the next is 30 s away
+    assert loop.step() is None
+    loop.wake("gpu-1", "GpuFallenOffBus/GpuGoneFromBus")
+    loop.wake("gpu-2", "GpuFallenOffBus/GpuGoneFromBus")
+    assert loop.step() is not None
+    assert loop.step() is None  # both wakes were that tick
+    registry = loop.metrics.registry
+    assert registry.get_sample_value("gpuguard_urgent_wakes_total") == 2
+    assert registry.get_sample_value("gpuguard_urgent_ticks_total") == 1
+    assert len(source.asked_at) == 2
+
+
+def test_a_standby_does_not_tick_for_a_wake() -> None:
+    source = fakes.FakeMetrics()
+    loop, _ = make(FakeLease(leading=False), source)
+    loop.wake("gpu-1", "GpuFallenOffBus/GpuGoneFromBus")
+    assert loop.step() is None
+    assert source.asked_at == []
+
+
+def test_a_wake_ends_the_loops_wait() -> None:
+    loop, _ = make(FakeLease(), fakes.FakeMetrics())
+    loop.retry = timedelta(hours=1)  # without the wake, the loop would wait an hour
+    stop = threading.Event()
+    ticked = threading.Event()
+    tick_once = loop.guard.tick
+
+    def tick_and_stop() -> tick.TickResult:
+        result = tick_once()
+        if loop.metrics.registry.get_sample_value("gpuguard_urgent_wakes_total"):
+            stop.set()  # as on SIGTERM (cli/run.py): stop, and end the wait
+            loop.interrupt()
+            ticked.set()
+        return result
+
+    loop.guard.tick = tick_and_stop  # type: ignore[method-assign]
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    loop.wake("gpu-1", "GpuFallenOffBus/GpuGoneFromBus")
+    assert ticked.wait(10)
+    thread.join(10)
+    assert not thread.is_alive()

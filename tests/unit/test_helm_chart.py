@@ -112,6 +112,37 @@ def test_the_agent_runs_non_root_without_capabilities_or_a_runtime_socket() -> N
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
+def _agent_grants(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rules of every ClusterRole bound to the agent's account."""
+    roles = {r["metadata"]["name"]: r for r in by_kind("ClusterRole", values or defaults())}
+    agent = {"kind": "ServiceAccount", "name": "gpuguard-agent", "namespace": chart.NAMESPACE}
+    return [rule for b in by_kind("ClusterRoleBinding", values or defaults())
+            if agent in b["subjects"] for rule in roles[b["roleRef"]["name"]]["rules"]]
+
+
+def test_the_agent_token_is_short_lived_and_may_only_patch_node_status() -> None:
+    """docs/design.md#fast-path: the agent's only API call is its Node's status conditions."""
+    spec = agent_pod()
+    assert spec["automountServiceAccountToken"] is False
+    (token,) = [s["serviceAccountToken"] for v in spec["volumes"] if "projected" in v
+                for s in v["projected"]["sources"] if "serviceAccountToken" in s]
+    assert token == {"path": "token", "expirationSeconds": 600}
+    (container,) = spec["containers"]
+    assert "--report-conditions" in container["args"]
+    assert _agent_grants() == [
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+
+
+def test_without_node_conditions_the_agent_has_no_token_and_no_grant() -> None:
+    values = defaults()
+    values["agent"]["nodeConditions"]["enabled"] = False
+    spec = agent_pod(values)
+    assert not [v for v in spec["volumes"] if "projected" in v]
+    (container,) = spec["containers"]
+    assert "--no-report-conditions" in container["args"]
+    assert _agent_grants(values) == []
+
+
 def test_the_kubelet_pod_resources_socket_is_mounted_only_when_asked() -> None:
     def pod_resources(spec: dict[str, Any]) -> list[str]:
         return [v["hostPath"]["path"] for v in spec["volumes"]

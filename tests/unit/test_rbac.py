@@ -1,7 +1,11 @@
 """The controller's RBAC is derived from its code: every lightkube call the controller can
 make (``gpuguard run``: the modules reachable from ``controller.wiring`` and
 ``controller.leader``) is read from the source as (resource, verb, where), and the chart must
-grant exactly those — a grant no call needs, or a call no grant allows, fails here."""
+grant exactly those — a grant no call needs, or a call no grant allows, fails here.
+
+Requests sent without lightkube's verbs (``sources.kube_lists``: raw paged lists and watches)
+are declared in the module's ``RAW_CALLS`` — (kind, verb) pairs, cluster-wide — which the
+module enforces at run time; the scanner reads that declaration."""
 
 from __future__ import annotations
 
@@ -128,6 +132,20 @@ def _name(expr: ast.expr | None) -> str | None:
     return None
 
 
+def raw_calls(tree: ast.Module) -> set[Use]:
+    """A module's declared ``RAW_CALLS`` as uses (cluster-wide)."""
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "RAW_CALLS":
+            return {(PLURAL[kind], VERBS[verb], CLUSTER) for kind, verb in ast.literal_eval(value)}
+    return set()
+
+
 def uses_lightkube(tree: ast.Module) -> bool:
     return any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lightkube")
                for n in ast.walk(tree))
@@ -139,6 +157,7 @@ def derived() -> set[Use]:
         path = module_path(module)
         assert path is not None
         tree = ast.parse(path.read_text())
+        uses |= raw_calls(tree)
         if not uses_lightkube(tree):
             continue  # an httpx client (Prometheus, webhooks): no Kubernetes API
         calls = Calls(tree)
@@ -203,5 +222,6 @@ def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
     assert ("events", "create", CLUSTER) in uses  # Nodes' in default, workloads' in theirs
     assert ("leases", "update", OWN) in uses
     assert ("pods", "list", CLUSTER) in uses
+    assert {("nodes", "watch", CLUSTER), ("pods", "watch", CLUSTER)} <= uses  # RAW_CALLS
     deletes = {u for u in uses if u[1] in {"delete", "deletecollection"}}
     assert deletes == {("devicetaintrules", "delete", CLUSTER)}, "gpuguard deletes only its taints"

@@ -8,6 +8,7 @@ There is deliberately no evict and no drain here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -59,9 +60,16 @@ def event_message(action: decisions.Action) -> str:
 class NodeWriter:
     """Applies node actions through lightkube; converts API errors to gpuguard's."""
 
-    def __init__(self, client: Client, *, events_namespace: str = "default") -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        events_namespace: str = "default",
+        on_written: Callable[[str], None] = lambda resource_version: None,
+    ) -> None:
         self._client = client
         self._events_namespace = events_namespace
+        self._on_written = on_written  # the written Node's resourceVersion (read-your-writes)
 
     def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
         self._patch(node.name, isolation_patch(node, action))
@@ -105,7 +113,9 @@ class NodeWriter:
 
     def _patch(self, name: str, patch: dict[str, Any]) -> None:
         with api_errors.translated(f"patching Node {name}"):
-            self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)
+            written = self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)
+        if written.metadata is not None and written.metadata.resourceVersion:
+            self._on_written(written.metadata.resourceVersion)
 
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         """An Event on the Node, as ``kubectl describe node`` shows it."""

@@ -11,10 +11,17 @@ the processes on each GPU (``agent.gpu_processes``) every ``check_interval_s``. 
 thread stops making progress. ``ready()`` is also false while the kernel log cannot be read:
 an agent that cannot read its source says so in one log line and in
 ``gpuguard_agent_kernel_log_readable 0``, and is never a healthy-looking blind agent.
+
+With a ``reporter`` (``gpuguard agent`` by default) the agent also reports what it sees as
+node conditions (``agent.conditions``, docs/design.md#fast-path): the follower thread offers
+them right after counting new lines — a GPU off the bus is on the Node within a poll — and the
+check thread after each cycle; ``agent.node_status`` writes them, rate-limited. "This boot" is
+counted from the counts saved with the boot ID at this boot's first start (``boot-baseline.json``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -22,14 +29,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gpuguard.agent import exporter, gpu_processes, journal, podresources, position
+from gpuguard.agent import (
+    conditions,
+    exporter,
+    gpu_processes,
+    journal,
+    node_status,
+    podresources,
+    position,
+)
 from gpuguard.agent import topology as agent_topology
-from gpuguard.agent.checks import result
+from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.evidence import hostread, pci
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import SourceError
 from gpuguard.kernlog import parse
+from gpuguard.model import decisions
+from gpuguard.model import node_conditions as nc
+from gpuguard.policy import xid_signals
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +58,7 @@ FollowerFactory = Callable[[position.Position | None], journal.Follower]
 CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
+POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +67,7 @@ class AgentConfig:
     root: Path
     state_dir: Path
     check_interval_s: float = 300.0
-    poll_interval_s: float = 1.0
+    poll_interval_s: float = POLL_INTERVAL_S
     process_scan_budget_s: float = gpu_processes.BUDGET_S
     pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)
 
@@ -62,6 +84,8 @@ class Agent:
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         topology: agent_topology.TopologyProbe | None = None,
+        reporter: node_status.ConditionReporter | None = None,
+        classifier: xid_signals.XidClassifier | None = None,
     ) -> None:
         self.config = config
         saved = position.load(config.state_dir)
@@ -85,6 +109,11 @@ class Agent:
         self._monotonic = monotonic
         self._last_poll = monotonic()
         self._last_check_start: float | None = None
+        self.reporter = self.collector.reporter = reporter
+        self._classifier = classifier or xid_catalog.load_catalog()
+        self._boot_baseline = _boot_baseline(config, self.tally)
+        self._driver: tuple[decisions.CheckStatus, str] | None = None
+        self.conditions: dict[str, nc.GpuCondition] = {}
 
     # ---- one step each (tests drive these directly) -------------------------------------------
 
@@ -92,23 +121,64 @@ class Agent:
         """Read what arrived, count it, then save the position; the number of lines read."""
         batch = self.follower.poll()
         self._last_poll = self._monotonic()
-        self._note_problem(None if batch.lines else self.follower.problem())
+        problem_changed = self._note_problem(None if batch.lines else self.follower.problem())
         if not batch.lines and not batch.unreadable and batch.position == self._saved_position:
+            self._follow_conditions(problem_changed)
             return 0
         self.tally.count(batch.lines, self.parser, batch.unreadable)
         position.save(self.config.state_dir, position.Saved(batch.position, self.tally.as_json()))
         self._saved_position = batch.position
+        self._follow_conditions(True)
         return len(batch.lines)
 
-    def _note_problem(self, problem: str | None) -> None:
-        """Say once when the kernel log becomes unreadable, and once when it is read again."""
-        if problem != self.kernel_log_problem:
+    def _follow_conditions(self, news: bool) -> None:
+        """The follower's part of reporting: at once after new lines (the fast path,
+        docs/design.md#fast-path), again each poll while a card the kernel said fell off the
+        bus still answers (its config space may turn to all ones), else only what is due."""
+        if self.reporter is None:
+            return
+        fallen = self.conditions.get(nc.GPU_FALLEN_OFF_BUS)
+        if news or (fallen is not None and fallen.reason == conditions.FELL_OFF_ANSWERS):
+            self.report_conditions()
+        else:
+            self.reporter.flush()
+
+    def report_conditions(self) -> dict[str, nc.GpuCondition]:
+        """Compute the node conditions from what the agent knows now and offer them to the
+        reporter (which writes them when they changed, rate-limited)."""
+        counts = self.tally.as_json()
+        seen = conditions.Seen(
+            counts=counts,
+            baseline=self._boot_baseline,
+            gpu_index=self.tally.gpu_index,
+            config_all_ff=self._config_space(counts),
+            kernel_log_problem=self.kernel_log_problem,
+            driver=self._driver,
+        )
+        now = datetime.fromtimestamp(self._wall(), UTC)
+        self.conditions = conditions.compute(seen, self._classifier, now)
+        if self.reporter is not None:
+            self.reporter.offer(self.conditions)
+        return self.conditions
+
+    def _config_space(self, counts: dict[str, Any]) -> dict[str, bool | None]:
+        """Whether each card the kernel said fell off the bus reads all ones now."""
+        cards = {row[2] for row in counts["xids"] if str(row[3]) == "79"}
+        cards |= {row[0] for row in counts["fallen_off"]}
+        return {c: pci.config_space_all_ff(self.config.root, c) for c in cards if c}
+
+    def _note_problem(self, problem: str | None) -> bool:
+        """Say once when the kernel log becomes unreadable, and once when it is read again;
+        whether it changed."""
+        changed = problem != self.kernel_log_problem
+        if changed:
             if problem is not None:
                 log.warning("kernel log unreadable: %s", problem)
             else:
                 log.info("kernel log readable again")
         self.kernel_log_problem = problem
         self.collector.kernel_log_readable = problem is None
+        return changed
 
     def check_once(self) -> exporter.CheckCycle:
         self._last_check_start = started = self._monotonic()
@@ -120,6 +190,11 @@ class Agent:
             self.topology.run(datetime.fromtimestamp(self._wall(), UTC), self._hung_signs())
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
+        self._driver = next(
+            ((r.status, r.evidence) for r in results if r.check == nvidia.NAME), None
+        )
+        if self.reporter is not None:
+            self.report_conditions()
         return cycle
 
     def read_pods(self, pods: podresources.KubeletPodResources) -> exporter.PodDevices:
@@ -193,6 +268,29 @@ class Agent:
             except Exception:
                 log.exception("check cycle failed")
             stop.wait(self.config.check_interval_s)
+
+
+BASELINE_FILE = "boot-baseline.json"
+
+
+def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]:
+    """The counts at this boot's start, which the conditions subtract ("seen this boot"):
+    kept in the state directory with the boot ID, taken afresh when the boot ID changed."""
+    boot = hostread.optional_line(config.root, "proc/sys/kernel/random/boot_id") or ""
+    path = config.state_dir / BASELINE_FILE
+    try:
+        saved = json.loads(path.read_text())
+        if saved.get("boot_id") == boot and isinstance(saved.get("counts"), dict):
+            return dict(saved["counts"])
+    except (OSError, ValueError, AttributeError):
+        pass  # none yet (or unreadable): this boot starts from the restored counts
+    counts = tally.as_json()
+    data = json.dumps({"boot_id": boot, "counts": counts}).encode()
+    try:
+        position.write_file(config.state_dir, BASELINE_FILE, data)
+    except OSError as e:
+        log.warning("%s not saved: %s", BASELINE_FILE, e)
+    return counts
 
 
 def _bus_losses(tally: exporter.Tally) -> int:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -30,6 +30,14 @@ from gpuguard.agent.checks import nvidia, result
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
 from gpuguard.model import metric_names as names
+
+
+class Writes(Protocol):
+    """What the collector reads of the node-conditions reporter: writes by result."""
+
+    @property
+    def writes(self) -> Mapping[str, int]: ...
+
 
 XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
 CardKey = tuple[str, str]  # pci, uuid
@@ -139,6 +147,7 @@ class AgentCollector(Collector):
         self.pod_devices: PodDevices | None = None  # None: the PodResources opt-in is off
         self.kernel_log_readable = True
         self.topology: topology.TopologyProbe | None = None  # opt-in: gpuguard agent --topology
+        self.reporter: Writes | None = None  # node conditions reporting (on by default)
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -150,6 +159,18 @@ class AgentCollector(Collector):
             yield from self._pods(self.pod_devices)
         if self.topology is not None:
             yield from self.topology.families()
+        if self.reporter is not None:
+            yield self._condition_writes(self.reporter.writes)
+
+    def _condition_writes(self, writes: Mapping[str, int]) -> Metric:
+        family = CounterMetricFamily(
+            _base(names.AGENT_CONDITION_WRITES_TOTAL),
+            "Patches of this node's gpuguard conditions, by result (ok, error: see its log).",
+            labels=["node", "result"],
+        )
+        for outcome, n in sorted(writes.items()):
+            family.add_metric([self.node, outcome], n)
+        return family
 
     def _kernel_log(self) -> Iterator[Metric]:
         snapshot = self.tally.as_json()

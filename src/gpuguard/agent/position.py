@@ -94,15 +94,19 @@ def load(state_dir: Path) -> Saved:
 
 def save(state_dir: Path, saved: Saved) -> None:
     """Replace the state file atomically: a reader (or a crash) sees the old or the new one."""
+    write_file(state_dir, STATE_FILE, json.dumps(_to_json(saved), separators=(",", ":")).encode())
+
+
+def write_file(state_dir: Path, name: str, data: bytes) -> None:
+    """Replace ``state_dir/name`` atomically (temp file + fsync + rename)."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(_to_json(saved), separators=(",", ":")).encode()
-    fd, temp = tempfile.mkstemp(prefix=".agent-state.", dir=state_dir)
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", dir=state_dir)
     try:
         with os.fdopen(fd, "wb") as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temp, state_path(state_dir))
+        os.replace(temp, state_dir / name)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

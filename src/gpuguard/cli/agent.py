@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from gpuguard import errors, metrics_http
-from gpuguard.agent import commands, daemon, journal, position
+from gpuguard.agent import commands, daemon, journal, node_status, position
 from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import running, settings
 from gpuguard.cli import check as check_cli
@@ -93,6 +93,14 @@ TopologyOption = Annotated[bool, typer.Option(
     help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
     "needs nvidia-smi in the container (the NVIDIA runtime class). docs/fleet-health.md",
 )]  # fmt: skip
+ReportOption = Annotated[bool, typer.Option(
+    "--report-conditions/--no-report-conditions",
+    help="Report what the agent sees as conditions on this node's status (GpuFallenOffBus, "
+    "GpuHardwareXid, GpuDriverMismatch, GpuKernelLogUnreadable; kubectl describe node shows "
+    "them), through the pod's service-account token: the controller isolates a GPU gone from "
+    "the bus within seconds. Needs the chart's agent.nodeConditions.enabled (RBAC: patch "
+    "nodes/status, its own node only). docs/design.md#fast-path",
+)]  # fmt: skip
 
 
 def agent(
@@ -114,6 +122,7 @@ def agent(
     declared: DeclaredOption = None,
     pod_resources: PodResourcesOption = None,
     topology: TopologyOption = False,
+    report_conditions: ReportOption = True,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
@@ -124,12 +133,15 @@ def agent(
     loses an Xid and its counters never go down. Never calls NVML or nvidia-smi; every check
     has a hard timeout. With --topology it also reads nvidia-smi topo -m every 6 h (never
     while a GPU has fallen off the bus) and serves gpuguard_gpu_link and gpuguard_gpu_numa_node.
+    By default it also reports what it sees as conditions on its own Node's status, at most
+    once a second and only on change (--no-report-conditions: metrics only).
 
     \b
     Examples:
       gpuguard agent --node gpu-node-a                         # journald
       gpuguard agent --root /host --kmsg --state-dir /host/var/lib/gpuguard
       gpuguard agent --kernel-log /var/log/kern.log --check-interval 1m --port 9809
+      gpuguard agent --node gpu-node-a --no-report-conditions  # metrics only, no API token
     """
     check_cli.require_dir(root, "--root")
     if kernel_log is not None and not kernel_log.is_file():
@@ -159,7 +171,8 @@ def agent(
         probe = (
             agent_topology.TopologyProbe(name, commands.SubprocessRunner()) if topology else None
         )
-        the_agent = daemon.Agent(config, follow, run, topology=probe)
+        reporter = node_status.in_cluster(name, state_dir) if report_conditions else None
+        the_agent = daemon.Agent(config, follow, run, topology=probe, reporter=reporter)
     except OSError as e:
         raise errors.InputError(f"--state-dir {state_dir}: {e.strerror or e}") from e
     stop = threading.Event()

@@ -79,7 +79,8 @@ def _settings_line(settings: settings_model.GuardSettings) -> str:
     iso = settings.isolation
     fast = ", ".join(str(x) for x in sorted(iso.fast_path_xids)) or "none"
     return (f"{durations.format_duration(settings.controller.interval)} tick, "
-            f"{durations.format_duration(iso.hold_window)} hold window, fast path for Xid {fast}")
+            f"{durations.format_duration(iso.hold_window)} hold window, fast path for Xid {fast}"
+            ", the agents' node conditions read at once")
 
 
 def _print_scenario(console: Console, report: dict[str, Any], verbose: bool) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from gpuguard.cli import failures, guard
-from gpuguard.controller import leader, runner, telemetry, wiring
+from gpuguard.controller import fast_path, leader, runner, telemetry, wiring
 
 
 class LogLevel(StrEnum):
@@ -52,7 +52,8 @@ def run(
     conn = guard.connection(kubeconfig, kube_server, prometheus_url)
     port = settings.controller.metrics_port if metrics_port is None else metrics_port
     c = settings.controller
-    with wiring.build_guard(settings, conn, dry_run=dry_run) as (built, client):
+    fast = fast_path.FastPath()
+    with wiring.build_guard(settings, conn, dry_run=dry_run, fast=fast) as (built, client):
         elector = leader.LeaseElector(
             leader.KubeLeases(client, c.lease_name, c.namespace),
             identity=me,
@@ -69,10 +70,17 @@ def run(
             retry=c.renew_every,
         )
         stop = threading.Event()
+
+        def stopping(*_: object) -> None:
+            stop.set()
+            loop.interrupt()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, stopping)
         with failures.listening("--metrics-port", port), telemetry.serve(
             loop.metrics, loop.healthy, port=port, ready=loop.ready
-        ) as server:
+        ) as server, fast_path.watching(
+            built.cluster, fast, loop.wake, metrics, c.interval, stop
+        ):
             logging.info("gpuguard %s serving /metrics on :%d", me, server.server_address[1])
             loop.run(stop)

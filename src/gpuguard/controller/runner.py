@@ -5,6 +5,9 @@ confirmed, renewed when due); liveness says the loop runs, readiness that its so
 The Lease is renewed every ``retry`` (a few seconds, well inside the lease duration); the
 tick runs every ``interval`` and only on the leader. After a failed tick the next one waits
 longer (doubling, capped), so a broken Prometheus is not hammered; a good tick resets it.
+``wake`` (a node newly carrying an unambiguous hardware fault, docs/design.md#fast-path)
+makes the loop tick at once — the same tick, policy, breaker and WriteGate; wakes that
+arrive before it runs are one tick.
 """
 
 from __future__ import annotations
@@ -75,6 +78,21 @@ class Runner:
         self._last_ok: float | None = None
         self._beat: float | None = None  # when the loop last began a pass
         self._lease_answered = False
+        self._urgent = False  # a wake asked for a tick now
+        self._woken = threading.Event()  # ends the wait between passes
+
+    def wake(self, node: str, why: str) -> None:
+        """Tick at once (from any thread): ``node`` newly carries ``why``. Wakes before the
+        tick runs are coalesced into it; a standby ignores them (its leader has its own)."""
+        then = "ticking now" if self.leadership.is_leader() else "standby: the leader ticks"
+        log.warning("urgent: %s: %s; %s", node, why, then)
+        self.metrics.urgent_wakes.inc()
+        self._urgent = True
+        self._woken.set()
+
+    def interrupt(self) -> None:
+        """End the wait between passes now (``run`` then checks its stop event)."""
+        self._woken.set()
 
     def healthy(self) -> bool:
         """Liveness: the loop is not stuck — it began a pass within three intervals (a tick
@@ -105,8 +123,11 @@ class Runner:
             leading = self.leadership.is_leader()
         self.metrics.set_leading(leading)
         now = self.monotonic()
-        if not leading or now < self._next_tick:
+        urgent, self._urgent = self._urgent, False
+        if not leading or (now < self._next_tick and not urgent):
             return None
+        if urgent:
+            self.metrics.urgent_ticks.inc()
         try:
             result = self.guard.tick()
         except Exception as e:  # nothing handled it (controller.failsafe): fail closed, go on
@@ -126,7 +147,9 @@ class Runner:
         try:
             while not stop.is_set():
                 self.step()
-                stop.wait(self.retry.total_seconds())
+                if not self._urgent:
+                    self._woken.wait(self.retry.total_seconds())
+                self._woken.clear()
         finally:
             try:
                 self.leadership.release()

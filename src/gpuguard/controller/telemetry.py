@@ -7,17 +7,20 @@ A registry per guard (no global registry, nothing at import time). Names come fr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpuguard import metrics_http
 from gpuguard.controller import tick
 from gpuguard.model import annotation_keys, gpu_isolation
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate
+from gpuguard.sources import watch_cache
 
 _STEP_OF_KIND = {"source": "collect", "write": "isolate"}
 
@@ -82,6 +85,16 @@ class GuardMetrics:
             "Writes a tick skipped because leadership lapsed during it.",
             registry=r,
         )
+        self.urgent_wakes = Counter(
+            _counter_base(names.URGENT_WAKES_TOTAL),
+            "Nodes newly carrying an unambiguous GPU hardware fault condition (a wake).",
+            registry=r,
+        )
+        self.urgent_ticks = Counter(
+            _counter_base(names.URGENT_TICKS_TOTAL),
+            "Ticks run at once for wakes (several wakes before a tick are one).",
+            registry=r,
+        )
         self.phantom = Gauge(
             names.PHANTOM_GPUS,
             "Watts wasted by a GPU busy with nothing (phantom utilization), per GPU.",
@@ -140,6 +153,14 @@ class GuardMetrics:
             ["node"],
             registry=r,
         )
+
+    def watch_caches(
+        self,
+        states: Callable[[], Iterable[watch_cache.CacheState]],
+        fallback_lists: Callable[[], int],
+    ) -> None:
+        """Export the watch caches' state, read at each scrape."""
+        self.registry.register(_WatchCollector(states, fallback_lists))
 
     def observe(self, result: tick.TickResult) -> None:
         self.ticks.inc()
@@ -290,3 +311,44 @@ def serve(
         metrics.exposition, healthy, host=host, port=port, ready=ready
     ) as server:
         yield server
+
+
+class _WatchCollector(Collector):
+    """The watch caches' state as metrics, read when scraped (docs/design.md#fast-path)."""
+
+    def __init__(
+        self,
+        states: Callable[[], Iterable[watch_cache.CacheState]],
+        fallback_lists: Callable[[], int],
+    ) -> None:
+        self._states, self._fallback_lists = states, fallback_lists
+
+    def collect(self) -> Iterable[Metric]:
+        by_resource = ["resource"]
+        synced = GaugeMetricFamily(
+            names.WATCH_CACHE_SYNCED, "1 once the resource's cache was listed.", labels=by_resource
+        )
+        objects = GaugeMetricFamily(
+            names.WATCH_CACHE_OBJECTS, "Objects in the cache.", labels=by_resource
+        )
+        relists = CounterMetricFamily(
+            _counter_base(names.WATCH_RELISTS_TOTAL),
+            "Full lists of a resource (the first one included).",
+            labels=by_resource,
+        )
+        errors = CounterMetricFamily(
+            _counter_base(names.WATCH_ERRORS_TOTAL),
+            "Failed lists and broken watches of a resource.",
+            labels=by_resource,
+        )
+        for state in self._states():
+            synced.add_metric([state.resource], 1.0 if state.synced else 0.0)
+            objects.add_metric([state.resource], state.objects)
+            relists.add_metric([state.resource], state.relists)
+            errors.add_metric([state.resource], state.watch_errors)
+        fallback = CounterMetricFamily(
+            _counter_base(names.WATCH_FALLBACK_LISTS_TOTAL),
+            "Reads a tick listed afresh because a cache was not fresh.",
+            value=self._fallback_lists(),
+        )
+        return [synced, objects, relists, errors, fallback]

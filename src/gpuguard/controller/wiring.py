@@ -26,6 +26,7 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     dra_taints,
+    fast_path,
     fault_history,
     fitness_label,
     fleet_health,
@@ -38,8 +39,16 @@ from gpuguard.controller import (
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import escalation, gpu_route
-from gpuguard.sources import changes, gang_pods, gpu_metrics, kubernetes, prometheus, return_facts
+from gpuguard.policy import escalation, gang, gpu_route
+from gpuguard.sources import (
+    changes,
+    gang_pods,
+    gpu_metrics,
+    kubernetes,
+    prometheus,
+    return_facts,
+    watched_cluster,
+)
 from gpuguard.sources import fleet_health as health_plan
 
 
@@ -94,22 +103,32 @@ def kubeconfig_user(kubeconfig: Path | None) -> str | None:
 
 @contextmanager
 def build_guard(
-    guard_settings: settings_model.GuardSettings, connection: Connection, *, dry_run: bool
+    guard_settings: settings_model.GuardSettings,
+    connection: Connection,
+    *,
+    dry_run: bool,
+    fast: fast_path.FastPath | None = None,
 ) -> Iterator[tuple[tick.Guard, Client]]:
-    """The guard with every step wired to the real adapters; all of them closed on exit."""
+    """The guard with every step wired to the real adapters; all of them closed on exit.
+    With ``fast`` (a long-running guard) and ``controller.watch`` on, it reads the cluster
+    from watch caches (not started: ``fast_path.watching`` runs them) whose Node changes go
+    to ``fast``; otherwise every tick lists."""
     with ExitStack() as closing:
         client = kube_client(connection)
         closing.callback(client.close)
         url = connection.prometheus_url or guard_settings.prometheus.url
         read = _prometheus_reader(url, guard_settings, closing)
         notifier = _notifier(guard_settings, closing)
-        writer = nodes.NodeWriter(client)
+        cluster = _cluster(client, guard_settings, fast)
+        if isinstance(cluster, watched_cluster.WatchedCluster):
+            closing.callback(cluster.stop)
+        writer = _writer(client, cluster)
         catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
         c = guard_settings.controller
         isolation = guard_settings.isolation
         guard = tick.Guard(
             metrics=read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback)),
-            cluster=kubernetes.KubernetesReader(client),
+            cluster=cluster,
             writer=writer,
             classifier=catalog,
             settings=guard_settings,
@@ -170,13 +189,48 @@ def build_guard(
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
-                pods=gang_pods.GangPodReader(client),
+                pods=_workload_pods(client, cluster),
                 metrics=read(_health_plan(guard_settings.fleet)),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
             ),
         )
         yield guard, client
+
+
+def _cluster(
+    client: Client, guard_settings: settings_model.GuardSettings, fast: fast_path.FastPath | None
+) -> kubernetes.KubernetesReader | watched_cluster.WatchedCluster:
+    c = guard_settings.controller
+    if fast is None or not c.watch:
+        return kubernetes.KubernetesReader(client)
+    # a cache whose watch is broken longer than a tick interval is not decided on
+    return watched_cluster.watched_cluster(
+        client, c.interval, on_node_change=fast.on_node_change, pod_annotations=GANG_ANNOTATIONS
+    )
+
+
+GANG_ANNOTATIONS = frozenset(
+    {m.key for m in gang.MARKERS if m.where == "annotation"} | {gang.KUEUE_TOTAL_COUNT}
+)  # the only pod annotations the gang check reads
+
+
+def _workload_pods(
+    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+) -> fleet_health.PodSource:
+    if isinstance(cluster, watched_cluster.WatchedCluster):
+        return watched_cluster.WorkloadPods(cluster)
+    return gang_pods.GangPodReader(client)
+
+
+def _writer(
+    client: Client, cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
+) -> nodes.NodeWriter:
+    """The one node writer; over watch caches, each write it makes is one the next read of
+    the Nodes waits for (read-your-writes, ``sources.watched_cluster``)."""
+    if isinstance(cluster, watched_cluster.WatchedCluster):
+        return nodes.NodeWriter(client, on_written=cluster.node_written)
+    return nodes.NodeWriter(client)
 
 
 def gpu_isolation_step(

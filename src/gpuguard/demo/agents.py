@@ -11,6 +11,12 @@ restarts on the node's new boot from its saved position and counts, as the pod w
 A scrape reads and renders an agent only when its node's kernel log grew or it restarted;
 otherwise it answers what that agent answered last (its counters change only with new lines),
 so the agent on every node costs the demo little.
+
+Each agent also reports its node conditions through the real writer (``agent.node_status``)
+over HTTP to the simulator's API, as the DaemonSet does through its token
+(docs/design.md#fast-path). ``follow`` runs every agent whose kernel log grew right after the
+world's step, as the real follower reads within its poll interval; its clock is the world's
+plus that interval (the follower reads at most that late).
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import lightkube
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuguard.agent import daemon, journal
+from gpuguard.agent import daemon, journal, node_status
 from gpuguard.model import metric_names as names
 from gpuguard.sim import state, world
 
+POLL_INTERVAL_S = daemon.POLL_INTERVAL_S
 SCRAPED = frozenset({names.XID_TOTAL, names.FALLEN_OFF_BUS_TOTAL, names.AGENT_KERNEL_LINES_TOTAL})
 Sample = tuple[str, Mapping[str, str], float]
 
@@ -36,14 +44,32 @@ class NodeAgents:
     played: world.World
     hosts: Path
     state_root: Path
+    client: lightkube.Client | None = None  # None: the agents report no node conditions
     _running: dict[str, tuple[str, daemon.Agent]] = field(default_factory=dict)
     _answers: dict[str, tuple[tuple[str, int], list[Sample]]] = field(default_factory=dict)
+    _followed: dict[str, tuple[str, int]] = field(default_factory=dict)
 
-    def scrape(self) -> Iterator[Sample]:
+    def follow(self) -> list[str]:
+        """Each running agent whose node's kernel log grew (or that restarted) reads it now,
+        and writes its conditions when they changed; the nodes whose agent read."""
+        read = []
+        for node in self._enabled_up():
+            version = (node.boot_id, len(node.kernel_log))
+            if self._followed.get(node.name) != version:
+                self._agent(node).follow_once()
+                self._followed[node.name] = version
+                read.append(node.name)
+        return read
+
+    def _enabled_up(self) -> Iterator[state.SimNode]:
         enabled = {spec.name for spec in self.played.scenario.nodes if spec.agent}
         for node in self.played.nodes:
             if node.name in enabled and node_up(node, self.played):
-                yield from self._answer(node)
+                yield node
+
+    def scrape(self) -> Iterator[Sample]:
+        for node in self._enabled_up():
+            yield from self._answer(node)
 
     def _answer(self, node: state.SimNode) -> list[Sample]:
         """The agent's scraped samples; read again only when its log grew or it restarted."""
@@ -72,15 +98,33 @@ class NodeAgents:
         config = daemon.AgentConfig(node.name, root, self.state_root / node.name)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         log = root / "var/log/kern.log"
-        agent = daemon.Agent(config, lambda saved: journal.FileFollower(log, saved), list)
+        agent = daemon.Agent(
+            config, lambda saved: journal.FileFollower(log, saved), list,
+            wall=self._wall, monotonic=self._wall, reporter=self._reporter(node.name, config),
+        )
         self._running[node.name] = (node.boot_id, agent)
         return agent
+
+    def _wall(self) -> float:
+        """The agent's clock: the world's, plus the poll interval it reads at most that late."""
+        return self.played.now.timestamp() + POLL_INTERVAL_S
+
+    def _reporter(
+        self, node: str, config: daemon.AgentConfig
+    ) -> node_status.ConditionReporter | None:
+        if self.client is None:
+            return None
+        patch = node_status.lightkube_patch(self.client, node)
+        return node_status.ConditionReporter(
+            patch, config.state_dir, wall=self._wall, monotonic=self._wall
+        )
 
     def close(self) -> None:
         for _, agent in self._running.values():
             agent.follower.close()
         self._running.clear()
         self._answers.clear()
+        self._followed.clear()
 
 
 def node_up(node: state.SimNode, played: world.World) -> bool:

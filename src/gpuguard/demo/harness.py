@@ -6,13 +6,19 @@ To play weeks in seconds, ticks are skipped while nothing can change the guard's
 tick runs only within the hold window (+2 min) after a change in the world, and around the
 Xid lookback later (when the gauge's 24 h-ago value turns over). Skipped ticks would have
 read the same inputs and decided the same as the last one.
+
+The fast path (docs/design.md#fast-path): after each step the agents whose kernel log grew
+read it and write their node conditions; when a node's conditions become newly urgent
+(``model.node_conditions.newly_urgent``) the guard ticks at once, its clock reading the step's
+time plus the agent's poll interval (the follower reads at most that late), while the world
+keeps its 15 s step grid.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,6 +28,7 @@ import lightkube
 
 from gpuguard.actuators import jobs, ledger, workload_events
 from gpuguard.actuators import nodes as node_writer
+from gpuguard.agent import node_status as agent_status
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
@@ -35,7 +42,15 @@ from gpuguard.controller import (
 from gpuguard.demo import agents, host_checks, job_commands
 from gpuguard.demo import findings as demo_findings
 from gpuguard.demo import rollouts as rollout_view
-from gpuguard.model import annotation_keys, decisions, faults, fleet, gpu_isolation, withheld
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    faults,
+    fleet,
+    gpu_isolation,
+    node_conditions,
+    withheld,
+)
 from gpuguard.model import return_to_pool as return_model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
@@ -136,9 +151,13 @@ def _play(
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")
     view.targets.append(node_agents.scrape)
+    guard_clock = _GuardClock(clock)
     with kubeapi.serve(objects) as server, lightkube.Client(
         config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
-    ) as client:
+    ) as client, lightkube.Client(
+        config=kubeapi.lightkube_config(server.url), field_manager=agent_status.FIELD_MANAGER
+    ) as agent_client:
+        node_agents.client = agent_client
         writer = node_writer.NodeWriter(client)
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
         namespace = settings.controller.namespace
@@ -148,7 +167,7 @@ def _play(
             writer=writer,
             classifier=catalog,
             settings=settings,
-            clock=clock,
+            clock=guard_clock,
             recovery=recovery.Recovery(
                 jobs=jobs.Jobs(client, namespace),
                 ledger=ledger.Ledger(client, namespace),
@@ -200,7 +219,8 @@ def _play(
             ),
         )
         try:
-            _drive(run, guard, view, settings, jobs_kubelet, observe)
+            fast = _FastPath(node_agents, guard_clock)
+            _drive(run, guard, view, settings, jobs_kubelet, observe, fast)
         finally:
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
@@ -253,6 +273,39 @@ def _withheld(run: ScenarioRun) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class _GuardClock:
+    """The guard's clock: the world's, plus ``offset`` during a fast-path step."""
+
+    world: simclock.SimClock
+    offset: timedelta = timedelta(0)
+
+    def now(self) -> datetime:
+        return self.world.now() + self.offset
+
+
+@dataclass
+class _FastPath:
+    """The agents' node conditions, and whether a step made one newly urgent."""
+
+    agents: agents.NodeAgents
+    clock: _GuardClock
+    known: dict[str, Mapping[str, node_conditions.GpuCondition]] = field(default_factory=dict)
+
+    def urgent(self, objects: store.ObjectStore) -> bool:
+        """Let the agents read; whether a node they wrote on is newly urgent. The guard's
+        clock reads the step's time plus the poll interval for the rest of the step."""
+        self.clock.offset = timedelta(0)
+        urgent = False
+        for name in self.agents.follow():
+            after = kubernetes.node_from_object(objects.get("Node", "", name)).gpu_conditions
+            urgent |= node_conditions.newly_urgent(self.known.get(name), after)
+            self.known[name] = after
+        if urgent:
+            self.clock.offset = timedelta(seconds=agents.POLL_INTERVAL_S)
+        return urgent
+
+
 def _drive(
     run: ScenarioRun,
     guard: tick.Guard,
@@ -260,6 +313,7 @@ def _drive(
     settings: settings_model.GuardSettings,
     jobs_kubelet: kubelet.JobKubelet,
     observe: Observer | None = None,
+    fast: _FastPath | None = None,
 ) -> None:
     played, objects = run.played, run.played.store
     activity = _Activity(settings.isolation.hold_window, settings.isolation.xid_lookback)
@@ -276,6 +330,7 @@ def _drive(
         last = w.now
         if jobs_kubelet.due(w.now):  # a run time, deadline or TTL passed between ticks
             jobs_kubelet.step()
+        urgent = fast is not None and fast.urgent(objects)
         current = (objects.resource_version, len(w.timeline))
         if current != seen:
             view.scrape(found_after=prometheus_view.SCRAPE)
@@ -284,7 +339,7 @@ def _drive(
             seen = current
         if observe is not None:
             observe(w)
-        if w.elapsed % interval == timedelta(0) and activity.active(w.now):
+        if urgent or (w.elapsed % interval == timedelta(0) and activity.active(w.now)):
             jobs_kubelet.step()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
 

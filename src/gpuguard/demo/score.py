@@ -98,4 +98,8 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "fleet_health_findings": sum(
             1 for r in reports for f in r["findings"] if "wasted_w" not in f
         ),
+        # fault's first kernel line -> cordon accepted, the slowest node isolation of the run
+        "time_to_isolate_max_s": max(
+            (s for r in reports for s in r["time_to_isolate_s"].values()), default=None
+        ),
     }

@@ -59,6 +59,13 @@ NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML 
 TICKS_TOTAL = "gpuguard_ticks_total"
 TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # labels: kind, step
 WRITES_SKIPPED_TOTAL = "gpuguard_writes_skipped_total"  # leadership lapsed during a tick
+URGENT_WAKES_TOTAL = "gpuguard_urgent_wakes_total"  # a node newly urgent woke the loop
+URGENT_TICKS_TOTAL = "gpuguard_urgent_ticks_total"  # ticks run at once for such wakes
+WATCH_CACHE_SYNCED = "gpuguard_watch_cache_synced"  # gauge per {resource}
+WATCH_CACHE_OBJECTS = "gpuguard_watch_cache_objects"  # gauge per {resource}
+WATCH_RELISTS_TOTAL = "gpuguard_watch_relists_total"  # per {resource}, the first list included
+WATCH_ERRORS_TOTAL = "gpuguard_watch_errors_total"  # per {resource}
+WATCH_FALLBACK_LISTS_TOTAL = "gpuguard_watch_fallback_lists_total"  # a tick listed afresh
 LAST_SUCCESSFUL_TICK = "gpuguard_last_successful_tick_timestamp_seconds"
 DECISIONS_TOTAL = "gpuguard_decisions_total"  # labels: action, reason
 BREAKER_OPEN = "gpuguard_breaker_open"
@@ -129,6 +136,7 @@ def window_stat(metric: str, stat: str) -> str:
 AGENT_KERNEL_LINES_TOTAL = "gpuguard_agent_kernel_lines_total"  # agent: lines read, per node
 AGENT_MALFORMED_LINES_TOTAL = "gpuguard_agent_malformed_lines_total"  # agent: unreadable records
 AGENT_KERNEL_LOG_READABLE = "gpuguard_agent_kernel_log_readable"  # agent: 0 = cannot read it
+AGENT_CONDITION_WRITES_TOTAL = "gpuguard_agent_condition_writes_total"  # agent: by result
 AGENT_CHECK_DURATION = "gpuguard_agent_check_duration_seconds"  # agent: last check cycle
 AGENT_LAST_CHECK = "gpuguard_agent_last_check_timestamp_seconds"  # agent: end of last cycle
 

@@ -175,6 +175,13 @@ class PrometheusSettings(_Section):
 
 class ControllerSettings(_Section):
     interval: Duration = Field(default=timedelta(seconds=30), description="Time between ticks.")
+    watch: bool = Field(
+        default=True,
+        description="`gpuguard run` keeps watch caches of Nodes and unfinished Pods (a paged "
+        "list, then a watch) instead of listing them every tick, and ticks at once when a node "
+        "newly reports a GPU gone from the bus (docs/design.md#fast-path). false: every tick "
+        "lists them (small clusters; an API that refuses watches).",
+    )
     namespace: str = Field(default="gpuguard", description="Where the Lease and ledger live.")
     image: str = Field(
         default="ghcr.io/gpuguard/gpuguard:0.1.0",

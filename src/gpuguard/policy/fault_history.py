@@ -101,6 +101,8 @@ def _is_new(
 def _confirmation(
     signal: xid_signals.HardwareXid, node: fleet.Node | None, tripped: bool
 ) -> faults.Confirmation:
+    if signal.source is xid_signals.XidSource.CONDITION:  # the kernel said so, config all ones
+        return faults.Confirmation.KERNEL_LOG
     if signal.fallen_off_bus and signal.source is xid_signals.XidSource.AGENT:
         return faults.Confirmation.KERNEL_LOG
     if node is not None and not tripped and _isolated_confirmed(node, signal):

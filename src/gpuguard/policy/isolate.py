@@ -23,6 +23,7 @@ from gpuguard.model import (
     faults,
     fleet,
     gpu_isolation,
+    node_conditions,
     pci,
     timestamps,
     withheld,
@@ -85,7 +86,7 @@ def decide(
     """This tick's isolations, withheld-marks and findings. ``phantom_cordons`` are the opt-in
     phantom isolations, admitted after the faults by the same breaker. ``ledger`` is the fault
     ledger the GPU-or-node rule reads (None: it could not be read)."""
-    signals = xid_signals.hardware_xids(snapshot.samples, classifier)
+    signals = xid_signals.all_signals(snapshot, classifier)
     held = _gpu_loss_held(snapshot.samples)
     candidates: dict[str, _Admissible] = {}
     findings: list[decisions.Finding] = []
@@ -240,8 +241,9 @@ def _assess(
 ) -> tuple[_Candidate | None, decisions.Finding | None]:
     if is_auto_isolated(node):
         return None, None
-    loss = _loss_evidence(node, snapshot)
-    missing = gpu_isolation.unexplained_missing(node)
+    gone = _gone_by_condition(node)
+    loss = _loss_evidence(node, snapshot, gone)
+    missing = gpu_isolation.unexplained_missing(node) or gone
     if not signals and (pending := _pending_fault(node)) is not None:
         if missing and not node.unschedulable:
             return _Candidate(
@@ -303,12 +305,31 @@ def _is_fast_path(
     return fault.xid in isolation.fast_path_xids
 
 
-def _loss_evidence(node: fleet.Node, snapshot: fleet.FleetSnapshot) -> decisions.Evidence:
+def _loss_evidence(
+    node: fleet.Node, snapshot: fleet.FleetSnapshot, gone: bool = False
+) -> decisions.Evidence:
+    value = f"{node.gpu_capacity}/{node.gpu_allocatable}"
+    if gone:
+        value += (f"; {node_conditions.GPU_FALLEN_OFF_BUS}/{node_conditions.GONE_FROM_BUS}: "
+                  "the GPU is gone, before the kubelet's next status update lowers allocatable")
     return decisions.Evidence(
         source=f"node/{node.name} nvidia.com/gpu capacity/allocatable",
-        value=f"{node.gpu_capacity}/{node.gpu_allocatable}",
+        value=value,
         at=snapshot.taken_at,
     )
+
+
+def _gone_by_condition(node: fleet.Node) -> bool:
+    """The agent's condition says a GPU not isolated yet is gone from the bus: that is the GPU
+    loss, before the device plugin's health change reaches allocatable — the kubelet reports
+    it at its next node status update, every ``nodeStatusUpdateFrequency`` (10 s by default,
+    https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/)."""
+    condition = node_conditions.unambiguous_fault(node.gpu_conditions)
+    if condition is None:
+        return False
+    entries = gpu_isolation.read(node)
+    named = condition.gpus
+    return not named or any(not gpu_isolation.is_isolated(entries, g.uuid, g.pci) for g in named)
 
 
 def _finding(

@@ -6,6 +6,13 @@ no masking problem); dcgm-exporter's ``DCGM_EXP_XID_ERRORS_COUNT`` per ``xid``; 
 current unless the value 24 h ago is *the same* value — so a user Xid yesterday never masks a
 hardware Xid today (the seed's ``unless … offset 24h`` blind spot). User-class codes never
 count. The agent's "fallen off the bus" counter counts whatever the Xid source is.
+
+``all_signals`` adds the agent's node condition (docs/design.md#fast-path): ``GpuFallenOffBus``
+with reason ``GpuGoneFromBus`` — the kernel said so and the card's config space reads all
+ones — is a signal per GPU its message names (Xid 79 when named, else "fallen off the bus"),
+seconds before any scrape. A card Prometheus already shows with the same fault keeps only its
+Prometheus signal, so one fault is one signal (``model.faults.fault_identity``). No other
+condition, reason or status is a signal.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from gpuguard.model import decisions, fleet, series
+from gpuguard.model import decisions, faults, fleet, node_conditions, pci, series
 from gpuguard.model import metric_names as names
 from gpuguard.model.series import gpu_of
 
@@ -34,6 +41,7 @@ class XidSource(StrEnum):
     DCGM_COUNT = "dcgm-count"
     DCGM_GAUGE = "dcgm-gauge"
     WITHHELD = "withheld"  # kept pending by the breaker's mark on the node (model.withheld)
+    CONDITION = "node-condition"  # the agent's GpuFallenOffBus/GpuGoneFromBus on the Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,60 @@ def hardware_xids(
         for node, by_name in families.items()
         if (signals := _node_signals(node, by_name, classifier))
     }
+
+
+def all_signals(
+    snapshot: fleet.FleetSnapshot, classifier: XidClassifier
+) -> dict[str, list[HardwareXid]]:
+    """``hardware_xids`` of the samples, then each node's condition signals for the cards
+    Prometheus does not show with the same fault yet."""
+    merged = hardware_xids(snapshot.samples, classifier)
+    for node in snapshot.nodes:
+        scraped = merged.get(node.name, [])
+        extra = [s for s in condition_xids(node) if not any(_same_fault(s, p) for p in scraped)]
+        if extra:
+            merged[node.name] = [*scraped, *extra]
+    return merged
+
+
+def condition_xids(node: fleet.Node) -> list[HardwareXid]:
+    """The node's ``GpuFallenOffBus``/``GpuGoneFromBus`` condition as one signal per GPU it
+    names (one "fallen off the bus" on GPU ``?`` when it names none)."""
+    condition = node_conditions.unambiguous_fault(node.gpu_conditions)
+    if condition is None:
+        return []
+    evidence = decisions.Evidence(
+        source=f"node/{node.name} condition {condition.type}",
+        value=f"{condition.reason}: {condition.message}",
+        at=condition.last_transition,
+        labels={"type": condition.type, "reason": condition.reason},
+    )
+    named = condition.gpus or (node_conditions.GpuNamed(gpu="?"),)
+    return [
+        HardwareXid(
+            node=node.name,
+            gpu=g.gpu,
+            xid=faults.FALLEN_OFF_BUS_XID if g.xid == faults.FALLEN_OFF_BUS_XID else None,
+            source=XidSource.CONDITION,
+            evidence=evidence,
+            uuid=g.uuid,
+            pci=g.pci,
+        )
+        for g in named
+    ]
+
+
+def _same_fault(condition: HardwareXid, scraped: HardwareXid) -> bool:
+    """Prometheus shows the condition's fault (Xid 79 or "fallen off the bus", one fault) on
+    the same card; an unnamed condition matches any such signal on the node."""
+    if not (scraped.fallen_off_bus or scraped.xid == faults.FALLEN_OFF_BUS_XID):
+        return False
+    if condition.gpu == "?":
+        return True
+    if condition.uuid and scraped.uuid:
+        return condition.uuid == scraped.uuid
+    here = pci.try_normalize_pci(condition.pci)
+    return here is not None and here == pci.try_normalize_pci(scraped.pci)
 
 
 def _node_signals(

@@ -8,36 +8,41 @@ annotations, ``spec.workloadRef`` / ``spec.schedulingGroup``, ``spec.schedulingG
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
 
-from gpuguard.actuators import api_errors
-from gpuguard.errors import SourceError
 from gpuguard.model import timestamps, workloads
+from gpuguard.sources import kube_lists
 
 GPU_RESOURCE = "nvidia.com/gpu"
 UNSCHEDULABLE = "Unschedulable"
 
 
 class GangPodReader:
-    """Lists every unfinished pod of the cluster as ``WorkloadPod`` (one list call)."""
+    """Lists every unfinished pod of the cluster as ``WorkloadPod`` (a paged list of raw
+    JSON, ``sources.kube_lists``)."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
+        self._api = kube_lists.SharedApi(lambda: client.config, api)
 
     def pods(self) -> tuple[workloads.WorkloadPod, ...]:
-        with api_errors.translated("listing Pods", SourceError):
-            found = (workload_pod(p.to_dict()) for p in self._client.list(Pod, namespace="*"))
-            return tuple(p for p in found if not p.finished)
+        found = self._api.get().list_all(kube_lists.UNFINISHED_PODS, workload_pod).items
+        return tuple(p for p in found if not p.finished)
 
 
-def workload_pod(obj: Mapping[str, Any]) -> workloads.WorkloadPod:
-    """A Pod's JSON (``to_dict()`` or the API's) as the detector reads it."""
+def workload_pod(
+    obj: Mapping[str, Any], annotations: Collection[str] | None = None
+) -> workloads.WorkloadPod:
+    """A Pod's JSON (``to_dict()`` or the API's) as the detector reads it; with
+    ``annotations``, only those of its annotations are kept (a cache of 100,000 pods need
+    not hold every tool's annotations)."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    kept: Mapping[str, str] = meta.get("annotations") or {}
+    if annotations is not None:
+        kept = {k: v for k in annotations if (v := kept.get(k)) is not None}
     conditions: list[Mapping[str, Any]] = status.get("conditions") or []
     scheduled: Mapping[str, Any] = next(
         (c for c in conditions if c.get("type") == "PodScheduled"), {}
@@ -50,7 +55,7 @@ def workload_pod(obj: Mapping[str, Any]) -> workloads.WorkloadPod:
         phase=str(status.get("phase") or "Unknown"),
         gpu_request=_gpus(spec.get("containers") or []),
         labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
+        annotations=dict(kept),
         owners=tuple(_owner(o) for o in meta.get("ownerReferences") or []),
         scheduler=str(spec.get("schedulerName") or "default-scheduler"),
         created=_time(meta.get("creationTimestamp")),

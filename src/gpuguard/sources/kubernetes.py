@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import cast
+from typing import Any
 
 import httpx2
 from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
-from lightkube.models.core_v1 import Container, NodeCondition
-from lightkube.models.meta_v1 import ManagedFieldsEntry
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, fleet, node_conditions
+from gpuguard.model import annotation_keys, fleet, node_conditions, timestamps
+from gpuguard.sources import kube_lists
 
 GPU_RESOURCE = "nvidia.com/gpu"
 _UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
@@ -34,14 +33,15 @@ _SHOWN_BODY = 200  # characters of an unexpected /version body quoted in the err
 
 
 class KubernetesReader:
-    """Reads Nodes and GPU Pods through one lightkube client."""
+    """Reads Nodes and unfinished Pods with paged lists of raw JSON
+    (``sources.kube_lists``), sent to the lightkube client's server with its credentials."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
         self._client = client
+        self._api = kube_lists.SharedApi(lambda: client.config, api)
 
     def nodes(self) -> tuple[fleet.Node, ...]:
-        with api_errors.translated("listing Nodes", SourceError):
-            return tuple(node_from_api(n) for n in self._client.list(Node))
+        return self._api.get().list_all(kube_lists.NODES, node_from_dict).items
 
     def has_node(self, name: str) -> bool:
         """Whether the cluster has a Node of this name (one GET, not a list of every node)."""
@@ -54,9 +54,8 @@ class KubernetesReader:
 
     def pods(self) -> tuple[fleet.Pod, ...]:
         """Pods that are not finished (GPU pods and the node's system pods alike)."""
-        with api_errors.translated("listing Pods", SourceError):
-            pods = (pod_from_api(p) for p in self._client.list(Pod, namespace="*"))
-            return tuple(p for p in pods if p.phase in _UNFINISHED)
+        found = self._api.get().list_all(kube_lists.UNFINISHED_PODS, pod_from_dict).items
+        return tuple(p for p in found if p.phase in _UNFINISHED)
 
 
 def api_server_version(client: Client, timeout_s: float = 10.0) -> str:
@@ -98,84 +97,96 @@ def node_from_object(obj: Mapping[str, object]) -> fleet.Node:
     """A Node as ``kubectl get node -o json`` prints it (a saved file); SourceError when it
     is not one."""
     try:
-        return node_from_api(cast(Node, Node.from_dict(dict(obj))))
+        return node_from_dict(obj)
     except (TypeError, AttributeError, KeyError, ValueError) as e:
         raise SourceError(f"not a Node object: {e}") from e
 
 
 def node_from_api(node: Node) -> fleet.Node:
-    meta, spec, status = node.metadata, node.spec, node.status
-    if meta is None or meta.name is None:
+    return node_from_dict(node.to_dict())
+
+
+def node_from_dict(obj: Mapping[str, Any]) -> fleet.Node:
+    """A Node's JSON as the API sends it (a list item, a watch event's object) as the model
+    reads it; parsed from plain dicts, not lightkube's models (fast for a whole fleet)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
         raise SourceError("a Node without metadata.name")
-    info = status.nodeInfo if status else None
+    info = status.get("nodeInfo") or {}
+    conditions: list[Mapping[str, Any]] = status.get("conditions") or []
     return fleet.Node(
-        name=meta.name,
-        boot_id=info.bootID if info else "",
-        gpu_capacity=_quantity(status.capacity if status else None, GPU_RESOURCE),
-        gpu_allocatable=_quantity(status.allocatable if status else None, GPU_RESOURCE),
-        unschedulable=bool(spec and spec.unschedulable),
-        annotations=dict(meta.annotations or {}),
-        labels=dict(meta.labels or {}),
-        conditions={c.type: c.status for c in (status.conditions or [])} if status else {},
-        kubelet_version=info.kubeletVersion if info else "",
-        resource_version=meta.resourceVersion or "",
-        isolation_writers=_owners(meta.managedFields or [], annotation_keys.ISOLATED_AT),
-        kernel_version=info.kernelVersion if info else "",
-        gpu_conditions=_gpu_conditions(status.conditions or [] if status else []),
+        name=name,
+        boot_id=str(info.get("bootID") or ""),
+        gpu_capacity=_quantity(status.get("capacity"), GPU_RESOURCE),
+        gpu_allocatable=_quantity(status.get("allocatable"), GPU_RESOURCE),
+        unschedulable=bool(spec.get("unschedulable")),
+        annotations=dict(meta.get("annotations") or {}),
+        labels=dict(meta.get("labels") or {}),
+        conditions={str(c.get("type")): str(c.get("status")) for c in conditions},
+        kubelet_version=str(info.get("kubeletVersion") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        isolation_writers=_owners(meta.get("managedFields") or [], annotation_keys.ISOLATED_AT),
+        kernel_version=str(info.get("kernelVersion") or ""),
+        gpu_conditions=_gpu_conditions(conditions),
     )
 
 
 def _gpu_conditions(
-    conditions: Iterable[NodeCondition],
+    conditions: Iterable[Mapping[str, Any]],
 ) -> dict[str, node_conditions.GpuCondition]:
     """gpuguard's agent's conditions, whole (reason, message, transition time)."""
     return {
-        c.type: node_conditions.GpuCondition(
-            type=c.type,
-            status=c.status,
-            reason=c.reason or "",
-            message=c.message or "",
-            last_transition=c.lastTransitionTime,
+        c["type"]: node_conditions.GpuCondition(
+            type=c["type"],
+            status=str(c.get("status") or ""),
+            reason=str(c.get("reason") or ""),
+            message=str(c.get("message") or ""),
+            last_transition=timestamps.parse_utc(c.get("lastTransitionTime")),
         )
         for c in conditions
-        if c.type in node_conditions.TYPES
+        if c.get("type") in node_conditions.TYPES
     }
 
 
-def _owners(entries: Iterable[ManagedFieldsEntry], annotation: str) -> frozenset[str]:
+def _owners(entries: Iterable[Mapping[str, Any]], annotation: str) -> frozenset[str]:
     """The field managers whose ``fieldsV1`` holds ``metadata.annotations[annotation]``
     (https://kubernetes.io/docs/reference/using-api/server-side-apply/#field-management)."""
     return frozenset(
-        entry.manager or ""
+        entry.get("manager") or ""
         for entry in entries
         if f"f:{annotation}"
-        in ((entry.fieldsV1 or {}).get("f:metadata", {}).get("f:annotations", {}))
+        in ((entry.get("fieldsV1") or {}).get("f:metadata", {}).get("f:annotations", {}))
     )
 
 
-def _gpu_request(containers: Iterable[Container]) -> int:
+def _gpu_request(containers: Iterable[Mapping[str, Any]]) -> int:
     total = 0
     for container in containers:
-        resources = container.resources
-        wanted = (resources.limits or resources.requests or {}) if resources else {}
+        resources = container.get("resources") or {}
+        wanted = resources.get("limits") or resources.get("requests") or {}
         total += _quantity(wanted, GPU_RESOURCE)
     return total
 
 
 def pod_from_api(pod: Pod) -> fleet.Pod:
-    meta, spec, status = pod.metadata, pod.spec, pod.status
-    phase = (status.phase if status else None) or "Unknown"
-    conditions = (status.conditions or []) if status else []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return pod_from_dict(pod.to_dict())
+
+
+def pod_from_dict(obj: Mapping[str, Any]) -> fleet.Pod:
+    """A Pod's JSON as the API sends it, as the model reads it (plain dicts, like
+    ``node_from_dict``)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    phase = status.get("phase") or "Unknown"
+    conditions: list[Mapping[str, Any]] = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return fleet.Pod(
-        namespace=(meta.namespace if meta else None) or "",
-        name=(meta.name if meta else None) or "",
-        node=spec.nodeName if spec else None,
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        node=spec.get("nodeName") or None,
         phase=_PHASES.get(phase, fleet.PodPhase.UNKNOWN),
-        gpu_request=_gpu_request(spec.containers if spec else []),
-        labels=dict((meta.labels if meta else None) or {}),
+        gpu_request=_gpu_request(spec.get("containers") or []),
+        labels=dict(meta.get("labels") or {}),
         ready=ready,
-        restarts=sum(c.restartCount or 0 for c in (status.containerStatuses or []))
-        if status
-        else 0,
+        restarts=sum(c.get("restartCount") or 0 for c in status.get("containerStatuses") or []),
     )

@@ -110,6 +110,11 @@ def aer_item(read: aer.PortRead, pci: str) -> evidence.EvidenceItem:
 # ---- config space ----------------------------------------------------------------------------
 
 
+def config_space_all_ff(root: Path, pci: str) -> bool | None:
+    """Whether the GPU's config space reads all ones (it does not answer); None: unreadable."""
+    return _config_space(root, pci)[0]
+
+
 def _config_space(root: Path, pci: str) -> tuple[bool | None, evidence.EvidenceItem]:
     rel = f"{nvidia.PCI_DEVICES}/{pci}/config"
     try:
