@@ -15,14 +15,16 @@ headers, bodies, watch streams; per verb), and a stand-in Prometheus (``/api/v1/
 answering each of the tick's queries (``sources.prometheus.QueryPlan``) with what a healthy
 fleet of that size answers (``HealthyFleet``), counting queries and bytes. The controller
 process wires a ``controller.tick.Guard`` as ``gpuguard run`` does (``controller.wiring``: the
-lightkube client, ``PrometheusSource``, ``NodeWriter``, the packaged Xid catalog, default
-settings), dry-run, with the isolation decision and the freshness check but without the
-optional steps (recovery, return to pool, phantom, fault history, GPU isolation, changes, fleet
-health): those read their own plans and objects and are not what this bench measures.
+lightkube client, the watch caches ``WatchedCluster`` — ``--reader watch``, the default — or a
+list of every Node and Pod each tick — ``--reader list``, the caches' fallback —,
+``PrometheusSource``, ``NodeWriter``, the packaged Xid catalog, default settings), dry-run, with
+the isolation decision and the freshness check but without the optional steps (recovery,
+return to pool, phantom, fault history, GPU isolation, changes, fleet health): those read
+their own plans and objects and are not what this bench measures.
 
     .venv/bin/python bench/tick_bench.py                      # 1,000 and 10,000 nodes
     .venv/bin/python bench/tick_bench.py --sizes 100          # a quick smoke run
-    .venv/bin/python bench/tick_bench.py --reader list        # today's path: list every tick
+    .venv/bin/python bench/tick_bench.py --reader list        # list every tick (the fallback)
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from gpuguard.model import annotation_keys, fleet, ports
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import kube_objects, kubeapi, metrics_server, state, store
-from gpuguard.sources import kubernetes, prometheus
+from gpuguard.sources import kubernetes, prometheus, watched_cluster
 
 Obj = dict[str, Any]
 GPUS_PER_NODE = 8
@@ -66,13 +68,14 @@ CHANGED_SHARE = 0.01
 CREATED = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 DRIVER = "570.172.08"
 PRODUCT = "NVIDIA H100 80GB HBM3"
-READERS = ("list",)
+READERS = ("watch", "list")
 TARGET_TICK_S = 1.0
 TARGET_BYTES_SHARE = 0.01
 TARGET_RSS_MB = 500.0
 ROUND_ANNOTATION = "bench.gpuguard.io/round"  # which change round last touched a node
 _SETTLE_S = 0.2  # a watch stream is caught up when the API sent no byte for this long
 _SETTLE_MAX_S = 10.0
+_SYNC_TIMEOUT_S = 1800.0
 
 
 # --- Realistically sized objects ------------------------------------------------------------
@@ -711,14 +714,43 @@ class TimedMetrics:
             self.watch.prometheus_s += time.perf_counter() - started
 
 
-def _reader(kind: str, client: Any) -> ports.ClusterReader:
-    if kind == "list":
-        return kubernetes.KubernetesReader(client)
-    raise BenchError(f"unknown reader {kind!r}")
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster reader, the node writer it goes with, and how often it listed afresh."""
+
+    reader: ports.ClusterReader
+    writer: nodes.NodeWriter
+    fallback_lists: Callable[[], int]
 
 
 @contextlib.contextmanager
-def controller(ready: WorldReady, options: Options, watch: Stopwatch) -> Iterator[tick.Guard]:
+def cluster_reader(
+    kind: str, client: Client, guard_settings: settings_model.GuardSettings
+) -> Iterator[Cluster]:
+    """``list``: every Node and Pod listed each tick (``KubernetesReader``); ``watch``: the
+    watch caches ``gpuguard run`` keeps (``WatchedCluster``), started and synced."""
+    if kind == "list":
+        yield Cluster(kubernetes.KubernetesReader(client), nodes.NodeWriter(client), lambda: 0)
+        return
+    if kind != "watch":
+        raise BenchError(f"unknown reader {kind!r}")
+    cluster = watched_cluster.watched_cluster(
+        client, guard_settings.controller.interval, pod_annotations=wiring.GANG_ANNOTATIONS
+    )
+    cluster.start()
+    try:
+        if not cluster.wait_synced(_SYNC_TIMEOUT_S):
+            raise BenchError(f"the watch caches did not sync within {_SYNC_TIMEOUT_S:g} s")
+        writer = nodes.NodeWriter(client, on_written=cluster.node_written)
+        yield Cluster(cluster, writer, lambda: cluster.fallback_lists)
+    finally:
+        cluster.stop()
+
+
+@contextlib.contextmanager
+def controller(ready: WorldReady, options: Options, watch: Stopwatch) -> Iterator[
+    tuple[tick.Guard, Cluster]
+]:
     """The tick's Guard wired as ``wiring.build_guard`` wires it (dry-run, core steps only);
     the lightkube client as ``wiring.kube_client`` makes it, with the read timeout asked for
     (lightkube's default, 10 s, is what ``gpuguard run`` uses)."""
@@ -734,15 +766,16 @@ def controller(ready: WorldReady, options: Options, watch: Stopwatch) -> Iterato
         timeout_s=guard_settings.prometheus.timeout.total_seconds(),
     )  # fmt: skip
     try:
-        yield tick.Guard(
-            metrics=TimedMetrics(metrics, watch),
-            cluster=TimedCluster(_reader(options.reader, client), watch),
-            writer=nodes.NodeWriter(client),
-            classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
-            settings=guard_settings,
-            clock=wiring.SystemClock(),
-            dry_run=True,
-        )
+        with cluster_reader(options.reader, client, guard_settings) as cluster:
+            yield tick.Guard(
+                metrics=TimedMetrics(metrics, watch),
+                cluster=TimedCluster(cluster.reader, watch),
+                writer=cluster.writer,
+                classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
+                settings=guard_settings,
+                clock=wiring.SystemClock(),
+                dry_run=True,
+            ), cluster
     finally:
         metrics.close()
         client.close()
@@ -791,6 +824,7 @@ class SizeResult:
     changed: list[Figures]
     changed_nodes: int
     world_rss_mb: float
+    fallback_lists: int  # ticks the watching reader listed afresh (a cache not fresh)
 
 
 @dataclass(frozen=True)
@@ -808,7 +842,7 @@ def run_size(n: int, options: Options) -> SizeResult:
     world_ = WorldProcess(n, options.share)
     try:
         since, started, watch = world_.counters(), time.perf_counter(), Stopwatch()
-        with controller(world_.ready, options, watch) as guard:
+        with controller(world_.ready, options, watch) as (guard, cluster):
             first, _ = measured(guard, world_, watch, since)  # a watching reader syncs here
             sync = replace(first, seconds=time.perf_counter() - started)
             peak = _peak_rss_mb()
@@ -816,8 +850,10 @@ def run_size(n: int, options: Options) -> SizeResult:
                       for _ in range(options.ticks)]  # fmt: skip
             changed = [_changed_tick(guard, world_, watch, k, options.pause_s)
                        for k in range(options.ticks)]  # fmt: skip
+            fallbacks = cluster.fallback_lists()
         return SizeResult(world_.ready, options.reader, sync, peak, steady,
-                          [f for f, _ in changed], changed[-1][1], world_.rss_mb())  # fmt: skip
+                          [f for f, _ in changed], changed[-1][1], world_.rss_mb(),
+                          fallbacks)  # fmt: skip
     finally:
         world_.stop()
 
@@ -886,7 +922,7 @@ def report(r: SizeResult, share: float) -> list[str]:
         f"sync: reader={r.reader} nodes={r.sync.nodes} pods={r.sync.pods} "
         f"seconds={r.sync.seconds:.2f} api_bytes={r.sync.api_bytes} "
         f"prom_queries={r.sync.prom_queries} rss_mb={r.sync.rss_mb:.0f} "
-        f"peak_rss_mb={r.sync_peak_rss_mb:.0f}",
+        f"peak_rss_mb={r.sync_peak_rss_mb:.0f} fallback_lists={r.fallback_lists}",
         f"changed tick ({share:.0%} of nodes, {r.changed_nodes} nodes): nodes={ready.nodes} "
         f"seconds={changed_s:.3f} api_bytes={changed_bytes} "
         f"prom_queries={max(f.prom_queries for f in r.changed)} "
@@ -938,8 +974,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000",
                         help="node counts, comma-separated (default: 1000,10000)")
     parser.add_argument("--reader", choices=READERS, default=READERS[0],
-                        help="how the controller reads the cluster (list: every object, "
-                             "every tick)")
+                        help="how the controller reads the cluster (watch: the watch caches of "
+                             "gpuguard run; list: every object, every tick)")
     parser.add_argument("--ticks", type=int, default=3,
                         help="steady ticks, then as many changed ticks (medians reported)")
     parser.add_argument("--change-share", type=float, default=CHANGED_SHARE,
