@@ -101,6 +101,7 @@ def test_the_pods_on_a_gpu_are_todays_not_the_ones_a_day_ago() -> None:
 
 HEALTHY = """
 name: healthy-busy-fleet
+xid_gauge_zero: true
 fleet: {nodes: [gpu-node-a, gpu-node-b, gpu-node-c], gpus_per_node: 8}
 events:
   - {at: 0s, workload: {node: gpu-node-a, gpus: [0, 1], profile: training, name: train}}
@@ -122,8 +123,9 @@ def healthy() -> tuple[prometheus_view.WorldPrometheus, datetime]:
 def test_a_healthy_fleet_answers_one_series_per_node_and_the_faults(
     healthy: tuple[prometheus_view.WorldPrometheus, datetime],
 ) -> None:
-    """Per node only the exporter's freshness; per GPU only the user Xid on gpu-node-b —
-    nothing for the 23 GPUs with nothing to say (their exporter has no Xid series)."""
+    """The exporter has an Xid series (0) for each of the 24 GPUs; the answer holds per node
+    only the exporter's freshness, per GPU only the user Xid on gpu-node-b and the pod on
+    gpu-node-a's two busy GPUs."""
     view, at = healthy
     answer = view.samples(at)
     by_name = {name: sorted(xid_signals.node_of(s.labels) or "" for s in group)
@@ -132,4 +134,11 @@ def test_a_healthy_fleet_answers_one_series_per_node_and_the_faults(
     assert by_name == {
         names.DCGM_NODE_NEWEST: ["gpu-node-a", "gpu-node-b", "gpu-node-c"],
         names.DCGM_XID_LAST: ["gpu-node-b"],
+        names.DCGM_GPU_PODS: ["gpu-node-a", "gpu-node-a"],
     }
+    on_busy = {gpu_pods.on_gpu("gpu-node-a", s.labels["UUID"], answer)
+               for s in answer if s.name == names.DCGM_GPU_PODS}  # fmt: skip
+    assert len(on_busy) == 1
+    (found,) = on_busy
+    assert found.source == gpu_pods.DCGM
+    assert [pod.split("/")[1] for pod in found.pods] == ["train"]
