@@ -90,11 +90,12 @@ class QueryPlan:
             ),
             # No loss, or none held, is no sample (policy.isolate reads absence as not held).
             names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}]) > 0",
-            # One small series per node, the fleet's size, by necessity: a node absent here is
-            # silent (policy.freshness), so these cannot be filtered to the wrong ones.
+            # One series per node (about 75 bytes of answer each), by necessity: a node absent
+            # here is silent (policy.freshness), so no filter can drop the healthy ones.
             names.DCGM_NODE_NEWEST: node_freshness_query(),
             names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
-            names.GPU_POD: names.GPU_POD,  # the agent's PodResources opt-in; absent: dcgm labels
+            # The agent's PodResources opt-in (absent: dcgm labels): one per GPU a pod holds.
+            names.GPU_POD: names.GPU_POD,
         } | freshness_queries()
 
 
