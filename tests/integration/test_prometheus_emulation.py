@@ -27,7 +27,7 @@ on Prometheus 2.x (tested here: a step at exactly ``t - range`` is in) and 3.x (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -169,6 +169,15 @@ def answer(read: object) -> Answer:
     return sorted((key(s), s.value) for s in samples)
 
 
+def refusal(read: Callable[[], object]) -> str:
+    """Why the reader refuses, asked again (for a divergence's message)."""
+    try:
+        read()
+    except SourceError as e:
+        return f"refused again: {e}"
+    return "answered when asked again"
+
+
 def same(emulated: Answer, answered: Answer) -> bool:
     """The same series with the same values, up to float rounding (an average summed in
     another order differs in its last bits)."""
@@ -250,7 +259,9 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
 ) -> None:
     plays, url = fed
     played = plays[index]
-    real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback))
+    # A generous timeout: the suite shares a loaded machine, and a slow answer is no divergence.
+    real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback),
+                                   timeout_s=60)
     gpus = gpu_metrics.GpuMetricsSource(url, GPU_PLAN)
     divergences, compared = [], 0
     for at in played.instants():
@@ -261,7 +272,8 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
         answered = answer(lambda at=at: real.samples(at))
         compared += 1
         if not same(emulated, answered):
-            divergences.append((at - played.origin, "plan", *differ(emulated, answered)))
+            divergences.append((at - played.origin, "plan", *differ(emulated, answered),
+                                refusal(lambda at=at: real.samples(at))))
         if played.phantom and at - played.origin > GPU_PLAN.window:
             emulated = answer(lambda at=at: window_samples(played.view, at))
             answered = answer(lambda at=at: gpus.samples(at))
