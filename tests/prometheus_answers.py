@@ -30,7 +30,7 @@ def fleet_answers(nodes: int, *, age_s: float = 5.0) -> Callable[[httpx.Request]
         query = request.url.params["query"]
         if query.startswith("max(timestamp("):
             return httpx.Response(200, content=vector([{"metric": {}, "value": [1, str(fresh)]}]))
-        if query == names.DCGM_XID_LAST:
+        if query == PLAN.queries()[names.DCGM_XID_LAST]:
             series = [
                 {"metric": {"Hostname": f"n{i}", "gpu": "4"}, "value": [AT.timestamp(), "79"]}
                 for i in range(nodes)

@@ -72,7 +72,9 @@ def test_a_query_it_cannot_answer_gets_prometheus_error_shape(cluster: live.Live
 def test_range_queries_and_buildinfo_answer_as_prometheus_does(cluster: live.LiveCluster) -> None:
     # the last 50 ms of wall time: at least 4.5 min into the scenario, past the fault
     now = datetime.now(UTC).timestamp()
-    params = {"query": mn.DCGM_XID_LAST, "start": str(now - 0.05), "end": str(now),
+    xid = prometheus.QueryPlan(GUARD.isolation.hold_window,
+                               GUARD.isolation.xid_lookback).queries()[mn.DCGM_XID_LAST]
+    params = {"query": xid, "start": str(now - 0.05), "end": str(now),
               "step": "25ms"}
     answer = httpx.get(f"{cluster.prometheus}/api/v1/query_range", params=params)
     ((_, points),) = [

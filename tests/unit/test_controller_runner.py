@@ -16,6 +16,7 @@ from gpuguard.model import settings
 from tests import fakes
 from tests import prometheus_answers as test_sources_prometheus
 
+XID_QUERY = test_sources_prometheus.PLAN.queries()[names.DCGM_XID_LAST]
 NOW = datetime(2026, 9, 21, tzinfo=UTC)
 
 
@@ -177,7 +178,7 @@ def test_a_nan_from_prometheus_fails_one_tick_closed_and_the_next_tick_decides()
     good = test_sources_prometheus.fleet_answers(1)
 
     def answer(request: httpx.Request) -> httpx.Response:
-        if nan["first"] and request.url.params["query"] == names.DCGM_XID_LAST:
+        if nan["first"] and request.url.params["query"] == XID_QUERY:
             nan["first"] = False
             body = {"metric": {"Hostname": "n0", "gpu": "4"}, "value": [1e9, "NaN"]}
             return httpx.Response(200, content=test_sources_prometheus.vector([body]))

@@ -129,7 +129,7 @@ def test_the_hold_window_is_asked_at_a_whole_second_over_a_range_no_step_can_sit
     source(handler).samples(AT - timedelta(milliseconds=300))
     assert {float(t) for _, t in seen} == {AT.timestamp()}  # the next whole second
     (held,) = [q for q, _ in seen if q.startswith("min_over_time(")]
-    assert held.endswith("[600500ms:30s])")
+    assert "[600500ms:30s])" in held
 
 
 def test_a_long_history_is_read_in_day_long_range_queries_each_instant_once() -> None:

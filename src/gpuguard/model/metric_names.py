@@ -89,6 +89,7 @@ POD_RESOURCES_READABLE = "gpuguard_pod_resources_readable"  # agent: 1/0 per nod
 # Derived series the guard's Prometheus source fetches once per tick (constant query count),
 # stored in FleetSnapshot.samples under these names.
 XID_LAST_24H_AGO = "DCGM_FI_DEV_XID_ERRORS offset 24h"
+DCGM_GPU_PODS = "dcgm gpu pods"  # per GPU a pod holds whose last Xid is 0: its node, GPU, pod
 XID_COUNT_RECENT = "DCGM_EXP_XID_ERRORS_COUNT recent"  # sum over the lookback, per xid
 XID_TOTAL_RECENT = "gpuguard_xid_total recent"  # increase over the lookback, per xid
 FALLEN_OFF_BUS_RECENT = "gpuguard_fallen_off_bus recent"  # increase over the lookback, per pci

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 NODE_LABELS = ("node", "Hostname", "hostname")
 GPU_LABELS = ("gpu", "UUID", "uuid", "pci", "pci_bus_id")
+POD_LABELS = (*NODE_LABELS, *GPU_LABELS, "namespace", "pod")
+"""Where a series is and the pod on it: all the guard reads of a GPU's pod mapping."""
 
 
 def node_of(labels: Mapping[str, str]) -> str | None:

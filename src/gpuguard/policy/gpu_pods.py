@@ -84,7 +84,11 @@ def _is_pod_resources(s: fleet.MetricSample) -> bool:
 
 
 def _is_dcgm(s: fleet.MetricSample) -> bool:
-    return s.name.startswith("DCGM_")
+    """dcgm-exporter's series at this instant: a day-ago or windowed one names the pods then."""
+    return s.name in _DCGM_NOW
+
+
+_DCGM_NOW = frozenset({names.DCGM_XID_LAST, names.DCGM_GPU_PODS})
 
 
 def _uuid(s: fleet.MetricSample) -> str:

@@ -292,6 +292,8 @@ def _xid_family(node: state.SimNode, views: Sequence[_GpuView], now: datetime) -
     samples = []
     for v in views:
         xid = xid_value(node, v.gpu, now)
+        if xid is None and node.xid_gauge_zero:
+            xid = 0
         if xid is not None:
             extra = {"err_code": str(xid), "err_msg": _err_msg(v.gpu, xid)}
             samples.append(exposition.Sample(v.series(extra), xid))

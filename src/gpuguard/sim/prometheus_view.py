@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
+from gpuguard.model import series as series_labels
 from gpuguard.sim import exporters, exposition, state, world
 
 SCRAPE = timedelta(seconds=15)
@@ -242,9 +243,10 @@ class WorldPrometheus:
     def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
         if self._down_at(at):
             raise SourceError(f"Prometheus is down at {at.isoformat()} (simulated outage)")
-        out = self._instant(names.DCGM_XID_LAST, names.DCGM_XID_LAST, at, at)
+        out = self._instant(names.DCGM_XID_LAST, names.DCGM_XID_LAST, at, at, _positive)
         day_ago = at - self.xid_lookback
-        out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at)
+        out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at, _positive)
+        out += self._pods_on_clean_gpus(at)
         out += self._count_recent(at)
         out += self._loss_held(at)
         out += self._node_newest(at, names.DCGM_GPU_UTIL, ("Hostname", "hostname"),
@@ -350,16 +352,30 @@ class WorldPrometheus:
         return None
 
     def _instant(
-        self, metric: str, name: str, when: datetime, stamp: datetime
-    ) -> list[fleet.MetricSample]:
+        self, metric: str, name: str, when: datetime, stamp: datetime,
+        keep: Callable[[float], bool] = lambda _: True,
+    ) -> list[fleet.MetricSample]:  # fmt: skip
+        """``metric`` at ``when`` (``offset``), the series whose value ``keep`` keeps (a
+        comparison such as ``> 0`` filters series, ``docs/querying/operators``)."""
         scraped = self._last_scrape(when)
         if scraped is None or when - scraped > timedelta(minutes=5):
             return []
         return [
             fleet.MetricSample(name, dict(labels), value, stamp)
             for (metric_name, labels), series in self._series.items()
-            if metric_name == metric and (value := series.at(scraped)) is not None
+            if metric_name == metric and (value := series.at(scraped)) is not None and keep(value)
         ]
+
+    def _pods_on_clean_gpus(self, at: datetime) -> list[fleet.MetricSample]:
+        """``group by (<POD_LABELS>) (DCGM_FI_DEV_XID_ERRORS{pod!=""} <= 0)``: 1 per distinct
+        set of those labels; a label a series lacks (or has empty) is absent from its group."""
+        groups = {
+            tuple((k, v) for k, v in s.labels.items() if k in _POD_LABELS and v)
+            for s in self._instant(names.DCGM_XID_LAST, names.DCGM_GPU_PODS, at, at,
+                                   lambda value: value <= 0)
+            if s.labels.get("pod")
+        }  # fmt: skip
+        return [fleet.MetricSample(names.DCGM_GPU_PODS, dict(g), 1.0, at) for g in groups]
 
     def _count_recent(self, at: datetime) -> list[fleet.MetricSample]:
         out = []
@@ -382,7 +398,7 @@ class WorldPrometheus:
         for node in self.world.nodes:
             losses = [self._loss(node.name, t) for t in steps]
             known = [v for v in losses if v is not None]
-            if known:
+            if known and min(known) > 0:  # ``min_over_time(...) > 0``
                 labels = {"node": node.name}
                 out.append(fleet.MetricSample(names.GPU_LOSS_HELD, labels, min(known), at))
         return out
@@ -425,6 +441,7 @@ def _subquery_steps(
 
 
 _TELEMETRY = frozenset(names.GPU_TELEMETRY)
+_POD_LABELS = frozenset(series_labels.POD_LABELS)
 _GUARD_FAMILIES = frozenset({names.DCGM_GPU_UTIL, names.DCGM_XID_LAST, names.DCGM_XID_COUNT})
 
 
@@ -440,6 +457,10 @@ def _window_stats(
         fleet.MetricSample(names.window_stat(metric, stat), labels, value, at)
         for stat, value in stats.items()
     ]
+
+
+def _positive(value: float) -> bool:
+    return value > 0
 
 
 def _holds(util: float | None, fb: float | None, util_min: float, fb_max: float) -> bool:

@@ -39,4 +39,6 @@ def _gpu(node: state.SimNode, gpu: state.SimGpu, at: datetime) -> list[fleet.Met
         names.DCGM_PCIE_LINK_GEN: float(PCIE_GEN.get(gpu.link_speed_gts, 0)),
         names.DCGM_PCIE_MAX_LINK_GEN: float(PCIE_GEN.get(gpu.link_speed_max_gts, 0)),
     }
+    if not xid:
+        del values[names.DCGM_XID_LAST]  # the plan asks ``> 0``: a 0 is no series
     return [fleet.MetricSample(name, labels, value, at) for name, value in values.items()]

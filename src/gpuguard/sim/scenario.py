@@ -334,6 +334,7 @@ class ScenarioFile(_Strict):
     start: datetime | None = None
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"
     xid_count_metric: bool = False
+    xid_gauge_zero: bool = False  # dcgm-exporter's Xid gauge reads 0 on a GPU without one
     duration: Duration = DEFAULT_DURATION
     dra: bool = False  # NVIDIA's DRA driver publishes ResourceSlices (sim/dra.py)
 
@@ -396,6 +397,7 @@ class Scenario:
     xid_count_metric: bool
     duration: timedelta  # how long to run after the last event
     dra: bool = False  # the cluster allocates GPUs through DRA (sim/dra.py)
+    xid_gauge_zero: bool = False  # dcgm-exporter's Xid gauge reads 0 on a GPU without one
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -454,6 +456,7 @@ def from_mapping(data: Mapping[str, Any], *, source: str = "<scenario>") -> Scen
         xid_count_metric=parsed.xid_count_metric,
         duration=parsed.duration,
         dra=parsed.dra,
+        xid_gauge_zero=parsed.xid_gauge_zero,
     )
 
 

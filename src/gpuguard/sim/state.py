@@ -120,6 +120,10 @@ class SimNode:
     profiling_metrics: bool = True  # DCGM_FI_PROF_* (DCP) fields; off where DCP is unsupported
     dcgm_custom_fields: bool = True  # custom CSV: SM_ACTIVE/OCCUPANCY, PSTATE, remap pending, PCIe
     xid_count_metric: bool = False  # DCGM_EXP_XID_ERRORS_COUNT (commented out by default)
+    # A GPU without an Xid since the exporter started: no XID series (dcgm-exporter 4.4.1-4.8.1,
+    # issue #646), or 0 with err_code="0" (before and from 4.8.4; the reference sample in
+    # tests/data/reference/dcgm_exporter_counters.md).
+    xid_gauge_zero: bool = False
     dcgm_empty_pod_labels: bool = False  # old exporters: container="",namespace="",pod=""
     # A GPU off the bus keeps its last Xid series (the lifecycle report [docs/design.md#incidents]:
     # the 79 series appears and stays); False: nothing at all for it (DCGM#162: NVML cannot report

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, subquery
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -73,9 +73,13 @@ class QueryPlan:
             f"max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}})"
             f" - max by (node) ({names.KSM_NODE_ALLOCATABLE}{{{_GPU}}})"
         )
+        gauge = names.DCGM_XID_LAST
         return {
-            names.DCGM_XID_LAST: names.DCGM_XID_LAST,
-            names.XID_LAST_24H_AGO: f"{names.DCGM_XID_LAST} offset {look}",
+            # A healthy GPU's last Xid is 0; a missing value reads as 0 (policy.xid_signals),
+            # so only non-zero ones are asked for: the answers grow with faults, not the fleet.
+            names.DCGM_XID_LAST: f"{gauge} > 0",
+            names.XID_LAST_24H_AGO: f"({gauge} offset {look}) > 0",
+            names.DCGM_GPU_PODS: _pods_on_clean_gpus(),
             names.XID_COUNT_RECENT: (
                 f"max_over_time({names.DCGM_XID_COUNT}[{subquery.promql_range(self.xid_lookback)}])"
                 " > 0"
@@ -84,10 +88,14 @@ class QueryPlan:
             names.FALLEN_OFF_BUS_RECENT: _recent_counter(
                 names.FALLEN_OFF_BUS_TOTAL, self.xid_lookback
             ),
-            names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}])",
+            # No loss, or none held, is no sample (policy.isolate reads absence as not held).
+            names.GPU_LOSS_HELD: f"min_over_time(({loss})[{hold}:{step}]) > 0",
+            # One series per node (about 75 bytes of answer each), by necessity: a node absent
+            # here is silent (policy.freshness), so no filter can drop the healthy ones.
             names.DCGM_NODE_NEWEST: node_freshness_query(),
             names.AGENT_NODE_NEWEST: f"max by (node) (timestamp({names.AGENT_KERNEL_LINES_TOTAL}))",
-            names.GPU_POD: names.GPU_POD,  # the agent's PodResources opt-in; absent: dcgm labels
+            # The agent's PodResources opt-in (absent: dcgm labels): one per GPU a pod holds.
+            names.GPU_POD: names.GPU_POD,
         } | freshness_queries()
 
 
@@ -100,6 +108,14 @@ class QueryPlan:
             names.KSM_NODE_UNSCHEDULABLE: names.KSM_NODE_UNSCHEDULABLE,
             names.KSM_NODE_ANNOTATIONS: names.KSM_NODE_ANNOTATIONS,
         }
+
+
+def _pods_on_clean_gpus() -> str:
+    """The pods dcgm-exporter maps to GPUs whose last Xid is 0, which the Xid query leaves out:
+    ``policy.gpu_pods`` names the pods on a faulty or isolated GPU from them when the agent's
+    PodResources does not. One series per GPU a pod holds, labels reduced to those it reads."""
+    by = ", ".join(series.POD_LABELS)
+    return f'group by ({by}) ({names.DCGM_XID_LAST}{{pod!=""}} <= 0)'
 
 
 def _recent_counter(metric: str, lookback: timedelta) -> str:

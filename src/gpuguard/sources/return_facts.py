@@ -43,7 +43,7 @@ class ReturnFactsPlan:
     def queries(self) -> dict[str, str]:
         look = f"{int(self.pcie_lookback.total_seconds())}s"
         return {
-            names.DCGM_XID_LAST: names.DCGM_XID_LAST,
+            names.DCGM_XID_LAST: f"{names.DCGM_XID_LAST} > 0",  # 0 (no Xid) reads as absent
             names.DCGM_ROW_REMAP_PENDING: names.DCGM_ROW_REMAP_PENDING,
             names.DCGM_PCIE_LINK_WIDTH: names.DCGM_PCIE_LINK_WIDTH,
             names.DCGM_PCIE_LINK_GEN: names.DCGM_PCIE_LINK_GEN,
