@@ -55,7 +55,7 @@ from lightkube import Client
 from gpuguard.actuators import nodes
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import tick, wiring
-from gpuguard.model import annotation_keys, fleet, ports
+from gpuguard.model import annotation_keys, fleet, ports, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import kube_objects, kubeapi, metrics_server, state, store
@@ -383,34 +383,33 @@ Value = Callable[[float], float]  # a series' value at an evaluation time (Unix 
 
 class HealthyFleet:
     """What Prometheus answers the tick's queries with for a healthy fleet of ``n`` nodes:
-    per GPU, dcgm-exporter's Xid gauge at 0 (``DCGM_FI_DEV_XID_ERRORS``, now and a lookback
-    ago, with the exporter's labels and its pod mapping); per node, no GPU loss, the newest
-    dcgm-exporter and agent sample; the two freshness stamps; nothing for the queries that
-    select faults (Xid counts, the agent's counters: ``> 0`` filters) and for the agent's
-    opt-in GPU-to-pod series. A query it does not know is refused (HTTP 400), so a changed
-    plan fails the bench rather than reading as healthy.
+    per GPU that runs a pod (every one here), the pod dcgm-exporter maps to it, reduced to the
+    labels the guard reads (``DCGM_GPU_PODS``); per node, the newest dcgm-exporter and agent
+    sample; the two freshness stamps; nothing for the queries that select faults (the Xid
+    gauge now and a lookback ago, Xid counts, the agent's counters, held GPU loss: ``> 0``
+    filters) and for the agent's opt-in GPU-to-pod series. A query it does not know is refused
+    (HTTP 400), so a changed plan fails the bench rather than reading as healthy.
 
     Each series' JSON is encoded once; an answer joins them around the evaluation time, so the
     stand-in costs the tick next to nothing (``sim.prometheus_api`` builds and encodes every
     sample per request: ~3 s a tick at 10,000 nodes, which the tick would be charged with)."""
 
     def __init__(self, n: int, plan: Mapping[str, str]) -> None:
-        xid = [_series_head(self._gpu_labels(i, g)) for i in range(n)
-               for g in range(GPUS_PER_NODE)]  # fmt: skip
+        pods = [_series_head(_kept(self._gpu_labels(i, g), series.POD_LABELS))
+                for i in range(n) for g in range(GPUS_PER_NODE)]  # fmt: skip
         per_node = {key: [_series_head({key: node_name(i)}) for i in range(n)]
                     for key in ("node", "Hostname")}  # fmt: skip
         fleet_wide = [_series_head({})]
         zero: Value = lambda t: 0.0  # noqa: E731
         answers: dict[str, tuple[list[str], Value]] = {
-            names.DCGM_XID_LAST: (xid, zero),
-            names.XID_LAST_24H_AGO: (xid, zero),
-            names.GPU_LOSS_HELD: (per_node["node"], zero),
+            names.DCGM_GPU_PODS: (pods, lambda t: 1.0),
             names.DCGM_NODE_NEWEST: (per_node["Hostname"], lambda t: t - 7),
             names.AGENT_NODE_NEWEST: (per_node["node"], lambda t: t - 4),
             names.FRESHNESS_KSM: (fleet_wide, lambda t: t - 3),
             names.FRESHNESS_DCGM: (fleet_wide, lambda t: t - 2),
         }
-        empty = (names.XID_COUNT_RECENT, names.XID_TOTAL_RECENT, names.FALLEN_OFF_BUS_RECENT,
+        empty = (names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, names.GPU_LOSS_HELD,
+                 names.XID_COUNT_RECENT, names.XID_TOTAL_RECENT, names.FALLEN_OFF_BUS_RECENT,
                  names.GPU_POD)  # fmt: skip
         answers |= {name: ([], zero) for name in empty}
         self._by_query = {promql: answers[name] for name, promql in plan.items()}
@@ -451,6 +450,11 @@ class HealthyFleet:
         """Queries answered and their bytes, so far."""
         with self._lock:
             return self._queries, self._bytes
+
+
+def _kept(labels: Mapping[str, str], keys: tuple[str, ...]) -> dict[str, str]:
+    """The labels ``group by (keys)`` keeps (no ``__name__``)."""
+    return {k: v for k, v in labels.items() if k in keys}
 
 
 def _series_head(labels: Mapping[str, str]) -> str:
