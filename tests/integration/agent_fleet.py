@@ -114,6 +114,24 @@ def cordoned(obj: store.Obj) -> bool:
 TickDone = Callable[[tick.TickResult, bool], bool]  # a tick's result, and whether a wake made it
 
 
+def saw_gone_from_bus(node: str) -> TickDone:
+    """A tick whose snapshot held ``node`` carrying the agent's gone-from-bus condition."""
+    def done(result: tick.TickResult, _urgent: bool) -> bool:
+        nodes = result.snapshot.nodes if result.snapshot is not None else ()
+        return any(n.name == node and nc.unambiguous_fault(n.gpu_conditions) for n in nodes)
+
+    return done
+
+
+def hourly(**isolation: Any) -> settings_model.GuardSettings:
+    """Default settings but a tick an hour apart: what happens within a test came from a
+    wake. ``isolation`` changes the isolation (breaker) settings."""
+    return settings_model.GuardSettings(
+        controller=settings_model.ControllerSettings(interval=timedelta(hours=1)),
+        isolation=settings_model.IsolationSettings(**isolation),
+    )
+
+
 class AnnouncingRunner(runner.Runner):
     """``gpuguard run``'s loop, each pass that ticked announced with whether a wake made it
     (callers wait on it, not on time). Nothing else differs."""
