@@ -134,12 +134,21 @@ def hourly(**isolation: Any) -> settings_model.GuardSettings:
 
 class AnnouncingRunner(runner.Runner):
     """``gpuguard run``'s loop, each pass that ticked announced with whether a wake made it
-    (callers wait on it, not on time). Nothing else differs."""
+    (callers wait on it, not on time), each wake noted with its time. Nothing else differs."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.ticks: list[tuple[tick.TickResult, bool]] = []
         self.ticked = threading.Condition()
+        self.woken: list[tuple[float, str]] = []  # (time.monotonic(), node) of each wake
+
+    def wake(self, node: str, why: str) -> None:
+        self.woken.append((time.monotonic(), node))
+        super().wake(node, why)
+
+    def woken_for(self, node: str, after: float) -> float | None:
+        """When the controller's watch first woke the loop for ``node`` after ``after``."""
+        return next((at for at, name in list(self.woken) if name == node and at >= after), None)
 
     def step(self) -> tick.TickResult | None:
         urgent_before = self.urgent_ticks()
@@ -230,9 +239,11 @@ def running(
     nodes: int = 4,
     gpus: int = 8,
     guard_settings: settings_model.GuardSettings | None = None,
+    ready_within_s: float = WAIT_S,
 ) -> Iterator[AgentFleet]:
     """The fleet, its agents and the controller, all running; stopped in reverse on exit.
-    Yields once the loop's first tick ran (every node seen healthy)."""
+    Yields once the loop's first tick succeeded (every node seen), within
+    ``ready_within_s``."""
     chosen = guard_settings or settings_model.GuardSettings()
     emulation = live_prometheus.answers_for(chosen, 1.0)
     with ExitStack() as stack:
@@ -249,7 +260,8 @@ def running(
         loop, guard = _controller(stack, cluster, chosen, stop)
         fleet = AgentFleet(cluster, hosts_root, agents, loop, guard, watch,
                            [n.name for n in cluster.world.nodes])  # fmt: skip
-        assert loop.wait_for_tick(lambda result, _: result.ok), "the first tick never ran"
+        first = loop.wait_for_tick(lambda result, _: result.ok, ready_within_s)
+        assert first is not None, f"no tick succeeded within {ready_within_s:.0f} s: {loop.ticks}"
         yield fleet
 
 

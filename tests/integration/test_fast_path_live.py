@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[af.AgentFleet]:
     workdir: Path = tmp_path_factory.mktemp("fleet")
-    with af.running(workdir, nodes=3, guard_settings=af.hourly()) as running:
+    with af.running(workdir, nodes=3, gpus=5, guard_settings=af.hourly()) as running:
         yield running
 
 
