@@ -16,9 +16,11 @@ makes one GPU of the next node fall off the bus (config space all ones, then the
 lines), and times, from the line's write: the agent's condition patch stored by the API
 server, the controller's wake, and the cordon stored. The breaker is widened to let every
 trial's isolation through (each trial faults a new node; the breaker's own behaviour is
-tested in ``tests/integration/test_fast_path_live_breaker.py``).
+tested in ``tests/integration/test_fast_path_live_breaker.py``). ``--together K`` faults K
+nodes at once in each trial, each timed from its own line.
 
     .venv/bin/python bench/fast_path_bench.py [--nodes 20] [--gpus 8] [--trials 10]
+                                              [--together 1] [--seed 1] [--verbose]
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ class Trial:
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR)
-    if args.trials > args.nodes:
-        raise SystemExit("--trials: at most one trial per node (each faults a new node)")
-    allow = args.trials + 1
+    faults = args.trials * args.together
+    if faults > args.nodes:
+        raise SystemExit("--trials × --together: at most one fault per node (each a new node)")
+    allow = faults + 1
     chosen = settings_model.GuardSettings(
         isolation=settings_model.IsolationSettings(breaker_rate_min=allow,
                                                    breaker_level_min=allow)
@@ -76,16 +79,24 @@ def main() -> None:
         print(f"fleet up: {args.nodes} nodes × {args.gpus} GPUs, {args.nodes} agents, "
               f"first tick done in {time.monotonic() - started:.1f} s")
         print("trial  node     line→condition  line→wake  line→cordon  condition→cordon  woken")
-        trials = []
-        for i, node in enumerate(fleet.node_names[: args.trials]):
+        trials: list[Trial] = []
+        for i in range(args.trials):
             time.sleep(rng.uniform(0.0, 1.5))
-            trials.append(one_trial(fleet, node))
-            print(row(i + 1, trials[-1]))
+            nodes = fleet.node_names[i * args.together : (i + 1) * args.together]
+            for trial in one_trial(fleet, nodes):
+                trials.append(trial)
+                print(row(i + 1, trial))
     summarize(trials)
 
 
-def one_trial(fleet: af.AgentFleet, node: str) -> Trial:
-    written = fleet.fall_off_bus(node)
+def one_trial(fleet: af.AgentFleet, nodes: list[str]) -> list[Trial]:
+    """A GPU falls off the bus on each of ``nodes`` at once (their lines written back to
+    back); each node timed from its own line."""
+    written = {node: fleet.fall_off_bus(node) for node in nodes}
+    return [timed(fleet, node, at) for node, at in written.items()]
+
+
+def timed(fleet: af.AgentFleet, node: str, written: float) -> Trial:
     reported = fleet.watch.first(node, af.gone_from_bus, written, GIVE_UP_S)
     isolated = fleet.watch.first(node, af.cordoned, written, GIVE_UP_S)
     ticked = fleet.loop.wait_for_tick(
@@ -137,6 +148,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (at least 5)")
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--together", type=int, default=1,
+                        help="nodes whose GPU falls off the bus at once in each trial")
     parser.add_argument("--seed", type=int, default=1, help="for the pauses between trials")
     parser.add_argument("--verbose", action="store_true", help="the agents' and guard's logs")
     return parser.parse_args()
