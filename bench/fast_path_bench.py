@@ -14,10 +14,11 @@ a cordon within seconds can only come from a wake — each trial says whether it
 Each trial pauses a random 0–1.5 s (so the line lands anywhere in the agent's poll), then
 makes one GPU of the next node fall off the bus (config space all ones, then the driver's
 lines), and times, from the line's write: the agent's condition patch stored by the API
-server, the controller's wake, and the cordon stored. The breaker is widened to let every
-trial's isolation through (each trial faults a new node; the breaker's own behaviour is
-tested in ``tests/integration/test_fast_path_live_breaker.py``). ``--together K`` faults K
-nodes at once in each trial, each timed from its own line.
+server, the controller's wake, and the cordon stored; ``again`` says the cordoning tick ran
+at once because the tick before left the node to the per-tick limit. The breaker is widened
+to let every trial's isolation through (each trial faults a new node; the breaker's own
+behaviour is tested in ``tests/integration/test_fast_path_live_breaker.py``). ``--together
+K`` faults K nodes at once in each trial, each timed from its own line.
 
     .venv/bin/python bench/fast_path_bench.py [--nodes 20] [--gpus 8] [--trials 10]
                                               [--together 1] [--seed 1] [--verbose]
@@ -55,6 +56,7 @@ class Trial:
     wake_s: float | None  # line written → the controller's watch woke the loop
     cordon_s: float | None  # line written → cordon stored
     woken: bool  # the tick that cordoned was a woken one
+    again: bool  # ...woken again because the tick before left it to the per-tick limit
 
 
 def main() -> None:
@@ -78,7 +80,8 @@ def main() -> None:
     ) as fleet:
         print(f"fleet up: {args.nodes} nodes × {args.gpus} GPUs, {args.nodes} agents, "
               f"first tick done in {time.monotonic() - started:.1f} s")
-        print("trial  node     line→condition  line→wake  line→cordon  condition→cordon  woken")
+        print("trial  node     line→condition  line→wake  line→cordon  condition→cordon  woken"
+              "  again")
         trials: list[Trial] = []
         for i in range(args.trials):
             time.sleep(rng.uniform(0.0, 1.5))
@@ -86,7 +89,9 @@ def main() -> None:
             for trial in one_trial(fleet, nodes):
                 trials.append(trial)
                 print(row(i + 1, trial))
+        rewakes = fleet.loop.counter("gpuguard_urgent_rewakes_total")
     summarize(trials)
+    print(f"ticks run again at once for a fault the per-tick limit left: {rewakes:.0f}")
 
 
 def one_trial(fleet: af.AgentFleet, nodes: list[str]) -> list[Trial]:
@@ -103,12 +108,14 @@ def timed(fleet: af.AgentFleet, node: str, written: float) -> Trial:
         lambda result, _: any(a.node == node for a in result.applied), GIVE_UP_S
     )
     woke = fleet.loop.woken_for(node, written)
+    again = any(node in result.tick_again for result, _ in list(fleet.loop.ticks))
     return Trial(
         node=node,
         condition_s=None if reported is None else reported - written,
         wake_s=None if woke is None else woke - written,
         cordon_s=None if isolated is None else isolated - written,
         woken=ticked is not None and ticked[1],
+        again=again,
     )
 
 
@@ -116,7 +123,7 @@ def row(number: int, t: Trial) -> str:
     between = None if t.cordon_s is None or t.condition_s is None else t.cordon_s - t.condition_s
     cells = [seconds(t.condition_s), seconds(t.wake_s), seconds(t.cordon_s), seconds(between)]
     return (f"{number:>5}  {t.node:<7}  {cells[0]:>14}  {cells[1]:>9}  {cells[2]:>11}  "
-            f"{cells[3]:>16}  {'yes' if t.woken else 'no'}")
+            f"{cells[3]:>16}  {'yes' if t.woken else 'no':>5}  {'yes' if t.again else 'no':>5}")
 
 
 def seconds(value: float | None) -> str:

@@ -161,6 +161,29 @@ class FakeNodes:
 
 
 @dataclass
+class NodesCluster:
+    """``FakeNodes`` as a tick's cluster reader and writer: an isolation cordons and annotates
+    its node as the API server would, so the next tick reads it (and the breaker counts it)."""
+
+    api: FakeNodes
+
+    def nodes(self) -> tuple[fleet.Node, ...]:
+        return tuple(self.api.nodes.values())
+
+    def pods(self) -> tuple[fleet.Pod, ...]:
+        return ()
+
+    def isolate(self, node: fleet.Node, action: decisions.Action) -> None:
+        self.api.set_schedulable(node, dict(action.annotations), True)
+
+    def annotate(self, node: fleet.Node, annotations: dict[str, str | None]) -> None:
+        self.api.set_schedulable(node, annotations, None)
+
+    def record_event(self, action: decisions.Action, now: datetime) -> None:
+        self.api.record_event(action, now)
+
+
+@dataclass
 class FakeChanges:
     """Declared changes (``sources.changes.Declared``) and kured's lock annotation."""
 

@@ -141,16 +141,37 @@ class AnnouncingRunner(runner.Runner):
         self.ticks: list[tuple[tick.TickResult, bool]] = []
         self.ticked = threading.Condition()
         self.woken: list[tuple[float, str]] = []  # (time.monotonic(), node) of each wake
+        self.passing = threading.Event()  # cleared: the loop waits before its next pass
+        self.passing.set()
 
     def wake(self, node: str, why: str) -> None:
-        self.woken.append((time.monotonic(), node))
+        with self.ticked:
+            self.woken.append((time.monotonic(), node))
+            self.ticked.notify_all()
         super().wake(node, why)
 
     def woken_for(self, node: str, after: float) -> float | None:
         """When the controller's watch first woke the loop for ``node`` after ``after``."""
         return next((at for at, name in list(self.woken) if name == node and at >= after), None)
 
+    def wait_woken(self, node: str, after: float, timeout_s: float = WAIT_S) -> float | None:
+        """``woken_for``, waiting up to ``timeout_s`` for the wake."""
+        with self.ticked:
+            self.ticked.wait_for(lambda: self.woken_for(node, after) is not None, timeout_s)
+            return self.woken_for(node, after)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The loop waits before its next pass while the block runs, as behind a slow tick:
+        the wakes that arrive meanwhile are that one pass's tick."""
+        self.passing.clear()
+        try:
+            yield
+        finally:
+            self.passing.set()
+
     def step(self) -> tick.TickResult | None:
+        self.passing.wait(WAIT_S)
         urgent_before = self.urgent_ticks()
         result = super().step()
         if result is not None:

@@ -3,7 +3,8 @@ a kernel line written to a node's log → the real agent patches ``GpuFallenOffB
 onto its Node → the controller's watch sees it → a woken tick cordons through the breaker.
 The loop ticks once an hour, so what happens within a test came from a wake; the tests wait
 on the API server's stored changes and on the loop's ticks, never on time. One fleet for the
-module: each test faults its own node. (The breaker at its limit: test_fast_path_live_breaker.)"""
+module: each test faults its own nodes, and the breaker lets each test's isolations through.
+(The breaker at its limit: test_fast_path_live_breaker.)"""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[af.AgentFleet]:
     workdir: Path = tmp_path_factory.mktemp("fleet")
-    with af.running(workdir, nodes=3, gpus=5, guard_settings=af.hourly()) as running:
+    chosen = af.hourly(breaker_rate_min=4, breaker_level_min=4)
+    with af.running(workdir, nodes=5, gpus=5, guard_settings=chosen) as running:
         yield running
 
 
@@ -68,3 +70,27 @@ def test_a_card_that_still_answers_is_reported_but_wakes_nothing(fleet: af.Agent
     assert fleet.loop.counter("gpuguard_urgent_wakes_total") == wakes
     assert len(fleet.loop.ticks) == ticks  # nothing woke a tick
     assert not af.cordoned(fleet.node("gpu-002"))
+
+
+def test_gpus_lost_on_two_nodes_at_once_are_cordoned_by_woken_ticks_one_after_another(
+    fleet: af.AgentFleet,
+) -> None:
+    together = ("gpu-003", "gpu-004")
+    rewakes = fleet.loop.counter("gpuguard_urgent_rewakes_total")
+    with fleet.loop.held():  # both wakes reach the loop before it ticks: they are one tick
+        written = {node: fleet.fall_off_bus(node) for node in together}
+        for node, at in written.items():
+            assert fleet.loop.wait_woken(node, at) is not None, f"{node} woke nothing"
+    for node, at in written.items():
+        assert fleet.watch.first(node, af.cordoned, at, af.WAIT_S) is not None, node
+    first = fleet.loop.wait_for_tick(lambda r, _: any(a.node in together for a in r.applied))
+    assert first is not None
+    result, urgent = first
+    assert urgent
+    (isolated,) = [a.node for a in result.applied]  # one per tick (the default)
+    (left,) = result.tick_again
+    assert {isolated, left} == set(together)
+    again = fleet.loop.wait_for_tick(lambda r, _: any(a.node == left for a in r.applied))
+    assert again is not None
+    assert again[1]  # ticked at once, not by the hourly tick
+    assert fleet.loop.counter("gpuguard_urgent_rewakes_total") == rewakes + 1

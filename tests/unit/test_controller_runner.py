@@ -11,8 +11,8 @@ import pytest
 
 from gpuguard.controller import runner, telemetry, tick
 from gpuguard.errors import SourceError
+from gpuguard.model import decisions, fleet, node_conditions, settings
 from gpuguard.model import metric_names as names
-from gpuguard.model import settings
 from tests import fakes
 from tests import prometheus_answers as test_sources_prometheus
 
@@ -244,3 +244,88 @@ def test_a_wake_ends_the_loops_wait() -> None:
     assert ticked.wait(10)
     thread.join(10)
     assert not thread.is_alive()
+
+
+def gone_from_bus(name: str) -> dict[str, node_conditions.GpuCondition]:
+    gpu = node_conditions.GpuNamed("4", "0000:99:00.0", f"GPU-{name}", 79)
+    text = node_conditions.message((gpu,), "the kernel said the GPU fell off the bus")
+    condition = node_conditions.GpuCondition(
+        node_conditions.GPU_FALLEN_OFF_BUS, "True", node_conditions.GONE_FROM_BUS, text, NOW
+    )
+    return {condition.type: condition}
+
+
+def fleet_of_two_fallen(**isolation: object) -> tuple[runner.Runner, fakes.FakeNodes]:
+    """Ten GPU nodes, one isolation per tick, node isolation (the GPU-or-node rule is tested
+    elsewhere); after the regular tick, two nodes' GPUs fall off the bus at one instant."""
+    nodes = [fleet.Node(f"gpu-node-{c}", f"boot-{c}", 8, 8) for c in "abcdefghij"]
+    api = fakes.FakeNodes({n.name: n for n in nodes})
+    cluster = fakes.NodesCluster(api)
+    guard = tick.Guard(
+        metrics=fakes.FakeMetrics(),
+        cluster=cluster,
+        writer=cluster,
+        classifier=AlwaysHardware(),
+        settings=settings.GuardSettings.model_validate(
+            {
+                "gpu_isolation": {"enabled": False},
+                "isolation": {"max_isolations_per_tick": 1, **isolation},
+            }
+        ),
+        clock=fakes.FakeClock(NOW),
+    )
+    loop = runner.Runner(
+        guard, FakeLease(), telemetry.GuardMetrics(), interval=timedelta(hours=1),
+        monotonic=Clock(),
+    )  # fmt: skip
+    assert loop.step() is not None  # the regular tick; the next is an hour away
+    for name in ("gpu-node-a", "gpu-node-b"):
+        api.update(name, gpu_conditions=gone_from_bus(name))
+        loop.wake(name, "GpuFallenOffBus/GpuGoneFromBus")
+    return loop, api
+
+
+def cordoned(api: fakes.FakeNodes) -> list[str]:
+    return sorted(n.name for n in api.nodes.values() if n.unschedulable)
+
+
+def test_simultaneous_gpu_losses_are_cordoned_one_tick_after_another() -> None:
+    loop, api = fleet_of_two_fallen()
+    first = loop.step()
+    assert first is not None
+    assert [a.node for a in first.applied] == ["gpu-node-a"]
+    assert first.tick_again == ("gpu-node-b",)
+    second = loop.step()  # at once: no wake, the interval an hour away
+    assert second is not None
+    assert [a.node for a in second.applied] == ["gpu-node-b"]
+    assert second.tick_again == ()
+    assert loop.step() is None  # nothing left: no third tick
+    assert cordoned(api) == ["gpu-node-a", "gpu-node-b"]
+    registry = loop.metrics.registry
+    assert registry.get_sample_value("gpuguard_urgent_rewakes_total") == 1
+    assert registry.get_sample_value("gpuguard_urgent_ticks_total") == 2
+
+
+def test_the_breakers_level_still_withholds_and_asks_no_further_tick() -> None:
+    loop, api = fleet_of_two_fallen(breaker_level_min=1, breaker_level_fraction=0.0)
+    first = loop.step()
+    assert first is not None
+    assert first.decision is not None
+    assert [a.node for a in first.applied] == ["gpu-node-a"]
+    assert [(f.node, f.reason) for f in first.decision.findings] == [
+        ("gpu-node-b", decisions.Reason.BREAKER_LEVEL)
+    ]
+    assert loop.step() is None
+    assert cordoned(api) == ["gpu-node-a"]
+    assert loop.metrics.registry.get_sample_value("gpuguard_urgent_rewakes_total") == 0
+
+
+def test_a_dry_run_that_isolated_nothing_does_not_tick_again() -> None:
+    loop, api = fleet_of_two_fallen()
+    loop.guard.dry_run = True
+    result = loop.step()
+    assert result is not None
+    assert result.decision is not None
+    assert result.decision.fast_path_left == ("gpu-node-b",)
+    assert loop.step() is None
+    assert cordoned(api) == []

@@ -212,6 +212,16 @@ def test_at_most_one_isolation_per_tick_by_default() -> None:
     withheld = [f for f in decision.findings if f.reason is Reason.TICK_LIMIT]
     assert [f.node for f in withheld] == ["gpu-node-1"]
     assert not decision.markings  # the per-tick limit is no breaker: nothing marked
+    assert decision.fast_path_left == ("gpu-node-1",)  # the loop ticks again for it
+
+
+def test_only_fast_path_faults_left_to_the_per_tick_limit_ask_for_another_tick_now() -> None:
+    nodes = [node(f"gpu-node-{i}", allocatable=7) for i in range(2)]
+    samples = [s for n in nodes for s in (gauge(n.name, 48), held(n.name, 1))]
+    decision = decide(nodes + [node(f"spare-{i}") for i in range(30)], samples)
+    assert [a.node for a in decision.actions] == ["gpu-node-0"]
+    assert [f.node for f in decision.findings if f.reason is Reason.TICK_LIMIT] == ["gpu-node-1"]
+    assert decision.fast_path_left == ()  # a held fault waits for the periodic tick
 
 
 def test_breaker_level_withholds_and_marks_the_fault_pending() -> None:

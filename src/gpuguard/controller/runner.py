@@ -7,7 +7,9 @@ tick runs every ``interval`` and only on the leader. After a failed tick the nex
 longer (doubling, capped), so a broken Prometheus is not hammered; a good tick resets it.
 ``wake`` (a node newly carrying an unambiguous hardware fault, docs/design.md#fast-path)
 makes the loop tick at once — the same tick, policy, breaker and WriteGate; wakes that
-arrive before it runs are one tick.
+arrive before it runs are one tick. A woken tick that isolated one node and left other
+fast-path faults to the per-tick limit ticks again at once, until the limit or the breaker
+leaves none.
 """
 
 from __future__ import annotations
@@ -140,7 +142,19 @@ class Runner:
             self._last_ok = self.monotonic()
         self._next_tick = now + backoff(self.interval, self._failures)
         self._beat = self.monotonic()
+        self._again(result)
         return result
+
+    def _again(self, result: tick.TickResult) -> None:
+        """Tick again at once for fast-path faults the per-tick limit left (``tick_again``)."""
+        left = result.tick_again
+        if not left:
+            return
+        limit = self.guard.settings.isolation.max_isolations_per_tick
+        log.warning("urgent: %s left to the per-tick limit (%d); ticking again now",
+                    ", ".join(left), limit)  # fmt: skip
+        self.metrics.urgent_rewakes.inc()
+        self._urgent = True
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop`` is set (SIGTERM); then give the Lease up for a fast hand-over."""

@@ -95,6 +95,11 @@ class GuardMetrics:
             "Ticks run at once for wakes (several wakes before a tick are one).",
             registry=r,
         )
+        self.urgent_rewakes = Counter(
+            _counter_base(names.URGENT_REWAKES_TOTAL),
+            "Ticks run again at once for fast-path faults the per-tick limit left.",
+            registry=r,
+        )
         self.phantom = Gauge(
             names.PHANTOM_GPUS,
             "Watts wasted by a GPU busy with nothing (phantom utilization), per GPU.",

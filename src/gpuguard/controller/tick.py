@@ -57,6 +57,15 @@ class TickResult:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def tick_again(self) -> tuple[str, ...]:
+        """Fast-path faults this tick left to the per-tick limit after it isolated a node: the
+        loop ticks again at once for them (docs/design.md#fast-path). Never after a tick that
+        isolated nothing, so it cannot loop; the breaker's limits cap the ticks in a row."""
+        if self.decision is None or not self.applied:
+            return ()
+        return self.decision.fast_path_left
+
 
 @dataclass
 class Guard:

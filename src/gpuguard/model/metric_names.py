@@ -61,6 +61,7 @@ TICK_ERRORS_TOTAL = "gpuguard_tick_errors_total"  # labels: kind, step
 WRITES_SKIPPED_TOTAL = "gpuguard_writes_skipped_total"  # leadership lapsed during a tick
 URGENT_WAKES_TOTAL = "gpuguard_urgent_wakes_total"  # a node newly urgent woke the loop
 URGENT_TICKS_TOTAL = "gpuguard_urgent_ticks_total"  # ticks run at once for such wakes
+URGENT_REWAKES_TOTAL = "gpuguard_urgent_rewakes_total"  # again: the per-tick limit left some
 WATCH_CACHE_SYNCED = "gpuguard_watch_cache_synced"  # gauge per {resource}
 WATCH_CACHE_OBJECTS = "gpuguard_watch_cache_objects"  # gauge per {resource}
 WATCH_RELISTS_TOTAL = "gpuguard_watch_relists_total"  # per {resource}, the first list included

@@ -57,6 +57,9 @@ class IsolationDecision:
     markings: tuple[Marking, ...] = ()
     withheld: Mapping[str, withheld.WithheldMark] = field(default_factory=dict)
     """Faults the breaker withheld (not the per-tick limit), by node."""
+    fast_path_left: tuple[str, ...] = ()
+    """Fast-path faults left to the per-tick limit while the breaker had room: the loop ticks
+    again at once for them (docs/design.md#fast-path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +133,13 @@ def _admit(
     evidence = decisions.Evidence("breaker", result.state.describe(), snapshot.taken_at)
     marks: dict[str, withheld.WithheldMark] = {}
     markings: list[Marking] = []
+    left: list[str] = []
     for name, why in result.withheld:
         candidate = candidates[name]
         findings.append(_withheld_finding(candidate, why, evidence))
         if why is Reason.TICK_LIMIT:
+            if candidate.action.reason is Reason.FAST_PATH:
+                left.append(name)
             continue
         mark, marking = _withhold(snapshot.node(name), candidate, why, snapshot)
         marks[name] = mark
@@ -146,6 +152,7 @@ def _admit(
         breaker=result.state,
         markings=tuple(markings),
         withheld=marks,
+        fast_path_left=tuple(left),
     )
 
 
