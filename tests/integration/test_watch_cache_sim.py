@@ -304,8 +304,8 @@ class Ticks(tick.Guard):
     results: list[tick.TickResult] = field(default_factory=list)
     ticked: threading.Condition = field(default_factory=threading.Condition)
 
-    def tick(self) -> tick.TickResult:
-        result = super().tick()
+    def tick(self, *, urgent: bool = False) -> tick.TickResult:
+        result = super().tick(urgent=urgent)
         with self.ticked:
             self.results.append(result)
             self.ticked.notify_all()

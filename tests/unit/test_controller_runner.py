@@ -229,8 +229,11 @@ def test_a_wake_ends_the_loops_wait() -> None:
     ticked = threading.Event()
     tick_once = loop.guard.tick
 
-    def tick_and_stop() -> tick.TickResult:
-        result = tick_once()
+    asked: list[bool] = []
+
+    def tick_and_stop(*, urgent: bool = False) -> tick.TickResult:
+        asked.append(urgent)
+        result = tick_once(urgent=urgent)
         if loop.metrics.registry.get_sample_value("gpuguard_urgent_wakes_total"):
             stop.set()  # as on SIGTERM (cli/run.py): stop, and end the wait
             loop.interrupt()
@@ -244,6 +247,7 @@ def test_a_wake_ends_the_loops_wait() -> None:
     assert ticked.wait(10)
     thread.join(10)
     assert not thread.is_alive()
+    assert asked[-1] is True  # the woken tick says so: a due phantom check waits for later
 
 
 def gone_from_bus(name: str) -> dict[str, node_conditions.GpuCondition]:

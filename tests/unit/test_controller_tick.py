@@ -119,6 +119,24 @@ def test_opt_in_phantom_cordon_waits_when_the_tick_already_isolated_one() -> Non
     assert [p.node for p in result.phantom.phantoms] == ["gpu-node-1"]
 
 
+def test_a_woken_tick_cordons_on_the_standing_phantom_decision_without_running_one() -> None:
+    """A wake (docs/design.md#fast-path) must not wait for the phantom check's queries over
+    every GPU: the isolation is decided first, the check runs at the next regular tick."""
+    from gpuguard.controller import phantom_watch
+    from tests.builders import PhantomSource as Source
+    from tests.builders import window
+
+    source = Source((window(gpu="5"),))
+    watch = phantom_watch.PhantomWatch(source, settings.PhantomSettings())
+    g, writer = guard(phantom=watch)
+    result = g.tick(urgent=True)
+    assert [name for name, _ in writer.isolated] == ["gpu-node-b"]
+    assert source.asked == []  # due, but not run by the woken tick
+    assert result.phantom is None
+    g.tick()
+    assert source.asked == [NOW]  # the regular tick runs it
+
+
 class FakeNotifier:
     def __init__(self) -> None:
         self.told: list[decisions.Action] = []

@@ -131,7 +131,7 @@ class Runner:
         if urgent:
             self.metrics.urgent_ticks.inc()
         try:
-            result = self.guard.tick()
+            result = self.guard.tick(urgent=True) if urgent else self.guard.tick()
         except Exception as e:  # nothing handled it (controller.failsafe): fail closed, go on
             log.exception("tick failed closed: %s: %s", type(e).__name__, e)
             error = f"{type(e).__name__}: {e}"

@@ -89,7 +89,10 @@ class Guard:
     fleet_health: fleet_health_step.FleetHealthWatch | None = None
     fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
 
-    def tick(self) -> TickResult:
+    def tick(self, *, urgent: bool = False) -> TickResult:
+        """One tick. ``urgent`` (a wake: docs/design.md#fast-path) decides the isolation on the
+        phantom check's standing decision instead of running a due one first: its window
+        queries over every GPU would stand between a GPU gone from the bus and its cordon."""
         result = TickResult(at=self.clock.now())
         try:
             result.snapshot = self._collect(result)
@@ -97,16 +100,17 @@ class Guard:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
-        self._steps(result, result.snapshot)
+        self._steps(result, result.snapshot, urgent=urgent)
         return result
 
-    def _steps(self, result: TickResult, snapshot: fleet.FleetSnapshot) -> None:
+    def _steps(
+        self, result: TickResult, snapshot: fleet.FleetSnapshot, *, urgent: bool = False
+    ) -> None:
         """Each step fails closed on its own (``controller.failsafe``): the next still runs."""
         errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
         no_cordons: tuple[decisions.Action, ...] = ()
-        cordons = failsafe.guarded(
-            "phantom", subject, errors, partial(self._phantom_cordons, result), no_cordons
-        )
+        phantom = partial(self._phantom_cordons, result, run=not urgent)
+        cordons = failsafe.guarded("phantom", subject, errors, phantom, no_cordons)
         decide = partial(
             failsafe.isolate_sparing_others,
             snapshot, self.classifier, self.settings, errors, cordons, self._ledger(snapshot),
@@ -191,12 +195,15 @@ class Guard:
         samples = self.metrics.samples(result.at)
         return replace(result.snapshot, samples=samples)
 
-    def _phantom_cordons(self, result: TickResult) -> tuple[decisions.Action, ...]:
+    def _phantom_cordons(
+        self, result: TickResult, *, run: bool = True
+    ) -> tuple[decisions.Action, ...]:
         """Phantom findings every interval; the opt-in cordons of the standing decision go
         to the isolation policy, which admits them after the faults, through the breaker."""
         if self.phantom is None:
             return ()
-        self.phantom.run(result.at)
+        if run:
+            self.phantom.run(result.at)
         result.phantom = self.phantom.last
         return result.phantom.actions if result.phantom is not None else ()
 
