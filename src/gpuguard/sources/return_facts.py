@@ -1,5 +1,6 @@
-"""The Prometheus facts of the return-to-pool decision: a fixed plan of instant queries (the
-same count whatever the fleet size) and pure readers of one node's answer.
+"""The Prometheus facts of the return-to-pool decision: a fixed plan of instant queries, scoped
+to the nodes the return step evaluates (their answers grow with the isolated nodes, not with the
+fleet; one plan per batch of names that fits a GET URL), and pure readers of one node's answer.
 
 Read per GPU, from dcgm-exporter and the node agent:
 
