@@ -79,7 +79,7 @@ def test_scoped_facts_are_the_fleet_wide_facts_of_the_candidates(tmp_path: Path)
         scoped = return_facts.ReturnFactsSource(reader, plan)
         asked = _by_node(scoped.samples_of(at, CANDIDATES))
         issued = reader.queries_issued
-        one_each = return_facts.ReturnFactsSource(reader, plan, max_regex_chars=25)
+        one_each = return_facts.ReturnFactsSource(reader, plan, max_regex_chars=60)
         batched = _by_node(one_each.samples_of(at, CANDIDATES))
         batched_queries = reader.queries_issued - issued
         none = scoped.samples_of(at, ())

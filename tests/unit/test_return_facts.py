@@ -153,6 +153,6 @@ def test_scoped_batches_bound_the_regex_and_ask_each_node_once() -> None:
     asked = [n for b in batches for n in b.nodes or ()]
     assert sorted(asked) == sorted(fleet_nodes)
     assert len(batches) > 1
-    assert all(len(return_facts.node_regex(b.nodes or ())) <= return_facts.MATCHER_CHARS
+    assert all(return_facts.encoded_length(b.nodes or ()) <= return_facts.MATCHER_CHARS
                for b in batches)  # fmt: skip
     assert PLAN.batches([], return_facts.MATCHER_CHARS) == []

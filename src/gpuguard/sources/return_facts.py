@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib import parse
 
 from gpuguard.model import decisions, fleet, return_to_pool, series
 from gpuguard.model import metric_names as names
@@ -64,11 +65,12 @@ class ReturnFactsPlan:
 
     def batches(self, nodes: Iterable[str], max_chars: int) -> list[ReturnFactsPlan]:
         """The plan scoped to ``nodes``, in as many plans as keep each node regex within
-        ``max_chars`` (the queries go in GET URLs); no nodes, no plan."""
+        ``max_chars`` once quoted and URL-encoded (the queries go in GET URLs); no nodes, no
+        plan."""
         plans: list[ReturnFactsPlan] = []
         batch: list[str] = []
         for node in sorted(set(nodes)):
-            if batch and len(node_regex([*batch, node])) > max_chars:
+            if batch and encoded_length([*batch, node]) > max_chars:
                 plans.append(dataclasses.replace(self, nodes=tuple(batch)))
                 batch = []
             batch.append(node)
@@ -87,8 +89,8 @@ class ReturnFactsPlan:
         return f"({' or '.join(each)})"
 
 
-MATCHER_CHARS = 1_000
-"""The longest node regex of one query: three of them (one per node label), URL-encoded, keep a
+MATCHER_CHARS = 2_000
+"""The longest URL-encoded node regex of one query: three of them (one per node label) keep a
 query's GET URL within the 8 KiB that proxies in front of Prometheus commonly accept."""
 
 
@@ -117,6 +119,11 @@ class ReturnFactsSource:
 def node_regex(nodes: Iterable[str]) -> str:
     """An RE2 alternation matching exactly these names (Prometheus anchors label regexes)."""
     return "|".join("".join(map(_re2_literal, node)) for node in nodes)
+
+
+def encoded_length(nodes: Iterable[str]) -> int:
+    """The length of the nodes' regex as a PromQL string in a URL's query."""
+    return len(parse.quote(_promql_string(node_regex(nodes)), safe=""))
 
 
 def scope_of(query: str) -> tuple[str, ...] | None:
