@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.errors import ConflictError
-from gpuguard.model import decisions, faults, fleet, jobs
+from gpuguard.model import decisions, faults, fleet, jobs, series
 
 
 @dataclass
@@ -28,12 +29,18 @@ class FakeMetrics:
     series: list[fleet.MetricSample] = field(default_factory=list)
     error: Exception | None = None
     asked_at: list[datetime] = field(default_factory=list)
+    asked_nodes: list[tuple[str, ...]] = field(default_factory=list)
 
     def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
         self.asked_at.append(at)
         if self.error is not None:
             raise self.error
         return tuple(self.series)
+
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        """The series whose node (``model.series.node_of``) is one of ``nodes``."""
+        self.asked_nodes.append(tuple(nodes))
+        return tuple(s for s in self.samples(at) if series.node_of(s.labels) in nodes)
 
 
 @dataclass

@@ -14,9 +14,9 @@ import pytest
 from gpuguard.demo import live_prometheus
 from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as mn
-from gpuguard.model import settings
+from gpuguard.model import series, settings
 from gpuguard.sim import live, scenario
-from gpuguard.sources import prometheus
+from gpuguard.sources import prometheus, return_facts
 
 SPEED = 600.0  # ten minutes of scenario per second: xid79-twice's fault (3m59s) in 0.4 s
 FAULT_SEEN = timedelta(minutes=5)
@@ -56,6 +56,19 @@ def test_gpuguards_prometheus_source_reads_the_fault_over_http(cluster: live.Liv
     assert ("gpu-node-b", 79.0) in xids
     nodes = {s.labels.get("Hostname") for s in samples if s.name == mn.DCGM_NODE_NEWEST}
     assert nodes >= {"gpu-node-a", "gpu-node-b"}
+
+
+def test_the_return_facts_scoped_to_one_node_answer_only_that_node(
+    cluster: live.LiveCluster,
+) -> None:
+    assert cluster.prometheus is not None
+    reader = prometheus.PrometheusSource(cluster.prometheus, return_facts.ReturnFactsPlan())
+    samples = return_facts.ReturnFactsSource(reader).samples_of(datetime.now(UTC), ["gpu-node-b"])
+    reader.close()
+    assert {series.node_of(s.labels) for s in samples} == {"gpu-node-b"}
+    xids = {s.value for s in samples if s.name == mn.DCGM_XID_LAST}
+    assert xids == {79.0}
+    assert any(s.name == mn.DCGM_PCIE_LINK_WIDTH for s in samples)
 
 
 def test_a_query_it_cannot_answer_gets_prometheus_error_shape(cluster: live.LiveCluster) -> None:

@@ -475,3 +475,14 @@ def test_a_silent_exporter_makes_the_gpu_facts_unknown_whatever_was_last_seen() 
     assert unheard.decision.step is Step.WAIT
     assert unheard.decision.blocking is not None
     assert unheard.decision.blocking.name is model.ReturnCondition.NO_HARDWARE_XID
+
+
+def test_facts_are_asked_only_of_the_isolated_nodes_and_not_at_all_without_them() -> None:
+    w = world()
+    healthy = replace(isolated(), name="gpu-node-a", annotations={}, unschedulable=False)
+    snapshot = fleet.FleetSnapshot(NOW, nodes=(healthy, isolated()), pods=tuple(w.pods))
+    (outcome,) = w.step.run(snapshot, NOW, may_write=lambda: False)
+    assert w.facts.asked_nodes == [("gpu-node-b",)]
+    assert outcome.decision.step is Step.START_BURN_IN  # the facts of gpu-node-b were all read
+    w.step.run(fleet.FleetSnapshot(NOW, nodes=(healthy,)), NOW, may_write=lambda: False)
+    assert w.facts.asked_nodes == [("gpu-node-b",)]

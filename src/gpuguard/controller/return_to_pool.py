@@ -98,7 +98,7 @@ class ReturnToPool:
     jobs: JobsPort
     ledger: LedgerReader
     writer: ReturnWriter
-    facts: ports.MetricsSource
+    facts: ports.NodeMetricsSource
     classifier: xid_signals.XidClassifier
     settings: settings_model.GuardSettings
     image: str
@@ -122,7 +122,8 @@ class ReturnToPool:
         candidates = [n for n in snapshot.nodes if keys.ISOLATED_AT in n.annotations]
         if not candidates:
             return []
-        gatherer = dataclasses.replace(_Gatherer.read(self, now), silent=silent)
+        evaluated = [n.name for n in candidates]
+        gatherer = dataclasses.replace(_Gatherer.read(self, now, evaluated), silent=silent)
         outcomes = []
         for node in candidates:
             subject = f"node {node.name} (annotations {_marks(node)})"
@@ -320,10 +321,12 @@ class _Gatherer:
     silent: frozenset[str] = frozenset()
 
     @classmethod
-    def read(cls, step: ReturnToPool, now: datetime) -> _Gatherer:
+    def read(cls, step: ReturnToPool, now: datetime, nodes: list[str]) -> _Gatherer:
+        """The metric facts of ``nodes`` only (the Prometheus answers grow with the isolated
+        nodes, not the fleet), and the ledger."""
         try:
             by_node: dict[str, list[fleet.MetricSample]] = defaultdict(list)
-            for sample in step.facts.samples(now):
+            for sample in step.facts.samples_of(now, nodes):
                 if (name := xid_signals.node_of(sample.labels)) is not None:
                     by_node[name].append(sample)
             samples: dict[str, tuple[fleet.MetricSample, ...]] | None = {

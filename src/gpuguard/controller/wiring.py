@@ -150,7 +150,7 @@ def build_guard(
                 jobs=jobs.Jobs(client, c.namespace),
                 ledger=ledger.Ledger(client, c.namespace, quarantine=True),
                 writer=writer,
-                facts=read(return_facts.ReturnFactsPlan()),
+                facts=return_facts.ReturnFactsSource(read(return_facts.ReturnFactsPlan())),
                 classifier=catalog,
                 settings=guard_settings,
                 image=c.image,

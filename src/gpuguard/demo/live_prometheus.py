@@ -21,9 +21,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet
+from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import fleet_view, live, prometheus_api, prometheus_view, return_view, world
@@ -50,7 +51,7 @@ class EmulatedPrometheus:
         return datetime.now(UTC)
 
     def instant(self, query: str, at: datetime) -> list[prometheus_api.Sample]:
-        route = self.routes.get(query)
+        route = self.routes.get(query) or self._scoped_route(query)
         if route is None:
             raise prometheus_api.QueryRefused(
                 f"the simulator answers only gpuguard's own queries with the settings "
@@ -70,6 +71,21 @@ class EmulatedPrometheus:
         return [(s.labels, self._wall(s.value) if stamped else s.value)
                 for s in samples if s.name == name]
 
+    def _scoped_route(self, query: str) -> tuple[Family, str] | None:
+        """A return-facts query scoped to some nodes by a node label matcher: the fleet-wide
+        query's answer, of those nodes only (what Prometheus answers to the matcher)."""
+        nodes = return_facts.scope_of(query)
+        if nodes is None:
+            return None
+        scoped = return_facts.ReturnFactsPlan(nodes=nodes).queries()
+        fleet_wide = return_facts.ReturnFactsPlan().queries()
+        name = next((n for n, text in scoped.items() if text == query), None)
+        wide = None if name is None else self.routes.get(fleet_wide[name])
+        if wide is None:
+            return None
+        family, routed = wide
+        return partial(_of_nodes, family, frozenset(nodes)), routed
+
     def _freshness(self, at: datetime, metric: str) -> list[prometheus_api.Sample]:
         """``max(timestamp(m))``: the newest scrape that found ``metric``."""
         newest = self.view.newest_scrape(at, metric)
@@ -82,6 +98,12 @@ class EmulatedPrometheus:
     def _wall(self, scenario_seconds: float) -> float:
         origin = self.played.origin.timestamp()
         return origin + (scenario_seconds - origin) / self.speed
+
+
+def _of_nodes(
+    family: Family, nodes: frozenset[str], at: datetime
+) -> tuple[fleet.MetricSample, ...]:
+    return tuple(s for s in family(at) if series.node_of(s.labels) in nodes)
 
 
 def answers(

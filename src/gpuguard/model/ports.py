@@ -44,6 +44,14 @@ class MetricsSource(Protocol):
         ...
 
 
+class NodeMetricsSource(Protocol):
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        """The series of ``nodes`` only, at instant ``at`` (none asked: none read); raises
+        SourceError on any bad answer. Other nodes' series may come too; readers group by
+        ``model.series.node_of``."""
+        ...
+
+
 class ClusterReader(Protocol):
     def nodes(self) -> tuple[fleet.Node, ...]: ...
 

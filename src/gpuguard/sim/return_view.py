@@ -5,6 +5,7 @@ Prometheus. Implements ``model.ports.MetricsSource``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,9 +21,17 @@ class WorldReturnFacts:
     played: world.World
 
     def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        return self._of(at, lambda name: True)
+
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        """The series of ``nodes``, as a query scoped to them by a node label matcher answers."""
+        asked = frozenset(nodes)
+        return self._of(at, asked.__contains__)
+
+    def _of(self, at: datetime, wanted: Callable[[str], bool]) -> tuple[fleet.MetricSample, ...]:
         out: list[fleet.MetricSample] = []
         for node in self.played.nodes:
-            if exporters.exporter_up(node, at):
+            if wanted(node.name) and exporters.exporter_up(node, at):
                 out += [s for gpu in node.gpus if gpu.on_bus for s in _gpu(node, gpu, at)]
         return tuple(out)
 

@@ -157,10 +157,11 @@ class PrometheusSource:
     def close(self) -> None:
         self._client.close()
 
-    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
-        """All of the plan's series at instant ``at``; SourceError when any answer is bad."""
+    def samples(self, at: datetime, plan: Plan | None = None) -> tuple[fleet.MetricSample, ...]:
+        """All of the plan's series at instant ``at`` (``plan``: another plan read through this
+        reader, e.g. one scoped to some nodes); SourceError when any answer is bad."""
         collected: list[fleet.MetricSample] = []
-        for name, promql in self._plan.queries().items():
+        for name, promql in (plan or self._plan).queries().items():
             collected += [
                 fleet.MetricSample(name, labels, value, when)
                 for labels, value, when in self._vector(name, promql, at)

@@ -1,5 +1,6 @@
-"""The Prometheus facts of the return-to-pool decision: a fixed plan of instant queries (the
-same count whatever the fleet size) and pure readers of one node's answer.
+"""The Prometheus facts of the return-to-pool decision: a fixed plan of instant queries, scoped
+to the nodes the return step evaluates (their answers grow with the isolated nodes, not with the
+fleet; one plan per batch of names that fits a GET URL), and pure readers of one node's answer.
 
 Read per GPU, from dcgm-exporter and the node agent:
 
@@ -19,11 +20,14 @@ freshness queries), which leaves every fact unknown: missing data never returns 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from urllib import parse
 
-from gpuguard.model import decisions, fleet, return_to_pool
+from gpuguard.model import decisions, fleet, return_to_pool, series
 from gpuguard.model import metric_names as names
 from gpuguard.model.series import gpu_of
 from gpuguard.sources import prometheus
@@ -36,24 +40,111 @@ LOADED_UTIL_PCT = 80.0
 
 @dataclass(frozen=True, slots=True)
 class ReturnFactsPlan:
-    """The queries of the return facts, by the sample name they are stored under."""
+    """The queries of the return facts, by the sample name they are stored under: of every
+    node (``nodes`` None), or of ``nodes`` only — the nodes the return step evaluates, so the
+    answers grow with the isolated nodes, not with the fleet (docs/design.md#return-to-pool)."""
 
     pcie_lookback: timedelta = timedelta(days=7)
+    nodes: tuple[str, ...] | None = None
 
     def queries(self) -> dict[str, str]:
         look = f"{int(self.pcie_lookback.total_seconds())}s"
+        of = self._of
         return {
-            names.DCGM_XID_LAST: f"{names.DCGM_XID_LAST} > 0",  # 0 (no Xid) reads as absent
-            names.DCGM_ROW_REMAP_PENDING: names.DCGM_ROW_REMAP_PENDING,
-            names.DCGM_PCIE_LINK_WIDTH: names.DCGM_PCIE_LINK_WIDTH,
-            names.DCGM_PCIE_LINK_GEN: names.DCGM_PCIE_LINK_GEN,
-            names.DCGM_PCIE_MAX_LINK_WIDTH: names.DCGM_PCIE_MAX_LINK_WIDTH,
-            names.DCGM_PCIE_MAX_LINK_GEN: names.DCGM_PCIE_MAX_LINK_GEN,
-            WIDTH_SEEN_MAX: f"max_over_time({names.DCGM_PCIE_LINK_WIDTH}[{look}])",
-            GEN_SEEN_MAX: f"max_over_time({names.DCGM_PCIE_LINK_GEN}[{look}])",
-            names.DCGM_GPU_UTIL: names.DCGM_GPU_UTIL,
-            names.CHECK_STATUS: f"{names.CHECK_STATUS} == 1",
+            names.DCGM_XID_LAST: f"{of(names.DCGM_XID_LAST)} > 0",  # 0 (no Xid) reads as absent
+            names.DCGM_ROW_REMAP_PENDING: of(names.DCGM_ROW_REMAP_PENDING),
+            names.DCGM_PCIE_LINK_WIDTH: of(names.DCGM_PCIE_LINK_WIDTH),
+            names.DCGM_PCIE_LINK_GEN: of(names.DCGM_PCIE_LINK_GEN),
+            names.DCGM_PCIE_MAX_LINK_WIDTH: of(names.DCGM_PCIE_MAX_LINK_WIDTH),
+            names.DCGM_PCIE_MAX_LINK_GEN: of(names.DCGM_PCIE_MAX_LINK_GEN),
+            WIDTH_SEEN_MAX: of(names.DCGM_PCIE_LINK_WIDTH, f"max_over_time({{}}[{look}])"),
+            GEN_SEEN_MAX: of(names.DCGM_PCIE_LINK_GEN, f"max_over_time({{}}[{look}])"),
+            names.DCGM_GPU_UTIL: of(names.DCGM_GPU_UTIL),
+            names.CHECK_STATUS: f"{of(names.CHECK_STATUS)} == 1",
         } | prometheus.freshness_queries()
+
+    def batches(self, nodes: Iterable[str], max_chars: int) -> list[ReturnFactsPlan]:
+        """The plan scoped to ``nodes``, in as many plans as keep each node regex within
+        ``max_chars`` once quoted and URL-encoded (the queries go in GET URLs); no nodes, no
+        plan."""
+        plans: list[ReturnFactsPlan] = []
+        batch: list[str] = []
+        for node in sorted(set(nodes)):
+            if batch and encoded_length([*batch, node]) > max_chars:
+                plans.append(dataclasses.replace(self, nodes=tuple(batch)))
+                batch = []
+            batch.append(node)
+        if batch:
+            plans.append(dataclasses.replace(self, nodes=tuple(batch)))
+        return plans
+
+    def _of(self, metric: str, around: str = "{}") -> str:
+        """``metric`` (inside ``around``), of the plan's nodes: one selector per label a series
+        may name its node in (``model.series.NODE_LABELS``), so every series whose
+        ``node_of`` is one of them is selected, whatever its exporter's spelling."""
+        if self.nodes is None:
+            return around.format(metric)
+        regex = _promql_string(node_regex(self.nodes))
+        each = [around.format(f"{metric}{{{label}=~{regex}}}") for label in series.NODE_LABELS]
+        return f"({' or '.join(each)})"
+
+
+MATCHER_CHARS = 2_000
+"""The longest URL-encoded node regex of one query: three of them (one per node label) keep a
+query's GET URL within the 8 KiB that proxies in front of Prometheus commonly accept."""
+
+
+class ReturnFactsSource:
+    """``ports.NodeMetricsSource``: the return facts of the asked nodes from Prometheus, one
+    scoped plan per batch, each read (freshness included) through one ``PrometheusSource``."""
+
+    def __init__(
+        self,
+        reader: prometheus.PrometheusSource,
+        plan: ReturnFactsPlan | None = None,
+        *,
+        max_regex_chars: int = MATCHER_CHARS,
+    ) -> None:
+        self._reader = reader
+        self._plan = plan or ReturnFactsPlan()
+        self._max_chars = max_regex_chars
+
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        found: list[fleet.MetricSample] = []
+        for batch in self._plan.batches(nodes, self._max_chars):
+            found += self._reader.samples(at, batch)
+        return tuple(found)
+
+
+def node_regex(nodes: Iterable[str]) -> str:
+    """An RE2 alternation matching exactly these names (Prometheus anchors label regexes)."""
+    return "|".join("".join(map(_re2_literal, node)) for node in nodes)
+
+
+def encoded_length(nodes: Iterable[str]) -> int:
+    """The length of the nodes' regex as a PromQL string in a URL's query."""
+    return len(parse.quote(_promql_string(node_regex(nodes)), safe=""))
+
+
+def scope_of(query: str) -> tuple[str, ...] | None:
+    """The nodes a scoped plan's query selects (``node_regex`` read back); None when the query
+    names no node regex. For an emulation answering the scoped queries."""
+    found = re.search(r'=~"((?:[^"\\]|\\.)*)"', query)
+    if found is None:
+        return None
+    regex = re.sub(r"\\(.)", r"\1", found.group(1))  # the PromQL string's escapes
+    return tuple(re.sub(r"\\(.)", r"\1", n) for n in re.findall(r"(?:[^\\|]|\\.)+", regex))
+
+
+def _re2_literal(char: str) -> str:
+    """RE2 reads a backslash before any ASCII character that is not a letter or digit as that
+    character itself (https://github.com/google/re2/wiki/Syntax), and only before those."""
+    return "\\" + char if char.isascii() and not char.isalnum() else char
+
+
+def _promql_string(text: str) -> str:
+    """``text`` as a double-quoted PromQL string literal (Go's escapes)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def dcgm_reporting(samples: Iterable[fleet.MetricSample]) -> bool:
