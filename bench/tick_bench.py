@@ -829,6 +829,7 @@ class SizeResult:
     changed_nodes: int
     world_rss_mb: float
     fallback_lists: int  # ticks the watching reader listed afresh (a cache not fresh)
+    reader_rss_mb: float  # the reader ready (caches synced), before the first tick
 
 
 @dataclass(frozen=True)
@@ -847,6 +848,7 @@ def run_size(n: int, options: Options) -> SizeResult:
     try:
         since, started, watch = world_.counters(), time.perf_counter(), Stopwatch()
         with controller(world_.ready, options, watch) as (guard, cluster):
+            reader_rss = _vm_rss_mb()
             first, _ = measured(guard, world_, watch, since)  # a watching reader syncs here
             sync = replace(first, seconds=time.perf_counter() - started)
             peak = _peak_rss_mb()
@@ -857,7 +859,7 @@ def run_size(n: int, options: Options) -> SizeResult:
             fallbacks = cluster.fallback_lists()
         return SizeResult(world_.ready, options.reader, sync, peak, steady,
                           [f for f, _ in changed], changed[-1][1], world_.rss_mb(),
-                          fallbacks)  # fmt: skip
+                          fallbacks, reader_rss)  # fmt: skip
     finally:
         world_.stop()
 
@@ -926,7 +928,8 @@ def report(r: SizeResult, share: float) -> list[str]:
         f"sync: reader={r.reader} nodes={r.sync.nodes} pods={r.sync.pods} "
         f"seconds={r.sync.seconds:.2f} api_bytes={r.sync.api_bytes} "
         f"prom_queries={r.sync.prom_queries} rss_mb={r.sync.rss_mb:.0f} "
-        f"peak_rss_mb={r.sync_peak_rss_mb:.0f} fallback_lists={r.fallback_lists}",
+        f"peak_rss_mb={r.sync_peak_rss_mb:.0f} fallback_lists={r.fallback_lists} "
+        f"reader_rss_mb={r.reader_rss_mb:.0f} (before the first tick's Prometheus answers)",
         f"changed tick ({share:.0%} of nodes, {r.changed_nodes} nodes): nodes={ready.nodes} "
         f"seconds={changed_s:.3f} api_bytes={changed_bytes} "
         f"prom_queries={max(f.prom_queries for f in r.changed)} "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -57,3 +58,31 @@ def test_gpu_loss_is_capacity_minus_allocatable() -> None:
     assert node.gpus_missing == 1
     assert not node.ready
     assert fleet.Node("n", "b", 8, 8, conditions={"Ready": "True"}).ready
+
+
+def _snapshot_of(nodes: tuple[fleet.Node, ...], pods: tuple[fleet.Pod, ...]) -> fleet.FleetSnapshot:
+    gpus = tuple(fleet.Gpu(n.name, 0, f"GPU-{n.name}", "0000:18:00.0", "H100") for n in nodes)
+    return fleet.FleetSnapshot(datetime(2026, 12, 1, tzinfo=UTC), nodes, gpus, pods)
+
+
+def test_snapshot_lookups_by_node_answer_as_a_scan_would() -> None:
+    first, again = fleet.Node("gpu-a", "boot-1", 8, 8), fleet.Node("gpu-a", "boot-2", 8, 8)
+    pods = tuple(
+        fleet.Pod("train", f"p{i}", node, fleet.PodPhase.RUNNING)
+        for i, node in enumerate(("gpu-a", None, "gpu-b", "gpu-a"))
+    )
+    snapshot = _snapshot_of((first, fleet.Node("gpu-b", "b", 8, 8), again), pods)
+    assert snapshot.node("gpu-a") is first  # the first of a repeated name
+    assert snapshot.node("gpu-c") is None
+    assert [p.name for p in snapshot.pods_on("gpu-a")] == ["p0", "p3"]  # in the snapshot's order
+    assert snapshot.pods_on("gpu-c") == ()
+    assert [g.uuid for g in snapshot.gpus_of("gpu-b")] == ["GPU-gpu-b"]
+
+
+def test_a_changed_snapshot_looks_up_its_own_nodes() -> None:
+    snapshot = _snapshot_of((fleet.Node("gpu-a", "boot-1", 8, 8),), ())
+    assert snapshot.node("gpu-a") is not None  # the lookups of this snapshot are built
+    changed = replace(snapshot, nodes=(fleet.Node("gpu-b", "boot-1", 8, 8),))
+    assert changed.node("gpu-a") is None
+    assert changed.node("gpu-b") is not None
+    assert changed == replace(snapshot, nodes=changed.nodes)  # the lookups are no part of equality

@@ -113,15 +113,46 @@ class FleetSnapshot:
     gpus: tuple[Gpu, ...] = ()
     pods: tuple[Pod, ...] = ()
     samples: tuple[MetricSample, ...] = ()
+    _index: _Index | None = field(default=None, init=False, repr=False, compare=False)
 
     def node(self, name: str) -> Node | None:
-        return next((n for n in self.nodes if n.name == name), None)
+        return self._indexed().nodes.get(name)
 
     def gpus_of(self, node: str) -> tuple[Gpu, ...]:
-        return tuple(g for g in self.gpus if g.node == node)
+        return self._indexed().gpus.get(node, ())
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
-        return tuple(p for p in self.pods if p.node == node)
+        return self._indexed().pods.get(node, ())
+
+    def _indexed(self) -> _Index:
+        """The lookups by node name, built at the first lookup: a tick that looks up many
+        nodes of a 10,000-node fleet must not scan the fleet for each."""
+        index = self._index
+        if index is None:
+            index = _Index.of(self)
+            object.__setattr__(self, "_index", index)  # a cache of immutable data
+        return index
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    nodes: Mapping[str, Node]
+    gpus: Mapping[str, tuple[Gpu, ...]]
+    pods: Mapping[str, tuple[Pod, ...]]
+
+    @classmethod
+    def of(cls, snapshot: FleetSnapshot) -> _Index:
+        nodes: dict[str, Node] = {}
+        for n in snapshot.nodes:
+            nodes.setdefault(n.name, n)  # the first of a repeated name, as a scan finds it
+        gpus: dict[str, list[Gpu]] = {}
+        for g in snapshot.gpus:
+            gpus.setdefault(g.node, []).append(g)
+        pods: dict[str | None, list[Pod]] = {}
+        for p in snapshot.pods:
+            pods.setdefault(p.node, []).append(p)
+        return cls(nodes, {k: tuple(v) for k, v in gpus.items()},
+                   {k: tuple(v) for k, v in pods.items() if k is not None})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,15 @@ POD_LABELS = (*NODE_LABELS, *GPU_LABELS, "namespace", "pod")
 
 def node_of(labels: Mapping[str, str]) -> str | None:
     """The node a series belongs to; None when it names none."""
-    return next((labels[k] for k in NODE_LABELS if labels.get(k)), None)
+    for key in NODE_LABELS:  # a loop, not next(genexpr): called for every sample of a tick
+        if found := labels.get(key):
+            return found
+    return None
 
 
 def gpu_of(labels: Mapping[str, str]) -> str:
     """The GPU a series belongs to (index, else UUID, else PCI address); ``?`` when none."""
-    return next((labels[k] for k in GPU_LABELS if labels.get(k)), "?")
+    for key in GPU_LABELS:
+        if found := labels.get(key):
+            return found
+    return "?"

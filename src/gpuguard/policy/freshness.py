@@ -78,8 +78,10 @@ def _silent(
 def _newest_by_node(samples: tuple[fleet.MetricSample, ...], name: str) -> dict[str, datetime]:
     newest: dict[str, datetime] = {}
     for sample in samples:
+        if sample.name != name:
+            continue
         node = xid_signals.node_of(sample.labels)
-        if sample.name != name or node is None or not 0 <= sample.value < _LAST_SANE_TIME:
+        if node is None or not 0 <= sample.value < _LAST_SANE_TIME:
             continue  # a time that is no time says nothing: the node counts as silent
         when = datetime.fromtimestamp(sample.value, UTC)
         newest[node] = max(when, newest.get(node, when))

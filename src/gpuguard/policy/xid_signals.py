@@ -67,6 +67,13 @@ class HardwareXid:
         return "fallen-off-bus" if self.xid is None else f"xid-{self.xid}"
 
 
+_XID_SERIES = frozenset((
+    names.FALLEN_OFF_BUS_RECENT, names.XID_TOTAL_RECENT, names.XID_COUNT_RECENT,
+    names.DCGM_XID_LAST, names.XID_LAST_24H_AGO,
+))  # fmt: skip
+"""The series ``_node_signals`` reads."""
+
+
 def hardware_xids(
     samples: Iterable[fleet.MetricSample], classifier: XidClassifier
 ) -> dict[str, list[HardwareXid]]:
@@ -75,6 +82,8 @@ def hardware_xids(
         lambda: defaultdict(list)
     )
     for sample in samples:
+        if sample.name not in _XID_SERIES:
+            continue  # of the tick's ~10 series per GPU, only these say anything of Xids
         node = node_of(sample.labels)
         if node is not None:
             families[node][sample.name].append(sample)

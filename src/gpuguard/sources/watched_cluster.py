@@ -58,17 +58,30 @@ def pod_reader(annotations: Collection[str]) -> Callable[[Mapping[str, Any]], Ca
 
 
 def read_node(obj: Mapping[str, Any]) -> fleet.Node:
-    """The node cache's converter: ``node_from_dict``, with the label keys and values that
-    repeat from node to node (``feature.node.kubernetes.io/…``) held once."""
-    _share_labels(obj.get("metadata") or {})
+    """The node cache's converter: ``node_from_dict``, with the label and annotation keys and
+    values that repeat from node to node (``feature.node.kubernetes.io/…``, NFD's
+    ``nfd.node.kubernetes.io/feature-labels`` list of them all) and the condition types and
+    statuses held once."""
+    meta = obj.get("metadata") or {}
+    _share_labels(meta)
+    _share_strings(meta, "annotations")
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        for key in ("type", "status", "reason"):
+            if isinstance(value := condition.get(key), str):
+                condition[key] = sys.intern(value)
     return kubernetes.node_from_dict(obj)
 
 
 def _share_labels(meta: Any) -> None:
-    labels = meta.get("labels")
-    if isinstance(labels, dict):
-        meta["labels"] = {sys.intern(k): sys.intern(v) if isinstance(v, str) else v
-                          for k, v in labels.items()}  # fmt: skip
+    _share_strings(meta, "labels")
+
+
+def _share_strings(meta: Any, field: str) -> None:
+    """Intern the keys and string values of the mapping ``meta[field]``."""
+    found = meta.get(field)
+    if isinstance(found, dict):
+        meta[field] = {sys.intern(k): sys.intern(v) if isinstance(v, str) else v
+                       for k, v in found.items()}  # fmt: skip
 
 
 def _share_repeated(obj: Mapping[str, Any]) -> None:
