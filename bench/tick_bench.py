@@ -55,11 +55,11 @@ from lightkube import Client
 from gpuguard.actuators import nodes
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import tick, wiring
-from gpuguard.model import annotation_keys, fleet, ports, series
+from gpuguard.model import annotation_keys, fleet, ports
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import kube_objects, kubeapi, metrics_server, state, store
-from gpuguard.sources import kubernetes, prometheus, watched_cluster
+from gpuguard.sources import gpu_pods, kubernetes, prometheus, watched_cluster
 
 Obj = dict[str, Any]
 GPUS_PER_NODE = 8
@@ -382,27 +382,24 @@ Value = Callable[[float], float]  # a series' value at an evaluation time (Unix 
 
 
 class HealthyFleet:
-    """What Prometheus answers the tick's queries with for a healthy fleet of ``n`` nodes:
-    per GPU that runs a pod (every one here), the pod dcgm-exporter maps to it, reduced to the
-    labels the guard reads (``DCGM_GPU_PODS``); per node, the newest dcgm-exporter and agent
-    sample; the two freshness stamps; nothing for the queries that select faults (the Xid
-    gauge now and a lookback ago, Xid counts, the agent's counters, held GPU loss: ``> 0``
-    filters) and for the agent's opt-in GPU-to-pod series. A query it does not know is refused
-    (HTTP 400), so a changed plan fails the bench rather than reading as healthy.
+    """What Prometheus answers the tick's queries with for a healthy fleet of ``n`` nodes (every
+    GPU's Xid gauge at 0): per node, the newest dcgm-exporter and agent sample; the two
+    freshness stamps; nothing for the queries that select faults (the Xid gauge now and a
+    lookback ago, Xid counts, the agent's counters, held GPU loss: ``> 0`` filters) and for the
+    agent's opt-in GPU-to-pod series. No node has a fault, so the tick asks no node's GPU pods
+    (``sources.gpu_pods``). A query it does not know is refused (HTTP 400), so a changed plan
+    fails the bench rather than reading as healthy.
 
     Each series' JSON is encoded once; an answer joins them around the evaluation time, so the
     stand-in costs the tick next to nothing (``sim.prometheus_api`` builds and encodes every
     sample per request: ~3 s a tick at 10,000 nodes, which the tick would be charged with)."""
 
     def __init__(self, n: int, plan: Mapping[str, str]) -> None:
-        pods = [_series_head(_kept(self._gpu_labels(i, g), series.POD_LABELS))
-                for i in range(n) for g in range(GPUS_PER_NODE)]  # fmt: skip
         per_node = {key: [_series_head({key: node_name(i)}) for i in range(n)]
                     for key in ("node", "Hostname")}  # fmt: skip
         fleet_wide = [_series_head({})]
         zero: Value = lambda t: 0.0  # noqa: E731
         answers: dict[str, tuple[list[str], Value]] = {
-            names.DCGM_GPU_PODS: (pods, lambda t: 1.0),
             names.DCGM_NODE_NEWEST: (per_node["Hostname"], lambda t: t - 7),
             names.AGENT_NODE_NEWEST: (per_node["node"], lambda t: t - 4),
             names.FRESHNESS_KSM: (fleet_wide, lambda t: t - 3),
@@ -415,18 +412,6 @@ class HealthyFleet:
         self._by_query = {promql: answers[name] for name, promql in plan.items()}
         self._lock = threading.Lock()
         self._queries = self._bytes = 0
-
-    @staticmethod
-    def _gpu_labels(i: int, g: int) -> dict[str, str]:
-        node = node_name(i)
-        return {
-            "__name__": names.DCGM_XID_LAST, "gpu": str(g), "UUID": f"GPU-{_uid(node, g)}",
-            "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0", "device": f"nvidia{g}",
-            "modelName": PRODUCT, "Hostname": node, "DCGM_FI_DRIVER_VERSION": DRIVER,
-            "err_code": "0", "err_msg": "No Error", "container": "main", "namespace": "train",
-            "pod": f"train-llm-{i // 8:04d}-{i % 8 * 5 + g // 2}-g0",
-            "instance": f"10.42.{i % 256}.3:9400", "job": "nvidia-dcgm-exporter",
-        }  # fmt: skip
 
     def answer(self, query: str, at: float) -> tuple[int, bytes]:
         """(HTTP status, body) of ``GET /api/v1/query`` as Prometheus answers it
@@ -450,11 +435,6 @@ class HealthyFleet:
         """Queries answered and their bytes, so far."""
         with self._lock:
             return self._queries, self._bytes
-
-
-def _kept(labels: Mapping[str, str], keys: tuple[str, ...]) -> dict[str, str]:
-    """The labels ``group by (keys)`` keeps (no ``__name__``)."""
-    return {k: v for k, v in labels.items() if k in keys}
 
 
 def _series_head(labels: Mapping[str, str]) -> str:
@@ -773,6 +753,7 @@ def controller(ready: WorldReady, options: Options, watch: Stopwatch) -> Iterato
         with cluster_reader(options.reader, client, guard_settings) as cluster:
             yield tick.Guard(
                 metrics=TimedMetrics(metrics, watch),
+                pods_on_gpus=gpu_pods.source(metrics),  # a healthy fleet: never asked
                 cluster=TimedCluster(cluster.reader, watch),
                 writer=cluster.writer,
                 classifier=xid_catalog.load_catalog(guard_settings.controller.xid_overrides),
@@ -997,8 +978,8 @@ def main() -> None:
     options = Options(args.reader, args.ticks, args.change_share, args.kube_timeout, args.pause)
     print(f"tick bench: reader={args.reader}; Kubernetes: sim.kubeapi over HTTP, bytes "
           "from its traffic counters; Prometheus: a stand-in answering the tick's queries as "
-          "for a healthy fleet (per-GPU Xid gauges at 0); guard: tick.Guard dry-run, core "
-          "steps", flush=True)
+          "for a healthy fleet (per-GPU Xid gauges at 0: no fault, no GPU-pods query); guard: "
+          "tick.Guard dry-run, core steps", flush=True)
     queries: dict[int, int] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         try:

@@ -43,7 +43,7 @@ from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom
 from gpuguard.sim import clock, exposition, history, prometheus_view, scenario, store, world
-from gpuguard.sources import gpu_metrics
+from gpuguard.sources import gpu_metrics, gpu_pods
 from gpuguard.sources import prometheus as source
 from tests.integration import remote_write
 
@@ -266,6 +266,8 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
     real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback),
                                    timeout_s=60)
     gpus = gpu_metrics.GpuMetricsSource(url, GPU_PLAN)
+    pods = gpu_pods.source(real)
+    nodes = [node.name for node in played.view.world.nodes]
     divergences, compared = [], 0
     for at in played.instants():
         emulated = answer(lambda at=at: played.view.samples(at))
@@ -276,6 +278,10 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
         compared += 1
         if not same(emulated, answered):
             divergences.append((at - played.origin, "plan", *differ(emulated, answered), why))
+        emulated = answer(lambda at=at: played.view.samples_of(at, nodes))
+        answered, why = asked(lambda at=at: pods.samples_of(at, nodes))
+        if not same(emulated, answered):
+            divergences.append((at - played.origin, "pods", *differ(emulated, answered), why))
         if played.phantom and at - played.origin > GPU_PLAN.window:
             emulated = answer(lambda at=at: window_samples(played.view, at))
             answered = answer(lambda at=at: gpus.samples(at))
@@ -317,7 +323,8 @@ def test_zero_gauges_are_not_answered_but_the_pods_on_those_gpus_are(
     fed: tuple[list[Played], str],
 ) -> None:
     """The exporter has a series for each of the 8 GPUs; the plan's answer holds only the user
-    Xid (13 on gpu-node-a GPU 2) and the training pod on GPUs 0 and 1 (their Xid is 0)."""
+    Xid (13 on gpu-node-a GPU 2), and the GPU-pods query of that node the training pod on GPUs 0
+    and 1 (their Xid is 0)."""
     plays, url = fed
     (played,) = [p for p in plays if p.name == "xid-gauge-zero"]
     at = played.origin + timedelta(minutes=5)
@@ -327,7 +334,7 @@ def test_zero_gauges_are_not_answered_but_the_pods_on_those_gpus_are(
     assert raw["data"]["result"][0]["value"][1] == "8"
     real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback))
     try:
-        answer = real.samples(at)
+        answer = real.samples(at) + gpu_pods.source(real).samples_of(at, ["gpu-node-a"])
     finally:
         real.close()
     gauge = [(series.node_of(s.labels), s.labels["gpu"], s.value) for s in answer

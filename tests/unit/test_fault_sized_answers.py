@@ -124,8 +124,8 @@ def test_a_healthy_fleet_answers_one_series_per_node_and_the_faults(
     healthy: tuple[prometheus_view.WorldPrometheus, datetime],
 ) -> None:
     """The exporter has an Xid series (0) for each of the 24 GPUs; the answer holds per node
-    only the exporter's freshness, per GPU only the user Xid on gpu-node-b and the pod on
-    gpu-node-a's two busy GPUs."""
+    only the exporter's freshness, per GPU only the user Xid on gpu-node-b; the pod on
+    gpu-node-a's two busy GPUs comes only when that node's GPU pods are asked for."""
     view, at = healthy
     answer = view.samples(at)
     by_name = {name: sorted(xid_signals.node_of(s.labels) or "" for s in group)
@@ -134,10 +134,11 @@ def test_a_healthy_fleet_answers_one_series_per_node_and_the_faults(
     assert by_name == {
         names.DCGM_NODE_NEWEST: ["gpu-node-a", "gpu-node-b", "gpu-node-c"],
         names.DCGM_XID_LAST: ["gpu-node-b"],
-        names.DCGM_GPU_PODS: ["gpu-node-a", "gpu-node-a"],
     }
-    on_busy = {gpu_pods.on_gpu("gpu-node-a", s.labels["UUID"], answer)
-               for s in answer if s.name == names.DCGM_GPU_PODS}  # fmt: skip
+    assert view.samples_of(at, ["gpu-node-c"]) == ()
+    pods = view.samples_of(at, ["gpu-node-a"])
+    assert sorted(s.labels["gpu"] for s in pods if s.name == names.DCGM_GPU_PODS) == ["0", "1"]
+    on_busy = {gpu_pods.on_gpu("gpu-node-a", s.labels["UUID"], pods) for s in pods}
     assert len(on_busy) == 1
     (found,) = on_busy
     assert found.source == gpu_pods.DCGM

@@ -13,7 +13,7 @@ import pytest
 from gpuguard.errors import SourceError
 from gpuguard.model import decisions, fleet, return_to_pool
 from gpuguard.model import metric_names as names
-from gpuguard.sources import prometheus, return_facts
+from gpuguard.sources import node_scope, prometheus, return_facts
 
 AT = datetime(2026, 9, 22, 16, 30, tzinfo=UTC)
 PLAN = return_facts.ReturnFactsPlan()
@@ -139,20 +139,20 @@ def test_a_scoped_query_selects_each_node_label_spelling_of_exactly_the_nodes() 
     scoped = return_facts.ReturnFactsPlan(nodes=ODD_NAMES).queries()
     width = scoped[names.DCGM_PCIE_LINK_WIDTH]
     assert [f"{{{label}=~" in width for label in ("node", "Hostname", "hostname")] == [True] * 3
-    assert return_facts.scope_of(width) == ODD_NAMES
-    assert return_facts.scope_of(scoped[return_facts.GEN_SEEN_MAX]) == ODD_NAMES
-    regex = return_facts.node_regex(ODD_NAMES)
+    assert node_scope.scope_of(width) == ODD_NAMES
+    assert node_scope.scope_of(scoped[return_facts.GEN_SEEN_MAX]) == ODD_NAMES
+    regex = node_scope.node_regex(ODD_NAMES)
     assert [n for n in [*ODD_NAMES, "gpu-node-bXrack-2", "a_b2", "odd"]
             if re.fullmatch(regex, n)] == list(ODD_NAMES)  # fmt: skip
-    assert return_facts.scope_of(PLAN.queries()[names.DCGM_PCIE_LINK_WIDTH]) is None
+    assert node_scope.scope_of(PLAN.queries()[names.DCGM_PCIE_LINK_WIDTH]) is None
 
 
 def test_scoped_batches_bound_the_regex_and_ask_each_node_once() -> None:
     fleet_nodes = [f"gpu-node-{i:05d}.rack-{i % 40}" for i in range(300)]
-    batches = PLAN.batches([*fleet_nodes, *fleet_nodes[:10]], return_facts.MATCHER_CHARS)
+    batches = PLAN.batches([*fleet_nodes, *fleet_nodes[:10]], node_scope.MATCHER_CHARS)
     asked = [n for b in batches for n in b.nodes or ()]
     assert sorted(asked) == sorted(fleet_nodes)
     assert len(batches) > 1
-    assert all(return_facts.encoded_length(b.nodes or ()) <= return_facts.MATCHER_CHARS
+    assert all(node_scope.encoded_length(b.nodes or ()) <= node_scope.MATCHER_CHARS
                for b in batches)  # fmt: skip
-    assert PLAN.batches([], return_facts.MATCHER_CHARS) == []
+    assert PLAN.batches([], node_scope.MATCHER_CHARS) == []

@@ -24,7 +24,7 @@ from gpuguard.controller import return_to_pool as return_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import freshness, isolate, xid_signals
+from gpuguard.policy import freshness, gpu_pods, isolate, xid_signals
 from gpuguard.policy import phantom as phantom_policy
 from gpuguard.policy import recovery as recovery_policy
 
@@ -88,6 +88,7 @@ class Guard:
     changes: change_step.Changes | None = None
     fleet_health: fleet_health_step.FleetHealthWatch | None = None
     fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
+    pods_on_gpus: ports.NodeMetricsSource | None = None  # of the nodes a tick may name them for
 
     def tick(self, *, urgent: bool = False) -> TickResult:
         """One tick. ``urgent`` (a wake: docs/design.md#fast-path) decides the isolation on the
@@ -188,12 +189,17 @@ class Guard:
 
     def _collect(self, result: TickResult) -> fleet.FleetSnapshot:
         """The cluster first (kept on the result, so ``explain`` can show a node even when
-        Prometheus cannot answer), then the metrics."""
+        Prometheus cannot answer), then the metrics, then the GPU pods of the nodes this tick
+        may name them for (none such: no query); either read failing fails the tick closed."""
         nodes = self.cluster.nodes()
         pods = self.cluster.pods()
         result.snapshot = fleet.FleetSnapshot(taken_at=result.at, nodes=nodes, pods=pods)
-        samples = self.metrics.samples(result.at)
-        return replace(result.snapshot, samples=samples)
+        snapshot = replace(result.snapshot, samples=self.metrics.samples(result.at))
+        asked = gpu_pods.nodes_to_name(snapshot) if self.pods_on_gpus is not None else ()
+        if self.pods_on_gpus is None or not asked:
+            return snapshot
+        on_gpus = self.pods_on_gpus.samples_of(result.at, asked)
+        return replace(snapshot, samples=(*snapshot.samples, *on_gpus))
 
     def _phantom_cordons(
         self, result: TickResult, *, run: bool = True

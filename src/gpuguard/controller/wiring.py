@@ -44,6 +44,7 @@ from gpuguard.sources import (
     changes,
     gang_pods,
     gpu_metrics,
+    gpu_pods,
     kubernetes,
     prometheus,
     return_facts,
@@ -124,8 +125,10 @@ def build_guard(
         catalog = xid_catalog.load_catalog(guard_settings.controller.xid_overrides)
         c = guard_settings.controller
         isolation = guard_settings.isolation
+        metrics = read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback))
         guard = tick.Guard(
-            metrics=read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback)),
+            metrics=metrics,
+            pods_on_gpus=gpu_pods.source(metrics),
             cluster=cluster,
             writer=writer,
             classifier=catalog,

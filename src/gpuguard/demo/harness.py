@@ -169,6 +169,7 @@ def _play(
         namespace = settings.controller.namespace
         guard = tick.Guard(
             metrics=view,
+            pods_on_gpus=view,
             cluster=reads.cluster,
             writer=writer,
             classifier=catalog,

@@ -4,7 +4,7 @@ binary: gpuguard's queries, by their exact text, answered from the emulation
 (``sim.prometheus_api``).
 
 Only the queries gpuguard itself sends with the given settings are known — the plans of
-``sources.prometheus``, ``sources.return_facts``, ``sources.gpu_metrics`` and
+``sources.prometheus``, ``sources.return_facts``, ``sources.gpu_pods``, ``sources.gpu_metrics`` and
 ``sources.fleet_health`` (answered by ``sim.fleet_view``) — so ``gpuguard
 run|status|explain --prometheus-url`` work against it with the same settings; any other query
 gets Prometheus' ``bad_data`` error saying so. The emulation's semantics are not changed here.
@@ -28,7 +28,14 @@ from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import fleet_view, live, prometheus_api, prometheus_view, return_view, world
-from gpuguard.sources import fleet_health, gpu_metrics, prometheus, return_facts
+from gpuguard.sources import (
+    fleet_health,
+    gpu_metrics,
+    gpu_pods,
+    node_scope,
+    prometheus,
+    return_facts,
+)
 
 Family = Callable[[datetime], tuple[fleet.MetricSample, ...]]
 _FRESHNESS = {  # the freshness queries' names -> the metric whose newest sample they time
@@ -72,11 +79,15 @@ class EmulatedPrometheus:
                 for s in samples if s.name == name]
 
     def _scoped_route(self, query: str) -> tuple[Family, str] | None:
-        """A return-facts query scoped to some nodes by a node label matcher: the fleet-wide
-        query's answer, of those nodes only (what Prometheus answers to the matcher)."""
-        nodes = return_facts.scope_of(query)
+        """A return-facts or GPU-pods query scoped to some nodes by a node label matcher: the
+        fleet-wide query's answer, of those nodes only (what Prometheus answers to the
+        matcher)."""
+        nodes = node_scope.scope_of(query)
         if nodes is None:
             return None
+        if query == gpu_pods.GpuPodsPlan(nodes).queries()[names.DCGM_GPU_PODS]:
+            pods = self.view.pods_on_clean_gpus
+            return partial(_of_nodes, pods, frozenset(nodes)), names.DCGM_GPU_PODS
         scoped = return_facts.ReturnFactsPlan(nodes=nodes).queries()
         fleet_wide = return_facts.ReturnFactsPlan().queries()
         name = next((n for n, text in scoped.items() if text == query), None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuguard.model import fleet, gpu_isolation, series
+from gpuguard.model import fleet, gpu_isolation, node_conditions, series
 from gpuguard.model import metric_names as names
 
 KUBELET, DCGM = "kubelet PodResources", "dcgm-exporter"
@@ -70,6 +70,18 @@ def evictions(
     return tuple(out)
 
 
+def nodes_to_name(snapshot: fleet.FleetSnapshot) -> tuple[str, ...]:
+    """The nodes whose GPU pods this tick may name (``sources.gpu_pods`` reads only theirs):
+    an Xid, fallen-off-bus or held-loss signal in the tick's samples, an unambiguous fault in
+    their GPU conditions (the isolation's detail names the pods on the faulty GPU), or GPUs
+    isolated on them (the opt-in eviction moves their pods)."""
+    signalled = {series.node_of(s.labels) for s in snapshot.samples if s.name in _SIGNALS}
+    for node in snapshot.nodes:
+        if node_conditions.unambiguous_fault(node.gpu_conditions) or gpu_isolation.read(node):
+            signalled.add(node.name)
+    return tuple(sorted(n for n in signalled if n))
+
+
 def marked_evicted(node: fleet.Node, uuids: Iterable[str]) -> str | None:
     """The isolation annotation with ``uuids`` marked evicted (their eviction is done)."""
     done = set(uuids)
@@ -89,6 +101,10 @@ def _is_dcgm(s: fleet.MetricSample) -> bool:
 
 
 _DCGM_NOW = frozenset({names.DCGM_XID_LAST, names.DCGM_GPU_PODS})
+_SIGNALS = frozenset({
+    names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, names.XID_COUNT_RECENT, names.XID_TOTAL_RECENT,
+    names.FALLEN_OFF_BUS_RECENT, names.GPU_LOSS_HELD,
+})  # fmt: skip
 
 
 def _uuid(s: fleet.MetricSample) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -246,7 +246,6 @@ class WorldPrometheus:
         out = self._instant(names.DCGM_XID_LAST, names.DCGM_XID_LAST, at, at, _positive)
         day_ago = at - self.xid_lookback
         out += self._instant(names.DCGM_XID_LAST, names.XID_LAST_24H_AGO, day_ago, at, _positive)
-        out += self._pods_on_clean_gpus(at)
         out += self._count_recent(at)
         out += self._loss_held(at)
         out += self._node_newest(at, names.DCGM_GPU_UTIL, ("Hostname", "hostname"),
@@ -366,7 +365,17 @@ class WorldPrometheus:
             if metric_name == metric and (value := series.at(scraped)) is not None and keep(value)
         ]
 
-    def _pods_on_clean_gpus(self, at: datetime) -> list[fleet.MetricSample]:
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        """The pods on the clean GPUs of ``nodes`` (``sources.gpu_pods``' scoped query), as
+        Prometheus answers it: a query's freshness checked, of those nodes only."""
+        if self._down_at(at):
+            raise SourceError(f"Prometheus is down at {at.isoformat()} (simulated outage)")
+        asked = frozenset(nodes)
+        out = [s for s in self.pods_on_clean_gpus(at) if series_labels.node_of(s.labels) in asked]
+        self._check_fresh(at)
+        return tuple(out)
+
+    def pods_on_clean_gpus(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
         """``group by (<POD_LABELS>) (DCGM_FI_DEV_XID_ERRORS{pod!=""} <= 0)``: 1 per distinct
         set of those labels; a label a series lacks (or has empty) is absent from its group."""
         groups = {
@@ -375,7 +384,7 @@ class WorldPrometheus:
                                    lambda value: value <= 0)
             if s.labels.get("pod")
         }  # fmt: skip
-        return [fleet.MetricSample(names.DCGM_GPU_PODS, dict(g), 1.0, at) for g in groups]
+        return tuple(fleet.MetricSample(names.DCGM_GPU_PODS, dict(g), 1.0, at) for g in groups)
 
     def _count_recent(self, at: datetime) -> list[fleet.MetricSample]:
         out = []

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, series, subquery
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -79,7 +79,6 @@ class QueryPlan:
             # so only non-zero ones are asked for: the answers grow with faults, not the fleet.
             names.DCGM_XID_LAST: f"{gauge} > 0",
             names.XID_LAST_24H_AGO: f"({gauge} offset {look}) > 0",
-            names.DCGM_GPU_PODS: _pods_on_clean_gpus(),
             names.XID_COUNT_RECENT: (
                 f"max_over_time({names.DCGM_XID_COUNT}[{subquery.promql_range(self.xid_lookback)}])"
                 " > 0"
@@ -108,14 +107,6 @@ class QueryPlan:
             names.KSM_NODE_UNSCHEDULABLE: names.KSM_NODE_UNSCHEDULABLE,
             names.KSM_NODE_ANNOTATIONS: names.KSM_NODE_ANNOTATIONS,
         }
-
-
-def _pods_on_clean_gpus() -> str:
-    """The pods dcgm-exporter maps to GPUs whose last Xid is 0, which the Xid query leaves out:
-    ``policy.gpu_pods`` names the pods on a faulty or isolated GPU from them when the agent's
-    PodResources does not. One series per GPU a pod holds, labels reduced to those it reads."""
-    by = ", ".join(series.POD_LABELS)
-    return f'group by ({by}) ({names.DCGM_XID_LAST}{{pod!=""}} <= 0)'
 
 
 def _recent_counter(metric: str, lookback: timedelta) -> str:

@@ -21,16 +21,14 @@ freshness queries), which leaves every fact unknown: missing data never returns 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from urllib import parse
+from datetime import timedelta
 
-from gpuguard.model import decisions, fleet, return_to_pool, series
+from gpuguard.model import decisions, fleet, return_to_pool
 from gpuguard.model import metric_names as names
 from gpuguard.model.series import gpu_of
-from gpuguard.sources import prometheus
+from gpuguard.sources import node_scope, prometheus
 
 WIDTH_SEEN_MAX = f"{names.DCGM_PCIE_LINK_WIDTH} seen max"
 GEN_SEEN_MAX = f"{names.DCGM_PCIE_LINK_GEN} seen max"
@@ -64,37 +62,21 @@ class ReturnFactsPlan:
         } | prometheus.freshness_queries()
 
     def batches(self, nodes: Iterable[str], max_chars: int) -> list[ReturnFactsPlan]:
-        """The plan scoped to ``nodes``, in as many plans as keep each node regex within
-        ``max_chars`` once quoted and URL-encoded (the queries go in GET URLs); no nodes, no
-        plan."""
-        plans: list[ReturnFactsPlan] = []
-        batch: list[str] = []
-        for node in sorted(set(nodes)):
-            if batch and encoded_length([*batch, node]) > max_chars:
-                plans.append(dataclasses.replace(self, nodes=tuple(batch)))
-                batch = []
-            batch.append(node)
-        if batch:
-            plans.append(dataclasses.replace(self, nodes=tuple(batch)))
-        return plans
+        """The plan scoped to ``nodes``, in as many plans as ``node_scope.batches`` makes; no
+        nodes, no plan."""
+        return [
+            dataclasses.replace(self, nodes=batch)
+            for batch in node_scope.batches(nodes, max_chars)
+        ]
 
     def _of(self, metric: str, around: str = "{}") -> str:
-        """``metric`` (inside ``around``), of the plan's nodes: one selector per label a series
-        may name its node in (``model.series.NODE_LABELS``), so every series whose
-        ``node_of`` is one of them is selected, whatever its exporter's spelling."""
+        """``metric`` (inside ``around``), of the plan's nodes (``node_scope.selector``)."""
         if self.nodes is None:
             return around.format(metric)
-        regex = _promql_string(node_regex(self.nodes))
-        each = [around.format(f"{metric}{{{label}=~{regex}}}") for label in series.NODE_LABELS]
-        return f"({' or '.join(each)})"
+        return node_scope.selector(metric, self.nodes, around)
 
 
-MATCHER_CHARS = 2_000
-"""The longest URL-encoded node regex of one query: three of them (one per node label) keep a
-query's GET URL within the 8 KiB that proxies in front of Prometheus commonly accept."""
-
-
-class ReturnFactsSource:
+class ReturnFactsSource(node_scope.ScopedSource):
     """``ports.NodeMetricsSource``: the return facts of the asked nodes from Prometheus, one
     scoped plan per batch, each read (freshness included) through one ``PrometheusSource``."""
 
@@ -103,48 +85,14 @@ class ReturnFactsSource:
         reader: prometheus.PrometheusSource,
         plan: ReturnFactsPlan | None = None,
         *,
-        max_regex_chars: int = MATCHER_CHARS,
+        max_regex_chars: int = node_scope.MATCHER_CHARS,
     ) -> None:
-        self._reader = reader
-        self._plan = plan or ReturnFactsPlan()
-        self._max_chars = max_regex_chars
-
-    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
-        found: list[fleet.MetricSample] = []
-        for batch in self._plan.batches(nodes, self._max_chars):
-            found += self._reader.samples(at, batch)
-        return tuple(found)
-
-
-def node_regex(nodes: Iterable[str]) -> str:
-    """An RE2 alternation matching exactly these names (Prometheus anchors label regexes)."""
-    return "|".join("".join(map(_re2_literal, node)) for node in nodes)
-
-
-def encoded_length(nodes: Iterable[str]) -> int:
-    """The length of the nodes' regex as a PromQL string in a URL's query."""
-    return len(parse.quote(_promql_string(node_regex(nodes)), safe=""))
-
-
-def scope_of(query: str) -> tuple[str, ...] | None:
-    """The nodes a scoped plan's query selects (``node_regex`` read back); None when the query
-    names no node regex. For an emulation answering the scoped queries."""
-    found = re.search(r'=~"((?:[^"\\]|\\.)*)"', query)
-    if found is None:
-        return None
-    regex = re.sub(r"\\(.)", r"\1", found.group(1))  # the PromQL string's escapes
-    return tuple(re.sub(r"\\(.)", r"\1", n) for n in re.findall(r"(?:[^\\|]|\\.)+", regex))
-
-
-def _re2_literal(char: str) -> str:
-    """RE2 reads a backslash before any ASCII character that is not a letter or digit as that
-    character itself (https://github.com/google/re2/wiki/Syntax), and only before those."""
-    return "\\" + char if char.isascii() and not char.isalnum() else char
-
-
-def _promql_string(text: str) -> str:
-    """``text`` as a double-quoted PromQL string literal (Go's escapes)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        base = plan or ReturnFactsPlan()
+        super().__init__(
+            reader,
+            lambda batch: dataclasses.replace(base, nodes=batch),
+            max_regex_chars=max_regex_chars,
+        )
 
 
 def dcgm_reporting(samples: Iterable[fleet.MetricSample]) -> bool:
