@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from gpuguard.errors import GpuguardError
-from gpuguard.sim import selectors, store
+from gpuguard.sim import kubeapi, selectors, store
 from gpuguard.sources import kube_lists, watched_cluster
 
 CATCH_UP_S = 30.0  # far above a watch event's delay, even on a loaded machine
@@ -51,6 +51,7 @@ class CaughtUp:
         self._objects = objects
         self._scanned = objects.resource_version  # the caches' first lists come after
         self._nodes = self._pods = 0
+        self._every_label = selectors.parse_label_selector(None)
         self._unfinished = selectors.parse_field_selector(
             kube_lists.UNFINISHED_PODS.field_selector
         )
@@ -78,6 +79,6 @@ class CaughtUp:
         self._scanned = through
 
     def _sent_pod(self, change: store.Change) -> bool:
-        """Whether the pods' watch is sent ``change``: the pod is, or was, unfinished."""
-        before = change.previous is not None and self._unfinished.matches(change.previous)
-        return before or self._unfinished.matches(change.object)
+        """Whether the pods' watch is sent ``change`` (the simulator's own rule: the pod is,
+        or was, unfinished)."""
+        return kubeapi.watch_event(change, self._every_label, self._unfinished) is not None

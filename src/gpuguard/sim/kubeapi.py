@@ -661,6 +661,21 @@ def _matches(
     return labels.matches(obj.get("metadata", {}).get("labels")) and fields.matches(obj)
 
 
+def watch_event(
+    change: store.Change, labels: selectors.LabelSelector, fields: selectors.FieldSelector
+) -> tuple[str, store.Obj] | None:
+    """The event a watch with these selectors is sent for ``change`` of its kind (None: none):
+    a MODIFIED that leaves (enters) the selection is a DELETED (ADDED), as the real API's
+    watch cache reports it."""
+    now = _matches(change.object, labels, fields)
+    before = change.previous is not None and _matches(change.previous, labels, fields)
+    if change.type is not store.ChangeType.MODIFIED:
+        return (change.type.value, change.object) if now else None
+    if now:
+        return ("MODIFIED" if before else "ADDED", change.object)
+    return ("DELETED", change.object) if before else None
+
+
 class _Watch:
     """One ``?watch=true`` request: newline-delimited JSON events in a chunked response.
 
@@ -723,20 +738,11 @@ class _Watch:
         return snapshot.resource_version
 
     def _event_for(self, change: store.Change) -> tuple[str, store.Obj] | None:
-        """The event this watcher sees: a MODIFIED that leaves (enters) the selection is a
-        DELETED (ADDED), as the real API's watch cache reports it."""
+        """The event this watcher sees (``watch_event``), for its kind and namespace only."""
         ns = self._target.namespace
         if change.kind != self._target.resource.kind or ns not in (None, change.namespace):
             return None
-        now = _matches(change.object, self._labels, self._fields)
-        before = change.previous is not None and _matches(
-            change.previous, self._labels, self._fields
-        )
-        if change.type is not store.ChangeType.MODIFIED:
-            return (change.type.value, change.object) if now else None
-        if now:
-            return ("MODIFIED" if before else "ADDED", change.object)
-        return ("DELETED", change.object) if before else None
+        return watch_event(change, self._labels, self._fields)
 
     def _send(self, event_type: str, obj: store.Obj) -> None:
         if self._tables:
