@@ -74,15 +74,24 @@ class Prometheus:
         result: list[dict[str, Any]] = data["result"]
         return result
 
-    def wait_until(self, promql: str, timeout_s: float = 15.0) -> list[dict[str, Any]]:
-        """Poll ``promql`` until it returns something; PrometheusError after ``timeout_s``."""
+    def wait_until(
+        self, promql: str, timeout_s: float = 15.0, *, series: int = 1
+    ) -> list[dict[str, Any]]:
+        """Poll ``promql`` until it returns at least ``series`` series; PrometheusError after
+        ``timeout_s``.
+
+        A target reads "up" in /api/v1/targets a moment before its scrape's samples are
+        committed, so a query about several targets waits for all of them, not the first.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             result = self.query(promql)
-            if result:
+            if len(result) >= series:
                 return result
             if time.monotonic() > deadline:
-                raise PrometheusError(f"{promql!r} still empty after {timeout_s}s\n{self.log()}")
+                raise PrometheusError(
+                    f"{promql!r} had {len(result)}/{series} series after {timeout_s}s\n{self.log()}"
+                )
             time.sleep(0.25)
 
     def targets(self) -> list[dict[str, Any]]:

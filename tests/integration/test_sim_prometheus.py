@@ -114,9 +114,9 @@ def test_live_scrape_sees_the_injected_fault(tmp_path: Path) -> None:
             seed = prom.wait_until(SEED_RULE)
             # Over a few seconds, so one scrape that a loaded machine let time out (a stale
             # marker for every series of that target) does not read as a target down.
-            up = prom.wait_until('max_over_time(up{job="dcgm-exporter"}[10s]) == 1')
-            telemetry = prom.query(
-                f"count by (Hostname) (last_over_time({mn.DCGM_GPU_UTIL}[10s]))"
+            up = prom.wait_until('max_over_time(up{job="dcgm-exporter"}[10s]) == 1', series=2)
+            telemetry = prom.wait_until(
+                f"count by (Hostname) (last_over_time({mn.DCGM_GPU_UTIL}[10s]))", series=2
             )
     assert xid["metric"]["Hostname"] == "gpu-node-2"
     assert xid["metric"]["UUID"] == nodes[1].gpu(1).uuid
