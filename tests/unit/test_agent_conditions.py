@@ -14,6 +14,7 @@ import pytest
 
 from gpuguard.agent import conditions, daemon, journal, node_status
 from gpuguard.agent.checks import nvidia, result
+from gpuguard.errors import CatalogError
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
 from gpuguard.model import node_conditions as nc
@@ -281,6 +282,39 @@ def test_without_a_reporter_the_agent_writes_nothing(tmp_path: Path) -> None:
     OPEN.append(agent)
     agent.follow_once()
     assert names.AGENT_CONDITION_WRITES_TOTAL not in agent.exposition().decode()
+
+
+@pytest.mark.parametrize(
+    ("code", "overrides", "hardware"),
+    [
+        pytest.param(13, "classes:\n  13: hardware\n", "True", id="user-xid-made-hardware"),
+        pytest.param(48, "classes:\n  48: user\n", "False", id="hardware-xid-made-user"),
+        pytest.param(48, "# none\n", "True", id="empty-file-keeps-the-catalog"),
+    ],
+)
+def test_the_agent_classifies_with_the_clusters_override_file(
+    tmp_path: Path, code: int, overrides: str, hardware: str
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(kernel_lines.xid(PCI, code) + "\n")
+    (tmp_path / "overrides.yaml").write_text(overrides)
+    config = daemon.AgentConfig("gpu-node-b", tmp_path / "host", tmp_path / "state",
+                                xid_overrides=tmp_path / "overrides.yaml")
+    agent = daemon.Agent(config, lambda start: journal.FileFollower(log, start), list)
+    OPEN.append(agent)
+    agent.follow_once()
+    condition = agent.report_conditions()[nc.GPU_HARDWARE_XID]
+    assert (condition.status, f"xid={code}" in condition.message) == (hardware, hardware == "True")
+
+
+def test_a_bad_override_file_stops_the_agent_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "overrides.yaml"
+    bad.write_text("classes:\n  48: broken\n")
+    config = daemon.AgentConfig("gpu-node-b", tmp_path / "host", tmp_path / "state",
+                                xid_overrides=bad)
+    with pytest.raises(CatalogError, match=f"{bad}: classes entry 48: unknown class"):
+        daemon.Agent(config, lambda start: journal.Unreadable("never opened"), list)
+    assert not (tmp_path / "state").exists()  # stopped before it touched its state
 
 
 # ---- over HTTP, to the simulator's API --------------------------------------------------------

@@ -84,6 +84,12 @@ CASES: dict[str, Case] = {
                                      BAD_INPUT, "/proc/x"),
     "agent-kernel-log-missing": Case("agent --node n --kernel-log /nonexistent --state-dir "
                                      "{state}", BAD_INPUT, "/nonexistent"),
+    "agent-xid-overrides-bad-class": Case("agent --node n --kernel-log {kernlog} --state-dir "
+                                          "{state} --xid-overrides {classes}", BAD_INPUT,
+                                          "{classes}: classes entry 48"),
+    "agent-xid-overrides-missing": Case("agent --node n --kernel-log {kernlog} --state-dir "
+                                        "{state} --xid-overrides /nonexistent", BAD_INPUT,
+                                        "/nonexistent"),
     "check-root-missing": Case("check --root /nonexistent", BAD_INPUT, "/nonexistent"),
     "evidence-root-missing": Case("evidence --root /nonexistent", BAD_INPUT, "/nonexistent"),
     "xid-parse-missing": Case("xid parse /nonexistent", BAD_INPUT, "/nonexistent"),
@@ -137,6 +143,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     binary.write_bytes(bytes(range(256)) * 4)
     (tmp / "scalar.yaml").write_text("isolation: 5\n")
     (tmp / "overrides.yaml").write_text("controller:\n  xid_overrides: /nonexistent\n")
+    (tmp / "classes.yaml").write_text("classes:\n  48: broken\n")
     (tmp / "far.yaml").write_text(
         "name: far\nduration: 1h\nfleet: {nodes: [a], gpus_per_node: 1}\n"
         "events:\n  - at: 99999999d\n    xid: {node: a, gpu: 0, xid: 79}\n"
@@ -153,7 +160,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     with kubeapi.serve(objects) as api:
         yield {
             "binary": str(binary), "scalar": str(tmp / "scalar.yaml"),
-            "overrides": str(tmp / "overrides.yaml"), "far": str(tmp / "far.yaml"),
+            "overrides": str(tmp / "overrides.yaml"), "classes": str(tmp / "classes.yaml"),
+            "far": str(tmp / "far.yaml"),
             "kernlog": str(tmp / "kern.log"), "state": str(tmp / "state"),
             "html": f"http://127.0.0.1:{html.server_address[1]}", "api": api.url,
             "busy": str(busy.getsockname()[1]), "node": spec.node_names[0],

@@ -17,6 +17,10 @@ node conditions (``agent.conditions``, docs/design.md#fast-path): the follower t
 them right after counting new lines — a GPU off the bus is on the Node within a poll — and the
 check thread after each cycle; ``agent.node_status`` writes them, rate-limited. "This boot" is
 counted from the counts saved with the boot ID at this boot's first start (``boot-baseline.json``).
+Which Xids are hardware is the packaged catalog with the cluster's class override file
+(``AgentConfig.xid_overrides``, the file of the controller's ``controller.xid_overrides``),
+read once at start as the controller reads it, so both classify alike: a changed file counts
+from the next start (the Helm chart restarts both on a change, docs/security.md).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class AgentConfig:
     poll_interval_s: float = POLL_INTERVAL_S
     process_scan_budget_s: float = gpu_processes.BUDGET_S
     pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)
+    xid_overrides: Path | None = None  # the cluster's Xid class override file (the controller's)
 
 
 class Agent:
@@ -88,6 +93,7 @@ class Agent:
         classifier: xid_signals.XidClassifier | None = None,
     ) -> None:
         self.config = config
+        self._classifier = classifier or _classes(config.xid_overrides)
         saved = position.load(config.state_dir)
         self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root))
         self.cards = gpu_processes.read_cards(config.root)
@@ -110,7 +116,6 @@ class Agent:
         self._last_poll = monotonic()
         self._last_check_start: float | None = None
         self.reporter = self.collector.reporter = reporter
-        self._classifier = classifier or xid_catalog.load_catalog()
         self._boot_baseline = _boot_baseline(config, self.tally)
         self._driver: tuple[decisions.CheckStatus, str] | None = None
         self.conditions: dict[str, nc.GpuCondition] = {}
@@ -268,6 +273,15 @@ class Agent:
             except Exception:
                 log.exception("check cycle failed")
             stop.wait(self.config.check_interval_s)
+
+
+def _classes(overrides: Path | None) -> xid_catalog.XidCatalog:
+    """The packaged catalog with the cluster's override file, loaded as the controller loads it
+    (read once, at start: a bad file stops the agent with a CatalogError naming it)."""
+    catalog = xid_catalog.load_catalog(overrides)
+    if overrides is not None:
+        log.info("Xid classes: the packaged catalog with the overrides of %s", overrides)
+    return catalog
 
 
 BASELINE_FILE = "boot-baseline.json"

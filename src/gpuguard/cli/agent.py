@@ -93,6 +93,11 @@ TopologyOption = Annotated[bool, typer.Option(
     help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
     "needs nvidia-smi in the container (the NVIDIA runtime class). docs/fleet-health.md",
 )]  # fmt: skip
+XidOverridesOption = Annotated[Path | None, typer.Option(
+    help="The cluster's Xid class override file, the controller's controller.xid_overrides "
+    "(see `xid explain --help`): GpuHardwareXid follows the same classes as the controller. "
+    "Read once at start; a bad file stops the agent naming it.",
+)]  # fmt: skip
 ReportOption = Annotated[bool, typer.Option(
     "--report-conditions/--no-report-conditions",
     help="Report what the agent sees as conditions on this node's status (GpuFallenOffBus, "
@@ -122,6 +127,7 @@ def agent(
     declared: DeclaredOption = None,
     pod_resources: PodResourcesOption = None,
     topology: TopologyOption = False,
+    xid_overrides: XidOverridesOption = None,
     report_conditions: ReportOption = True,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
@@ -142,6 +148,7 @@ def agent(
       gpuguard agent --root /host --kmsg --state-dir /host/var/lib/gpuguard
       gpuguard agent --kernel-log /var/log/kern.log --check-interval 1m --port 9809
       gpuguard agent --node gpu-node-a --no-report-conditions  # metrics only, no API token
+      gpuguard agent --node gpu-node-a --xid-overrides /etc/gpuguard-xid/xid-overrides.yaml
     """
     check_cli.require_dir(root, "--root")
     if kernel_log is not None and not kernel_log.is_file():
@@ -160,7 +167,8 @@ def agent(
         declared_dir=declared,
     )
     config = daemon.AgentConfig(
-        name, root, state_dir, _interval(check_interval), pod_resources=pod_resources
+        name, root, state_dir, _interval(check_interval), pod_resources=pod_resources,
+        xid_overrides=xid_overrides,
     )
     run = functools.partial(
         running.run_checks, root, check_settings, commands.SubprocessRunner(), False
