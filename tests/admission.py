@@ -86,10 +86,10 @@ def pod_of(job: Obj) -> Obj:
             "spec": template["spec"]}
 
 
-def controller_pod() -> Obj:
+def controller_pod(values: dict[str, Any] | None = None) -> Obj:
     """The Deployment's pod as the API server admits it: the ServiceAccount admission plugin
     has added the projected token volume, defaulting the rest."""
-    (deployment,) = chart.by_kind("Deployment")
+    (deployment,) = chart.by_kind("Deployment", values)
     spec = copy.deepcopy(deployment["spec"]["template"]["spec"])
     spec["volumes"].append({"name": "kube-api-access-x7k2q", "projected": {"sources": [
         {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]}})

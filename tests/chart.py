@@ -1,11 +1,12 @@
 """The Helm chart rendered with its default values by a small renderer that understands
 exactly the template constructs the chart uses (helm itself is not installed here): values,
-``default``, ``quote``, ``toYaml | nindent``, comments, (nested) ``if``/``else`` blocks and
-``range`` over a list of strings (no ``if`` inside; ``.`` is the item, ``$.`` the root, and
-``. | replace "a" "b" | quote``)."""
+``default``, ``quote``, ``sha256sum``, ``toYaml | nindent``, a string's ``nindent``, ``{{-``
+trimming, comments, (nested) ``if``/``else`` blocks and ``range`` over a list of strings
+(no ``if`` inside; ``.`` is the item, ``$.`` the root, and ``. | replace "a" "b" | quote``)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,11 @@ def _expression(expr: str, values: dict[str, Any]) -> str:
         dumped = yaml.safe_dump(_lookup(values, m[1]), sort_keys=False).rstrip("\n")
         pad = " " * int(m[2])
         return "\n" + "\n".join(pad + line for line in dumped.splitlines())
+    if m := re.fullmatch(r"(\S+) \| nindent (\d+)", expr):  # a string, e.g. a file's text
+        pad = " " * int(m[2])
+        return "\n" + "\n".join(pad + line for line in str(_lookup(values, m[1])).split("\n"))
+    if m := re.fullmatch(r"(\S+) \| sha256sum", expr):
+        return hashlib.sha256(str(_lookup(values, m[1])).encode()).hexdigest()
     if m := re.fullmatch(r"(\S+) \| default (\S+)", expr):
         return str(_lookup(values, m[1]) or _lookup(values, m[2]))
     if m := re.fullmatch(r"(\S+) \| quote", expr):
@@ -74,13 +80,24 @@ def render(name: str, values: dict[str, Any] | None = None) -> list[dict[str, An
     )
     while (rendered := innermost.sub(conditional, text)) != text:
         text = rendered
-    text = re.sub(r"\{\{-? (.*?) -?\}\}", lambda m: _expression(m[1], values), text)
+    # ``{{-`` trims the whitespace before it, as Helm does (``key: |`` then ``{{- x | nindent``)
+    text = re.sub(r"(?:\s*\{\{- |\{\{ )(.*?) -?\}\}", lambda m: _expression(m[1], values), text)
     assert "{{" not in text, f"{name}: an unrendered template expression is left"
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def defaults() -> dict[str, Any]:
     values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+XID_OVERRIDES = "# ours\nclasses:\n  13: hardware\n  48: user\n"
+
+
+def with_xid_overrides(text: str = XID_OVERRIDES) -> dict[str, Any]:
+    """The default values with a cluster's Xid class override file (``xidOverrides``)."""
+    values = defaults()
+    values["xidOverrides"] = text
     return values
 
 

@@ -234,6 +234,8 @@ CONTROLLER_HOSTILE: list[tuple[str, str, Mutation]] = [
      lambda p: _cc(p)["env"].append({"name": "PYTHONWARNINGS", "value": "always"})),
     ("host-path", "controller-volumes", lambda p: p["spec"]["volumes"].append(
         {"name": "root", "hostPath": {"path": "/"}})),
+    ("other-configmap-as-xid-overrides", "controller-volumes", lambda p: p["spec"][
+        "volumes"].append({"name": "xid-overrides", "configMap": {"name": "someone-elses"}})),
     ("root-user", "controller-privileges",
      lambda p: p["spec"]["securityContext"].update(runAsNonRoot=False)),
 ]
@@ -253,8 +255,8 @@ def test_no_other_pod_may_run_with_the_controllers_token(
 # ---- the agent's pod, and the namespace ------------------------------------------------------
 
 
-def agent_pod() -> Obj:
-    (daemonset,) = chart.by_kind("DaemonSet")
+def agent_pod(values: Obj | None = None) -> Obj:
+    (daemonset,) = chart.by_kind("DaemonSet", values)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpuguard-agent-x2k4p"},
             "spec": copy.deepcopy(daemonset["spec"]["template"]["spec"]) | {
                 "nodeName": NODE, "dnsPolicy": "ClusterFirst"}}
@@ -288,6 +290,8 @@ AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
      lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})),
     ("other-configmap", "agent-volumes", lambda p: p["spec"]["volumes"].append(
         {"name": "x", "configMap": {"name": "someone-elses"}})),
+    ("the-controllers-settings", "agent-volumes", lambda p: p["spec"]["volumes"].append(
+        {"name": "xid-overrides", "configMap": {"name": "gpuguard-settings"}})),
     ("writable-etc", "agent-volumes",
      lambda p: [m.update(readOnly=False) for m in _ac(p)["volumeMounts"]
                 if m["name"] == "host-etc"]),
@@ -307,6 +311,16 @@ AGENT_HOSTILE: list[tuple[str, str, Mutation]] = [
 def test_the_agent_pod_is_admitted() -> None:
     assert cel.refusals(policy("gpuguard-agent-pod"), agent_pod(), username=TENANT) == []
     assert cel.refusals(policy("gpuguard-namespace"), agent_pod(), username=TENANT) == []
+
+
+def test_the_pods_that_read_the_xid_override_file_are_admitted() -> None:
+    values = chart.with_xid_overrides()
+    agent, controller = agent_pod(values), controller_pod(values)
+    assert "xid-overrides" in [v["name"] for v in agent["spec"]["volumes"]]
+    assert "xid-overrides" in [v["name"] for v in controller["spec"]["volumes"]]
+    assert cel.refusals(policy("gpuguard-agent-pod"), agent, username=TENANT) == []
+    rs = "system:serviceaccount:kube-system:replicaset-controller"
+    assert cel.refusals(policy("gpuguard-controller-pod"), controller, username=rs) == []
 
 
 @pytest.mark.parametrize(("name", "rule", "mutate"), AGENT_HOSTILE,

@@ -36,7 +36,11 @@ def objects() -> list[dict[str, Any]]:
     rendered = chart.all_objects() + [
         daemonset for option in ("kmsg", "processScan", "runAsRoot", "podResources")
         for daemonset in chart.render("agent.yaml", opt_in_values(option))
-    ] + chart.render("device-plugin.yaml", plugins)
+    ] + chart.render("device-plugin.yaml", plugins) + [
+        obj for template in ("xid-overrides.yaml", "controller.yaml", "agent.yaml")
+        for obj in chart.render(template, chart.with_xid_overrides())
+        if obj["kind"] in {"ConfigMap", "Deployment", "DaemonSet"} and "xid-overrides" in str(obj)
+    ]
     jobs = [admission.evidence(), admission.burnin(), admission.gpu_burnin()]
     return [*rendered, *jobs, *(admission.pod_of(job) for job in jobs),
             admission.controller_pod()]

@@ -293,3 +293,54 @@ def test_declared_versions_reach_the_agent_through_a_refreshed_mount_not_a_token
     assert f"--declared={mount['mountPath']}" in container["args"]
     # a new declaration changes the ConfigMap only: the pod template, so the agents, stay
     assert agent == next(o for o in chart.render("agent.yaml") if o["kind"] == "DaemonSet")
+
+
+def _pods(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o["spec"]["template"] for o in by_kind("Deployment", values)
+            + by_kind("DaemonSet", values)}
+
+
+def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_configured(
+    tmp_path: Path,
+) -> None:
+    from gpuguard.catalog import overrides
+    from gpuguard.model import settings, xid
+
+    unconfigured = [*_pods(defaults()).values(), *by_kind("ConfigMap")]
+    assert not [o for o in unconfigured if "xid-overrides" in str(o)]
+    values = chart.with_xid_overrides()
+    (config_map,) = render("xid-overrides.yaml", values)
+    (key,) = config_map["data"]
+    text = config_map["data"][key]
+    assert text == chart.XID_OVERRIDES  # the file as given (its comments too)
+    assert overrides.parse_class_overrides(text, source=key) == {
+        13: xid.XidClass.HARDWARE, 48: xid.XidClass.USER}
+    files = set()
+    for kind, template in _pods(values).items():
+        spec = template["spec"]
+        (volume,) = [v for v in spec["volumes"] if v.get("configMap", {}).get("name")
+                     == config_map["metadata"]["name"]]
+        assert volume["configMap"]["items"] == [{"key": key, "path": key}]  # that key alone
+        (container,) = spec["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["readOnly"] is True
+        assert "subPath" not in mount
+        files.add(f"{mount['mountPath']}/{key}")
+        assert template["metadata"]["annotations"]["checksum/xid-overrides"], kind
+    (path,) = files  # one file, the same path in both pods
+    (agent,) = _pods(values)["DaemonSet"]["spec"]["containers"]
+    assert f"--xid-overrides={path}" in agent["args"]
+    (controller,) = _pods(values)["Deployment"]["spec"]["containers"]
+    environ = {e["name"]: e["value"] for e in controller["env"] if "value" in e}
+    (settings_map,) = [o for o in by_kind("ConfigMap", values)
+                       if o["metadata"]["name"] == "gpuguard-settings"]
+    (tmp_path / "settings.yaml").write_text(settings_map["data"]["settings.yaml"])
+    loaded = settings.GuardSettings.load(tmp_path / "settings.yaml", environ)
+    assert loaded.controller.xid_overrides == Path(path)
+
+
+def test_a_new_xid_override_file_restarts_the_controller_and_the_agents() -> None:
+    before = _pods(chart.with_xid_overrides())
+    after = _pods(chart.with_xid_overrides("classes:\n  13: hardware\n"))
+    for kind in ("Deployment", "DaemonSet"):  # both read the file at start only
+        assert before[kind]["metadata"] != after[kind]["metadata"], kind
