@@ -295,9 +295,14 @@ def test_declared_versions_reach_the_agent_through_a_refreshed_mount_not_a_token
     assert agent == next(o for o in chart.render("agent.yaml") if o["kind"] == "DaemonSet")
 
 
-def _pods(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o["spec"]["template"] for o in by_kind("Deployment", values)
-            + by_kind("DaemonSet", values)}
+def _workloads(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The controller's and the agent's templates' objects (no other template mounts the file)."""
+    return render("controller.yaml", values) + render("agent.yaml", values)
+
+
+def _pods(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o["spec"]["template"] for o in objects
+            if o["kind"] in {"Deployment", "DaemonSet"}}
 
 
 def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_configured(
@@ -306,9 +311,11 @@ def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_co
     from gpuguard.catalog import overrides
     from gpuguard.model import settings, xid
 
-    unconfigured = [*_pods(defaults()).values(), *by_kind("ConfigMap")]
-    assert not [o for o in unconfigured if "xid-overrides" in str(o)]
+    assert render("xid-overrides.yaml") == []
+    assert "xid-overrides" not in str(_workloads(defaults()))
     values = chart.with_xid_overrides()
+    workloads = _workloads(values)
+    pods = _pods(workloads)
     (config_map,) = render("xid-overrides.yaml", values)
     (key,) = config_map["data"]
     text = config_map["data"][key]
@@ -316,7 +323,7 @@ def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_co
     assert overrides.parse_class_overrides(text, source=key) == {
         13: xid.XidClass.HARDWARE, 48: xid.XidClass.USER}
     files = set()
-    for kind, template in _pods(values).items():
+    for kind, template in pods.items():
         spec = template["spec"]
         (volume,) = [v for v in spec["volumes"] if v.get("configMap", {}).get("name")
                      == config_map["metadata"]["name"]]
@@ -328,19 +335,18 @@ def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_co
         files.add(f"{mount['mountPath']}/{key}")
         assert template["metadata"]["annotations"]["checksum/xid-overrides"], kind
     (path,) = files  # one file, the same path in both pods
-    (agent,) = _pods(values)["DaemonSet"]["spec"]["containers"]
+    (agent,) = pods["DaemonSet"]["spec"]["containers"]
     assert f"--xid-overrides={path}" in agent["args"]
-    (controller,) = _pods(values)["Deployment"]["spec"]["containers"]
+    (controller,) = pods["Deployment"]["spec"]["containers"]
     environ = {e["name"]: e["value"] for e in controller["env"] if "value" in e}
-    (settings_map,) = [o for o in by_kind("ConfigMap", values)
-                       if o["metadata"]["name"] == "gpuguard-settings"]
+    (settings_map,) = [o for o in workloads if o["metadata"]["name"] == "gpuguard-settings"]
     (tmp_path / "settings.yaml").write_text(settings_map["data"]["settings.yaml"])
     loaded = settings.GuardSettings.load(tmp_path / "settings.yaml", environ)
     assert loaded.controller.xid_overrides == Path(path)
 
 
 def test_a_new_xid_override_file_restarts_the_controller_and_the_agents() -> None:
-    before = _pods(chart.with_xid_overrides())
-    after = _pods(chart.with_xid_overrides("classes:\n  13: hardware\n"))
+    before = _pods(_workloads(chart.with_xid_overrides()))
+    after = _pods(_workloads(chart.with_xid_overrides("classes:\n  13: hardware\n")))
     for kind in ("Deployment", "DaemonSet"):  # both read the file at start only
         assert before[kind]["metadata"] != after[kind]["metadata"], kind
