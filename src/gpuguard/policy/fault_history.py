@@ -45,7 +45,9 @@ from gpuguard.policy import escalation, xid_signals
 
 SignalKey = tuple[str, str, str]  # (node, card: uuid, else PCI, else GPU index, fault label)
 Seen = Mapping[SignalKey, float]
-_CONDITION = "condition/"  # a condition's key: its count is no counter's, so never compared
+# A condition's keys stand apart from Prometheus' for the same fault: its 1 is no counter's
+# count, so a hand-over between the two is compared with the ledger, never as a rise.
+_CONDITION = "condition/"
 _ROUNDING = 1e-9  # a float sum that should be whole (2.9999999999) still counts its last one
 
 
@@ -116,7 +118,7 @@ def _is_new(
         # a gauge's repeat shows as absent, then present
         return before is None or _count(signal) > before
     same = [e for e in ledger if e.at >= since and _same_fault(e, signal)]
-    return len(escalation.occurrences(same, merge_window)) < _whole(signal.count)
+    return len(escalation.occurrences(same, merge_window)) < _whole(_count(signal))
 
 
 def _by_ledger(signal: xid_signals.HardwareXid, previous: Seen | None) -> bool:
