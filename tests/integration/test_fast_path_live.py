@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuguard.actuators import ledger
 from gpuguard.agent import conditions
-from gpuguard.model import annotation_keys
+from gpuguard.model import annotation_keys, faults, pci
 from gpuguard.model import node_conditions as nc
 from gpuguard.sources import watched_cluster
 from tests.integration import agent_fleet as af
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[af.AgentFleet]:
     workdir: Path = tmp_path_factory.mktemp("fleet")
-    chosen = af.hourly(breaker_rate_min=4, breaker_level_min=4)
-    with af.running(workdir, nodes=5, gpus=5, guard_settings=chosen) as running:
+    chosen = af.hourly(breaker_rate_min=5, breaker_level_min=5)
+    with af.running(workdir, nodes=6, gpus=5, guard_settings=chosen) as running:
         yield running
 
 
@@ -94,3 +95,25 @@ def test_gpus_lost_on_two_nodes_at_once_are_cordoned_by_woken_ticks_one_after_an
     assert again is not None
     assert again[1]  # ticked at once, not by the hourly tick
     assert fleet.loop.counter("gpuguard_urgent_rewakes_total") == rewakes + 1
+
+
+def test_the_woken_tick_stores_the_cards_ledger_line_before_any_regular_tick(
+    fleet: af.AgentFleet,
+) -> None:
+    """docs/design.md#fast-path: the tick the condition wakes records the fault it isolates,
+    with the card, slot and Xid the agent's message names."""
+    assert fleet.guard.history is not None
+    before = len(fleet.loop.ticks)
+    fleet.fall_off_bus("gpu-005")
+    woken = fleet.loop.wait_for_tick(af.saw_gone_from_bus("gpu-005"))
+    assert woken is not None, "no tick saw the agent's condition"
+    result, _ = woken
+    upto = fleet.loop.ticks.index(woken) + 1
+    assert all(u for _, u in fleet.loop.ticks[before:upto])  # no regular tick since the fall
+    card = fleet.cluster.world.node("gpu-005").gpus[4]
+    (line,) = [e for e in result.history.recorded if e.node == "gpu-005"]
+    assert (line.xid, line.uuid, line.pci, line.confirmation) == (
+        79, card.uuid, pci.try_normalize_pci(card.pci), faults.Confirmation.KERNEL_LOG)  # fmt: skip
+    stored = fleet.guard.history.ledger.entries().entries  # the ConfigMaps, read afresh
+    assert [ledger.format_line(e) for e in stored if e.node == "gpu-005"] == [
+        ledger.format_line(line)]  # fmt: skip

@@ -31,13 +31,14 @@ def test_each_fall_gets_a_power_cycle_verdict_and_one_ledger_line(
         (79, "0000:99:00.0", "power-cycle", "inspection"),
     ]
     assert len({line["uuid"] for line in lines}) == 1  # the same card
-    # each fall was also recorded when first seen, before any verdict: the Xid and, read by
-    # the agent, the kernel's "fallen off the bus" (one fault: the verdict lines escalate once)
-    seen = [line for line in report["ledger"] if not line["verdict"]]
-    falls: dict[float, set[str]] = {}
-    for line in seen:
-        falls.setdefault(line["t"], set()).add(line["fault"])
-    assert list(falls.values()) == [{"xid-79", "fallen_off_bus"}] * 2
+    # each fall was also recorded once when first seen, before any verdict, by the tick the
+    # agent's condition woke (the one that isolated it); the agent's Xid and "fallen off the
+    # bus" series a scrape later are the same fault, no further line
+    seen = [(line["t"], line["fault"], line["confirmation"])
+            for line in report["ledger"] if not line["verdict"]]  # fmt: skip
+    isolated = [e["t"] for e in report["timeline"] if e["kind"] == "isolate"]
+    assert seen == [(t, "xid-79", "confirmed-by-kernel-log") for t in isolated]
+    assert len(isolated) == 2
 
 
 def test_the_evidence_job_is_pinned_and_admitted(xid79_twice: harness.ScenarioRun) -> None:

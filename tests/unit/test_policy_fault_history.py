@@ -128,3 +128,13 @@ def test_a_gauge_seen_again_after_it_cleared_needs_no_ledger_read() -> None:
     first = record([signal()], {})
     cleared = record([], first.seen)
     assert not fault_history.needs_ledger({"gpu-node-a": [signal()]}, cleared.seen)
+
+
+def test_a_new_leader_counts_whole_occurrences_against_the_ledger() -> None:
+    """``increase()`` extrapolates: one occurrence reads 1.0000058, two read 2.0000116."""
+    held = list(record([signal(source=Source.AGENT)], None).entries)
+    assert len(held) == 1
+    one, two = (signal(source=Source.AGENT, count=c) for c in (1.0000058, 2.0000116))
+    assert record([one], None, ledger=held).entries == ()
+    (second,) = record([two], None, ledger=held).entries
+    assert second.xid == 48

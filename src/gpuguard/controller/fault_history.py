@@ -1,5 +1,7 @@
 """The fault-history step of a tick: append a ledger line for each new hardware fault
-occurrence (``policy.fault_history`` decides which), wherever it happened.
+occurrence (``policy.fault_history`` decides which), wherever it happened — from the same
+signals the isolation decides on, so the tick a node condition wakes records the fault it
+isolates (docs/design.md#fast-path), and the line is stored before that tick ends.
 
 It remembers the previous tick's signals in memory only; a new leader compares with the ledger
 instead. A ledger that cannot be read or written is logged and retried next tick — the
@@ -37,11 +39,12 @@ class FaultHistory:
     merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
     _seen: fault_history.Seen | None = field(default=None, repr=False)
     _unwritten: list[faults.LedgerEntry] = field(default_factory=list, repr=False)
+    _seen_by: dict[faults.LedgerEntry, str] = field(default_factory=dict, repr=False)
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, tripped: bool, may_write: Callable[[], bool]
     ) -> Outcome:
-        signals = xid_signals.hardware_xids(snapshot.samples, self.catalog)
+        signals = xid_signals.all_signals(snapshot, self.catalog)
         if not may_write():
             self._seen = None  # a later term of leadership compares with the ledger instead
             return Outcome()
@@ -66,6 +69,8 @@ class FaultHistory:
         )
         self._seen = records.seen
         self._unwritten += records.entries
+        self._seen_by |= {e: ev.source for e, ev in zip(records.entries, records.evidence,
+                                                       strict=True)}  # fmt: skip
         written = self._write()
         escalated: tuple[decisions.Action, ...] = ()
         if self.writer is not None and any(e.confirmed for e in written):
@@ -127,10 +132,11 @@ class FaultHistory:
             written.append(self._unwritten.pop(0))
         for entry in written:
             log.info(
-                "%s: fault recorded in the ledger: %s card %s (%s)",
+                "%s: fault recorded in the ledger: %s card %s (%s; seen in %s)",
                 entry.node,
                 entry.xid if entry.xid is not None else entry.kind,
                 entry.uuid or "unknown",
                 entry.confirmation,
+                self._seen_by.pop(entry, "unknown"),
             )
         return tuple(written)
