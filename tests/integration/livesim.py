@@ -59,7 +59,8 @@ def live_sim(tmp_path: Path) -> Iterator[LiveSim]:
         metrics = stack.enter_context(metrics_server.serve(played))
         config |= metrics_server.scrape_config(metrics.url, played.nodes)
         prom = stack.enter_context(prom_helper.running(config, tmp_path / "prom"))
-        prom.wait_for_targets(3)
+        # every target scraped and committed: a test reading both nodes must not see one first
+        prom.wait_for_targets(prom_helper.target_count(config))
         yield LiveSim(played, api, prom)
 
 

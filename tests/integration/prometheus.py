@@ -29,7 +29,10 @@ import yaml
 from gpuguard.sim import clock, history, live, scenario, store, world
 from tests import tools
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
+# How long a wait on scrapes or queries may take: generous, since a loaded 2-core CI machine
+# delays scrapes and their commits by seconds; a passing test returns as soon as it holds.
+WAIT_S = 60.0
 
 
 def free_port() -> int:
@@ -38,6 +41,15 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def target_count(config: Mapping[str, Any]) -> int:
+    """How many targets ``config``'s static ``scrape_configs`` name (what to wait for)."""
+    return sum(
+        len(group["targets"])
+        for job in config.get("scrape_configs", [])
+        for group in job.get("static_configs", [])
+    )
 
 
 class PrometheusError(AssertionError):
@@ -75,7 +87,7 @@ class Prometheus:
         return result
 
     def wait_until(
-        self, promql: str, timeout_s: float = 15.0, *, series: int = 1
+        self, promql: str, timeout_s: float = WAIT_S, *, series: int = 1
     ) -> list[dict[str, Any]]:
         """Poll ``promql`` until it returns at least ``series`` series; PrometheusError after
         ``timeout_s``.
@@ -98,16 +110,20 @@ class Prometheus:
         active: list[dict[str, Any]] = self.api("targets", state="active")["activeTargets"]
         return active
 
-    def wait_for_targets(self, count: int, timeout_s: float = 15.0) -> list[dict[str, Any]]:
-        """Wait until ``count`` targets have been scraped successfully."""
+    def wait_for_targets(self, count: int, timeout_s: float = WAIT_S) -> list[dict[str, Any]]:
+        """Wait until ``count`` targets have been scraped successfully and the samples of
+        such a scrape are committed (queryable): /api/v1/targets says "up" a moment before
+        they are, and a test that then queries one target's series would race its commit."""
         deadline = time.monotonic() + timeout_s
         while True:
             up = [t for t in self.targets() if t["health"] == "up"]
             if len(up) >= count:
-                return up
+                break
             if time.monotonic() > deadline:
                 raise PrometheusError(f"{len(up)}/{count} targets up: {self.targets()}")
             time.sleep(0.25)
+        self.wait_until("max_over_time(up[1h]) == 1", timeout_s, series=count)
+        return up
 
 
 @contextmanager
