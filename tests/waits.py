@@ -1,8 +1,8 @@
-"""The one polling wait of the tests, for what announces no event (another process's state, a
-server's counters): ``eventually(predicate, timeout_s)`` re-checks ``predicate`` until it
-holds or ``timeout_s`` has passed, and says which. Deadlines are upper bounds for a loaded
-2-core CI machine; a passing test returns as soon as the predicate holds. Where an event or a
-condition variable exists (``WatchCache.wait_until``, ``threading.Condition``), wait on it."""
+"""A polling wait for what announces no event (another process's state, a server's counters):
+``eventually(predicate, timeout_s)`` re-checks ``predicate`` until it holds or ``timeout_s``
+has passed, and says which. Deadlines are upper bounds for a loaded 2-core CI machine; a
+passing test returns as soon as the predicate holds. Where an event or a condition variable
+exists (``WatchCache.wait_until``, ``threading.Condition``), wait on it instead."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ the wall clock; a GPU falls off the bus (Xid 79) ``FAULT_AFTER`` in."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpuguard.sim import clock, kubeapi, metrics_server, scenario, store, world
+from tests import waits
 from tests.integration import prometheus as prom_helper
 
 FAULT_AFTER = timedelta(seconds=3)
@@ -70,13 +70,13 @@ def wait_for(
     timeout_s: float,
     step: Callable[[], object] | None = None,
 ) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Whether ``predicate`` held within ``timeout_s``, the world caught up to the wall clock
+    (and ``step`` run, a guard's tick say) before each look."""
+    def caught_up() -> bool:
         sim.catch_up()
         if step is not None:
             step()
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
+        return predicate()
+
+    return waits.eventually(caught_up, timeout_s, every_s=0.5)
 
