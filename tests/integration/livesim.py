@@ -15,6 +15,12 @@ from tests import waits
 from tests.integration import prometheus as prom_helper
 
 FAULT_AFTER = timedelta(seconds=3)
+# A scrape may take as long as the interval (Prometheus' scrape_timeout is at most it); one
+# that times out marks every series of its target stale until the next. The exporters answer
+# from this test process, which a loaded 2-core CI machine can stall for half a second while
+# a command runs in it (seen: 0.49 s), so 2 s rather than 1 s: a node's series do not vanish
+# under a test reading them.
+SCRAPE = "2s"
 
 
 @dataclass
@@ -53,7 +59,7 @@ def live_sim(tmp_path: Path) -> Iterator[LiveSim]:
     spec = xid79_now()
     objects = store.ObjectStore()
     played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
+    config = {"global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE}}
     with ExitStack() as stack:
         api = stack.enter_context(kubeapi.serve(objects))
         metrics = stack.enter_context(metrics_server.serve(played))
