@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import lightkube
 import pytest
 
+from gpuguard.cli import output
 from gpuguard.demo import harness
 from gpuguard.sim import kubeapi, store
 from tests import demo_runs, selfcontained
@@ -103,6 +104,11 @@ def demo_played_once(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def _output_width_not_from_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     """CLI output does not follow the terminal that runs pytest (pytest-xdist's workers set
-    COLUMNS=80): a test that wants a width says so (``CliRunner(env={"COLUMNS": ...})``)."""
+    COLUMNS=80): a test that wants a width says so (``CliRunner(env={"COLUMNS": ...})``).
+    The CLI's consoles were sized when ``cli.output`` was imported, from that COLUMNS; each
+    test starts with them sized afresh (a test that invokes a sub-app such as ``cli.ledger``
+    directly skips the root command's reset, and would otherwise see 80 columns or not
+    depending on what ran before it on its worker)."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+    output.reset()

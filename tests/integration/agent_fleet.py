@@ -36,7 +36,8 @@ from gpuguard.model import node_conditions as nc
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import hosts, kernel_lines, kubeapi, live, scenario, state, store
 
-WAIT_S = 15.0  # an upper bound for each step; callers wait on events, not on time
+WAIT_S = 60.0  # an upper bound for each step (a loaded 2-core CI machine); callers wait on events
+HELD_S = 4 * WAIT_S  # a held pass waits out every wait its block may make (``held``)
 CATCH_UP_S = 1.0  # how often the world is stepped to the wall clock (Prometheus stays fresh)
 
 
@@ -141,8 +142,9 @@ class AnnouncingRunner(runner.Runner):
         self.ticks: list[tuple[tick.TickResult, bool]] = []
         self.ticked = threading.Condition()
         self.woken: list[tuple[float, str]] = []  # (time.monotonic(), node) of each wake
-        self.passing = threading.Event()  # cleared: the loop waits before its next pass
-        self.passing.set()
+        self.gate = threading.Condition()  # where a pass waits while ``held``
+        self.holding = False  # set: the loop waits at the gate before its next pass
+        self.at_gate = False  # the loop waits at the gate now
 
     def wake(self, node: str, why: str) -> None:
         with self.ticked:
@@ -163,15 +165,27 @@ class AnnouncingRunner(runner.Runner):
     @contextmanager
     def held(self) -> Iterator[None]:
         """The loop waits before its next pass while the block runs, as behind a slow tick:
-        the wakes that arrive meanwhile are that one pass's tick."""
-        self.passing.clear()
+        the wakes that arrive meanwhile are that one pass's tick. The block starts once the
+        loop waits at the gate: a pass already under way (renewing the Lease) would otherwise
+        take the first wake alone."""
+        with self.gate:
+            self.holding = True
+            self.interrupt()  # the loop's next pass now, rather than a retry period later
+            parked = self.gate.wait_for(lambda: self.at_gate, WAIT_S)
         try:
+            assert parked, f"the loop did not come to the gate within {WAIT_S:.0f} s"
             yield
         finally:
-            self.passing.set()
+            with self.gate:
+                self.holding = False
+                self.gate.notify_all()
 
     def step(self) -> tick.TickResult | None:
-        self.passing.wait(WAIT_S)
+        with self.gate:
+            self.at_gate = True
+            self.gate.notify_all()
+            self.gate.wait_for(lambda: not self.holding, HELD_S)
+            self.at_gate = False
         urgent_before = self.urgent_ticks()
         result = super().step()
         if result is not None:

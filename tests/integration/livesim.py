@@ -4,7 +4,6 @@ the wall clock; a GPU falls off the bus (Xid 79) ``FAULT_AFTER`` in."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -12,9 +11,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpuguard.sim import clock, kubeapi, metrics_server, scenario, store, world
+from tests import waits
 from tests.integration import prometheus as prom_helper
 
 FAULT_AFTER = timedelta(seconds=3)
+# A scrape may take as long as the interval (Prometheus' scrape_timeout is at most it); one
+# that times out marks every series of its target stale until the next. The exporters answer
+# from this test process, which a loaded 2-core CI machine can stall for half a second while
+# a command runs in it (seen: 0.49 s), so 2 s rather than 1 s: a node's series do not vanish
+# under a test reading them.
+SCRAPE = "2s"
 
 
 @dataclass
@@ -53,13 +59,14 @@ def live_sim(tmp_path: Path) -> Iterator[LiveSim]:
     spec = xid79_now()
     objects = store.ObjectStore()
     played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
+    config = {"global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE}}
     with ExitStack() as stack:
         api = stack.enter_context(kubeapi.serve(objects))
         metrics = stack.enter_context(metrics_server.serve(played))
         config |= metrics_server.scrape_config(metrics.url, played.nodes)
         prom = stack.enter_context(prom_helper.running(config, tmp_path / "prom"))
-        prom.wait_for_targets(3)
+        # every target scraped and committed: a test reading both nodes must not see one first
+        prom.wait_for_targets(prom_helper.target_count(config))
         yield LiveSim(played, api, prom)
 
 
@@ -69,13 +76,13 @@ def wait_for(
     timeout_s: float,
     step: Callable[[], object] | None = None,
 ) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Whether ``predicate`` held within ``timeout_s``, the world caught up to the wall clock
+    (and ``step`` run, a guard's tick say) before each look."""
+    def caught_up() -> bool:
         sim.catch_up()
         if step is not None:
             step()
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
+        return predicate()
+
+    return waits.eventually(caught_up, timeout_s, every_s=0.5)
 

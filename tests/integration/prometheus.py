@@ -29,7 +29,16 @@ import yaml
 from gpuguard.sim import clock, history, live, scenario, store, world
 from tests import tools
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
+# The head is compacted into a block once it spans 1.5 minimum block durations (2 h by
+# default), in the background, with the out-of-order head after it; a query meanwhile can miss
+# some samples (seen on Prometheus 2.42 with remote-written history). A history pushed for a
+# test spans hours to months: a minimum block duration longer than any of them keeps it all
+# in the head, where queries read it whole. (A hidden flag of the server, "for use in testing".)
+KEEP_HEAD = "--storage.tsdb.min-block-duration=100000d"
+# How long a wait on scrapes or queries may take: generous, since a loaded 2-core CI machine
+# delays scrapes and their commits by seconds; a passing test returns as soon as it holds.
+WAIT_S = 60.0
 
 
 def free_port() -> int:
@@ -38,6 +47,15 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def target_count(config: Mapping[str, Any]) -> int:
+    """How many targets ``config``'s static ``scrape_configs`` name (what to wait for)."""
+    return sum(
+        len(group["targets"])
+        for job in config.get("scrape_configs", [])
+        for group in job.get("static_configs", [])
+    )
 
 
 class PrometheusError(AssertionError):
@@ -75,7 +93,7 @@ class Prometheus:
         return result
 
     def wait_until(
-        self, promql: str, timeout_s: float = 15.0, *, series: int = 1
+        self, promql: str, timeout_s: float = WAIT_S, *, series: int = 1
     ) -> list[dict[str, Any]]:
         """Poll ``promql`` until it returns at least ``series`` series; PrometheusError after
         ``timeout_s``.
@@ -98,16 +116,20 @@ class Prometheus:
         active: list[dict[str, Any]] = self.api("targets", state="active")["activeTargets"]
         return active
 
-    def wait_for_targets(self, count: int, timeout_s: float = 15.0) -> list[dict[str, Any]]:
-        """Wait until ``count`` targets have been scraped successfully."""
+    def wait_for_targets(self, count: int, timeout_s: float = WAIT_S) -> list[dict[str, Any]]:
+        """Wait until ``count`` targets have been scraped successfully and the samples of
+        such a scrape are committed (queryable): /api/v1/targets says "up" a moment before
+        they are, and a test that then queries one target's series would race its commit."""
         deadline = time.monotonic() + timeout_s
         while True:
             up = [t for t in self.targets() if t["health"] == "up"]
             if len(up) >= count:
-                return up
+                break
             if time.monotonic() > deadline:
                 raise PrometheusError(f"{len(up)}/{count} targets up: {self.targets()}")
             time.sleep(0.25)
+        self.wait_until("max_over_time(up[1h]) == 1", timeout_s, series=count)
+        return up
 
 
 @contextmanager
@@ -118,9 +140,11 @@ def running(
     retention: str = "15d",
     attempts: int = 3,
     receive_remote_write: bool = False,
+    keep_head: bool = False,
 ) -> Iterator[Prometheus]:
     """Start Prometheus with ``config`` on a free loopback port, storing into ``data_dir``;
-    ``receive_remote_write`` opens ``/api/v1/write`` (``tests.integration.remote_write``).
+    ``receive_remote_write`` opens ``/api/v1/write`` (``tests.integration.remote_write``);
+    ``keep_head`` keeps every sample in the in-memory head (``KEEP_HEAD``).
 
     A port taken between choosing and binding makes Prometheus exit; that is retried.
     """
@@ -132,7 +156,8 @@ def running(
         with ExitStack() as stack:
             prom = stack.enter_context(
                 _process(
-                    binary, config_path, data_dir, retention, free_port(), receive_remote_write
+                    binary, config_path, data_dir, retention, free_port(),
+                    receive_remote_write, keep_head,
                 )
             )
             if prom is not None:
@@ -150,6 +175,7 @@ def _process(
     retention: str,
     port: int,
     receive_remote_write: bool = False,
+    keep_head: bool = False,
 ) -> Iterator[Prometheus | None]:
     """One Prometheus process; yields None when it exited before being ready."""
     log_path = data_dir.parent / f"{data_dir.name}-prometheus-{port}.log"
@@ -162,6 +188,8 @@ def _process(
     ]
     if receive_remote_write:
         argv.append("--web.enable-remote-write-receiver")
+    if keep_head:
+        argv.append(KEEP_HEAD)
     with (
         log_path.open("wb") as log,
         httpx.Client(timeout=10.0) as client,

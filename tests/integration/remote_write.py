@@ -206,7 +206,7 @@ def served(
         "storage": {"tsdb": {"out_of_order_time_window": ooo_window}},
     }
     with prometheus.running(
-        config, workdir / "tsdb", retention="3650d", receive_remote_write=True
+        config, workdir / "tsdb", retention="3650d", receive_remote_write=True, keep_head=True
     ) as prom:
         push(prom, with_staleness(recorder))
         yield prom

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -59,6 +59,7 @@ def test_xid79_is_isolated_with_annotations_and_an_event(tmp_path: Path) -> None
             timeout_s=40,
             step=guard.tick,
         )
+        seen_at = datetime.now(UTC)
         source.close()
         node_b, node_a = sim.node("gpu-node-b"), sim.node("gpu-node-a")
         events = sim.world.store.list("Event", "default")
@@ -68,16 +69,19 @@ def test_xid79_is_isolated_with_annotations_and_an_event(tmp_path: Path) -> None
     assert marks[annotation_keys.GPU_CAPACITY] == "8"
     assert marks[annotation_keys.BOOT_ID] == sim.world.node("gpu-node-b").boot_id
     isolated_at = datetime.fromisoformat(marks[annotation_keys.ISOLATED_AT].replace("Z", "+00:00"))
-    assert isolated_at - fault_at < timedelta(seconds=30)
+    # the isolation's own time, between the fault and the moment the test saw the cordon (the
+    # wait bounds how late; a fixed bound on the wall clock would fail a loaded CI machine)
+    assert fault_at <= isolated_at <= seen_at
     assert not node_a["spec"].get("unschedulable")
     assert [e["involvedObject"]["name"] for e in events] == ["gpu-node-b"]
 
 
 def replica(sim: LiveSim, identity: str, port: int) -> subprocess.Popen[bytes]:
+    """A ``gpuguard run`` replica ticking every second. The Lease keeps its default duration
+    and renew deadline (15 s, 10 s): the test asserts that one replica acts, and a leader
+    whose tick a loaded CI machine slows past a short lease would be taken over for real."""
     env = os.environ | {
         "GPUGUARD_CONTROLLER__INTERVAL": "1s",
-        "GPUGUARD_CONTROLLER__LEASE_DURATION": "4s",
-        "GPUGUARD_CONTROLLER__RENEW_DEADLINE": "3s",
         "GPUGUARD_CONTROLLER__RENEW_EVERY": "0.5s",
     }
     argv = [sys.executable, "-m", "gpuguard.cli.main", "run", "--kube-server", sim.api.url,
@@ -122,7 +126,7 @@ def test_two_replicas_one_acts(tmp_path: Path) -> None:
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
-            logs = [proc.communicate(timeout=15)[1].decode(errors="replace") for proc in procs]
+            logs = [proc.communicate(timeout=60)[1].decode(errors="replace") for proc in procs]
         patches = [
             r for r in sim.api.requests
             if r.method == "PATCH" and r.path == "/api/v1/nodes/gpu-node-b"

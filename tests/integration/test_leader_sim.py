@@ -1,6 +1,7 @@
 """Two electors against one Lease on the simulator's API server, over real HTTP, with short
-durations (1 s lease, 0.5 s renew deadline); where time matters, both electors read one
-injected monotonic clock that the test advances."""
+durations (1 s lease, 0.5 s renew deadline); wherever a test asserts who leads, both electors
+read one injected monotonic clock that the test advances (on the real clock a loaded machine
+could let the renew deadline pass between two lines of a test)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,10 @@ def leaders(*electors: leader.LeaseElector) -> list[str]:
 def test_exactly_one_leader_across_alternating_attempts(
     sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
 ) -> None:
-    a, b = pair(clients)
-    for _ in range(25):
+    clock = SteppedClock()
+    a, b = pair(clients, clock)
+    for _ in range(25):  # one retry period apart: 1.25 s in all, past a lease duration
+        clock.steps += 1
         a.try_acquire_or_renew()
         assert leaders(a, b) == ["guard-a"]
         b.try_acquire_or_renew()
@@ -107,7 +110,7 @@ def test_standby_takes_over_a_paused_leader_only_after_the_lease_duration(
 def test_after_release_the_standby_acquires_on_its_next_attempt(
     sim_api: SimApi, clients: tuple[lightkube.Client, lightkube.Client]
 ) -> None:
-    a, b = pair(clients)
+    a, b = pair(clients, SteppedClock())
     a.try_acquire_or_renew()
     b.try_acquire_or_renew()
     assert a.release()
@@ -183,10 +186,13 @@ def test_racing_creates_exactly_one_wins(
     one, two = clients
 
     def wait_for_both() -> None:
-        both_read.wait(timeout=5)
+        both_read.wait(timeout=60)
 
-    a = elector(_Interleaved(leader.KubeLeases(one, NAME, NAMESPACE), wait_for_both), "guard-a")
-    b = elector(_Interleaved(leader.KubeLeases(two, NAME, NAMESPACE), wait_for_both), "guard-b")
+    clock = SteppedClock()
+    a = elector(_Interleaved(leader.KubeLeases(one, NAME, NAMESPACE), wait_for_both), "guard-a",
+                clock)  # fmt: skip
+    b = elector(_Interleaved(leader.KubeLeases(two, NAME, NAMESPACE), wait_for_both), "guard-b",
+                clock)  # fmt: skip
     with ThreadPoolExecutor(max_workers=2) as pool:
         won = list(pool.map(lambda e: e.try_acquire_or_renew(), (a, b)))
     assert sorted(won) == [False, True]

@@ -69,10 +69,14 @@ def test_append_is_readable_labelled_and_idempotent(sim_api: SimApi) -> None:
 
 def test_fifty_concurrent_writers_lose_nothing_and_duplicate_nothing(sim_api: SimApi) -> None:
     failures: list[BaseException] = []
+    # every writer has its client before any writes: started one by one on a loaded machine,
+    # each could otherwise finish before the next began, and nothing would race
+    ready = threading.Barrier(50)
 
     def write(number: int) -> None:
         try:
             with lightkube.Client(config=sim_api.config()) as client:
+                ready.wait(timeout=60)
                 ledger.Ledger(client).append(fault(number))
         except BaseException as e:  # reported below, with the thread's entry
             failures.append(e)

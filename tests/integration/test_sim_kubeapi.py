@@ -477,9 +477,9 @@ def test_stopping_the_server_ends_an_open_watch() -> None:
         add_node(server.store, "gpu-1")
         watcher = threading.Thread(target=watch_forever, args=(server.url,))
         watcher.start()
-        assert watching.wait(timeout=5)
+        assert watching.wait(timeout=30)
 
-    watcher.join(timeout=5)
+    watcher.join(timeout=30)
     assert watch_ended.is_set()
 
 

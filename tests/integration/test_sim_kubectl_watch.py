@@ -21,7 +21,7 @@ from tests.conftest import SimApi
 
 pytestmark = pytest.mark.integration
 
-TIMEOUT_S = 20.0
+TIMEOUT_S = 60.0  # kubectl starting on a loaded machine; a passing test returns early
 CORDON = {"spec": {"unschedulable": True}}
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

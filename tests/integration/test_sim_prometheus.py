@@ -108,7 +108,7 @@ def test_live_scrape_sees_the_injected_fault(tmp_path: Path) -> None:
     with metrics_server.serve(World(nodes, objects, now)) as srv:
         config |= metrics_server.scrape_config(srv.url, nodes)
         with prometheus.running(config, tmp_path / "data") as prom:
-            prom.wait_for_targets(3)
+            prom.wait_for_targets(prometheus.target_count(config))
             (xid,) = prom.wait_until(f"{mn.DCGM_XID_LAST} == 79")
             loss = prom.wait_until(GPU_LOSS)
             seed = prom.wait_until(SEED_RULE)
@@ -221,7 +221,7 @@ def test_the_fleet_health_plan_finds_throttling_nvlink_and_ib_flaps_on_the_serve
                 nodes[1].ib_link_downs.append((datetime.now(UTC) + timedelta(seconds=later),
                                                "mlx5_1/1"))  # fmt: skip
             reader = sources_prometheus.PrometheusSource(prom.url, plan)
-            deadline, found = time.monotonic() + 20, []
+            deadline, found = time.monotonic() + prometheus.WAIT_S, []
             while time.monotonic() < deadline and len(found) < 3:
                 time.sleep(1)  # polls until found, bounded: never to prove an absence
                 found = interconnect.detect(reader.samples(datetime.now(UTC)), FLEET)

@@ -83,8 +83,11 @@ def test_a_query_it_cannot_answer_gets_prometheus_error_shape(cluster: live.Live
 
 
 def test_range_queries_and_buildinfo_answer_as_prometheus_does(cluster: live.LiveCluster) -> None:
-    # the last 50 ms of wall time: at least 4.5 min into the scenario, past the fault
-    now = datetime.now(UTC).timestamp()
+    # the last 50 ms of wall time: at least 4.5 min into the scenario, past the fault; on a
+    # whole millisecond, so that start and end read back as exactly 50 ms apart (from any
+    # time, their float seconds' rounding to microseconds made them 49.999 ms apart, and the
+    # third step fall past the end, in about one run in twenty)
+    now = int(datetime.now(UTC).timestamp() * 1000) / 1000
     xid = prometheus.QueryPlan(GUARD.isolation.hold_window,
                                GUARD.isolation.xid_lookback).queries()[mn.DCGM_XID_LAST]
     params = {"query": xid, "start": str(now - 0.05), "end": str(now),

@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests import tools
+from tests import tools, waits
 
 GPUGUARD = [sys.executable, "-m", "gpuguard.cli.main"]
 READY_TIMEOUT_S = 60.0
@@ -44,15 +43,6 @@ def kubectl(kubeconfig: str, *args: str) -> str:
     return done.stdout
 
 
-def eventually(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
-
-
 @pytest.mark.integration
 def test_serve_then_kubectl_and_gpuguard_run_isolate_a_fault_live(tmp_path: Path) -> None:
     tools.require("prometheus")
@@ -74,7 +64,8 @@ def test_serve_then_kubectl_and_gpuguard_run_isolate_a_fault_live(tmp_path: Path
             def cordoned(node: str) -> str:
                 return kubectl(kc, "get", "node", node, "-o", "jsonpath={.spec.unschedulable}")
 
-            isolated = eventually(lambda: cordoned("gpu-node-b") == "true", ISOLATE_TIMEOUT_S)
+            isolated = waits.eventually(lambda: cordoned("gpu-node-b") == "true",
+                                        ISOLATE_TIMEOUT_S, every_s=0.5)
             assert guard.poll() is None, guard.communicate()[1]
         assert isolated
         assert cordoned("gpu-node-a") == ""

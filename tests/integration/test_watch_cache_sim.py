@@ -25,14 +25,14 @@ from gpuguard.model import annotation_keys, fleet, node_conditions, settings
 from gpuguard.model import metric_names as names
 from gpuguard.sim import kubeapi, store
 from gpuguard.sources import kube_lists, kubernetes, watch_cache, watched_cluster
-from tests import fakes
+from tests import fakes, waits
 from tests.builders import Classifier
 from tests.conftest import SimApi
 from tests.integration.simnodes import NOW, seed_node
 
 pytestmark = pytest.mark.integration
 
-WAIT_S = 10.0  # an upper bound for a change to arrive; the tests wait on events, not on time
+WAIT_S = 60.0  # an upper bound for a change to arrive; the tests wait on events, not on time
 FAST_RETRY = {"backoff": lambda failures: 0.05, "timeout": lambda: 60}
 
 
@@ -473,6 +473,9 @@ def test_a_steady_tick_reads_the_caches_and_lists_nothing() -> None:
         cluster = watched_cluster.watched_cluster(client, timedelta(seconds=30), **FAST_RETRY)
         cluster.start()
         assert cluster.wait_synced(WAIT_S)
+        # a cache reads as synced once listed, a moment before its watch request goes out:
+        # that request is the cache's, not the tick's
+        assert waits.eventually(lambda: server.traffic().verb("watch").requests >= 2, WAIT_S)
         guard = guard_over(cluster, fakes.FakeMetrics(), client)
         before = server.traffic()
         result = guard.tick()

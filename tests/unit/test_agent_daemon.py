@@ -16,6 +16,7 @@ from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
 from gpuguard.sim import kernel_lines
 from gpuguard.sim import podresources as kubelet
+from tests import waits
 
 PCI = "0000:99:00.0"
 UUID = "GPU-3d1e2f7a-1b2c-4d5e-8f90-123456789abc"
@@ -137,12 +138,13 @@ def test_run_serves_counts_and_check_status_until_stopped(tmp_path: Path, log: P
 
 
 def _wait_for(client: httpx.Client, url: str, needle: str) -> str:
-    for _ in range(200):
+    def served() -> bool:
         body = client.get(url).text
-        if needle in body and "gpuguard_xid_total{" in body:
-            return body
-        threading.Event().wait(0.02)
-    raise AssertionError(f"{needle!r} not in {url}")
+        return needle in body and "gpuguard_xid_total{" in body
+
+    # a deadline rather than a count of tries: each try takes longer on a loaded machine
+    assert waits.eventually(served, 60, every_s=0.02), f"{needle!r} not in {url}"
+    return client.get(url).text  # what was served stays: counts and the last cycle's status
 
 
 def test_check_cycle_records_the_status_of_each_check(tmp_path: Path, log: Path) -> None:

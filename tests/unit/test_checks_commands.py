@@ -18,10 +18,10 @@ def test_returns_exit_code_and_output() -> None:
 def test_timeout_kills_and_reports_timed_out_quickly() -> None:
     started = time.monotonic()
     outcome = commands.SubprocessRunner().run(
-        [sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.3
+        [sys.executable, "-c", "import time; time.sleep(600)"], timeout_s=0.3
     )
     assert outcome.timed_out
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # killed, not waited for (a loaded machine: slow)
 
 
 def test_missing_program_is_a_result_not_an_exception() -> None:

@@ -136,9 +136,9 @@ def test_events_and_bookmarks_move_the_cache_and_its_resource_version() -> None:
     cache = watch_cache.WatchCache(raw_api(script), kube_lists.NODES, kubernetes.node_from_dict)
     cache.start()
     try:
-        assert cache.wait_until(lambda: len(script.watches) >= 2, 10)
+        assert cache.wait_until(lambda: len(script.watches) >= 2, 60)
     finally:
-        cache.stop(10)
+        cache.stop(60)
     assert {n.name: n.unschedulable for n in cache.values()} == {"a": True, "c": False}
     assert script.watches[0]["resourceVersion"] == "10"  # from the list
     assert script.watches[1]["resourceVersion"] == "20"  # resumed after the bookmark

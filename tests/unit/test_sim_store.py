@@ -204,7 +204,7 @@ def test_changes_since_waits_for_a_write_from_another_thread(s: store.ObjectStor
     writer = threading.Timer(0.05, s.merge_patch, ("Node", "", "gpu-1", {"spec": {"x": 1}}))
     writer.start()
 
-    changes = s.changes_since(start, timeout=5)
+    changes = s.changes_since(start, timeout=30)
 
     writer.join()
     assert [c.type for c in changes] == [store.ChangeType.MODIFIED]
