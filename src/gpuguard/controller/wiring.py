@@ -191,7 +191,7 @@ def build_guard(
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
-                metrics=read(_health_plan(guard_settings.fleet)),
+                metrics=read(health_plan.HealthQueryPlan.for_settings(guard_settings.fleet)),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
             ),
@@ -294,10 +294,6 @@ def closed_on_exit(source: _Closable, closing: ExitStack) -> _Closable:
     """``source``, closed when ``closing`` unwinds."""
     closing.callback(source.close)
     return source
-
-
-def _health_plan(fleet: settings_model.FleetHealthSettings) -> health_plan.HealthQueryPlan:
-    return health_plan.HealthQueryPlan(fleet.window, fleet.persistence_window)
 
 
 def _gpu_windows(

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
+from gpuguard.demo import findings
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import fleet_view, live, prometheus_api, prometheus_view, return_view, world
+from gpuguard.sim import live, prometheus_api, prometheus_view, return_view, world
 from gpuguard.sources import (
     fleet_health,
     gpu_metrics,
@@ -140,10 +141,10 @@ def answers(
             util_min_pct=gpu_plan.util_min_pct, fb_used_max_mib=gpu_plan.fb_used_max_mib,
         )
 
-    health = fleet_health.HealthQueryPlan(settings.fleet.window, settings.fleet.persistence_window)
+    health = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
 
     def health_samples(at: datetime) -> tuple[fleet.MetricSample, ...]:
-        return fleet_view.health_samples(played, at, health.window, health.long_window)
+        return findings.plan_samples(played, at, health)
 
     plans: list[tuple[dict[str, str], Family]] = [
         (prometheus.QueryPlan(iso.hold_window, iso.xid_lookback).queries(), view.samples),

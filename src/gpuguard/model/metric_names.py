@@ -184,6 +184,12 @@ SHORT, LONG = "short", "long"  # the finding window and the persistence window
 def windowed(what: str, window: str) -> str:
     """The sample name of a derived interconnect series over the ``short``/``long`` window."""
     return f"{what} {window}"
+
+
+def coverage(what: str) -> str:
+    """The sample name of how many series a derived interconnect series had in the short
+    window before the plan filtered it to the values a finding needs: collected at all."""
+    return f"{what} coverage"
 GPU_POD_MAPPING = "gpu pod mapping"  # per GPU: dcgm-exporter's series with its pod labels
 FLEET_FINDING = "gpuguard_fleet_health_finding"  # 1 per {kind, node, gpu} finding standing now
 NODE_PERSISTENTLY_UNHEALTHY = "gpuguard_node_persistently_unhealthy"  # 1 per node, persistent
