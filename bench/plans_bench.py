@@ -142,6 +142,8 @@ class HealthyFleet:
                 Rows(lambda: self._gpus({"__name__": names.DCGM_GPU_UTIL}), lambda t: 97.0),
             names.NODE_GPU_PODS_MAX: Rows(lambda: self._nodes("node"), lambda t: 8.0),
             names.PHANTOM_SIGNATURE_MINUTES: Rows(lambda: iter([]), lambda t: 0.0),
+            # every GPU held by a pod: no node has a GPU busy without one
+            names.PHANTOM_CANDIDATE_NODES: Rows(lambda: iter([]), lambda t: 1.0),
             names.GPU_PROCESSES_MAX: Rows(self._processes, lambda t: 1.0),
             names.GPU_POD_MAPPING:
                 Rows(lambda: self._gpus({"__name__": names.DCGM_GPU_UTIL}), lambda t: 97.0),
@@ -267,12 +269,7 @@ def serve(n: int, plan: Mapping[str, str], conn: Connection) -> None:
 
 def phantom_plan(guard: settings_model.GuardSettings) -> gpu_metrics.GpuQueryPlan:
     """The phantom step's plan, as ``controller.wiring`` makes it."""
-    return gpu_metrics.GpuQueryPlan(
-        window=guard.phantom.hold,
-        signature_lookback=guard.phantom.age_lookback,
-        util_min_pct=guard.phantom.util_min_pct,
-        fb_used_max_mib=guard.phantom.fb_used_max_mib,
-    )
+    return gpu_metrics.GpuQueryPlan.for_settings(guard.phantom)
 
 
 def health_plan(guard: settings_model.GuardSettings) -> health_source.HealthQueryPlan:

@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from gpuguard.catalog import gpu_models
-from gpuguard.demo import agents
+from gpuguard.demo import agents, findings
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
@@ -56,6 +56,7 @@ SCRAPE, TICK = timedelta(seconds=15), timedelta(seconds=30)
 APART = timedelta(hours=26)
 PHANTOM = settings_model.GuardSettings().phantom
 GPU_PLAN = gpu_metrics.GpuQueryPlan(window=PHANTOM.hold)
+GUARD_GPU_PLAN = gpu_metrics.GpuQueryPlan.for_settings(PHANTOM)  # scoped to candidate nodes
 AGENT_TARGET = {"job": "gpuguard-agent"}
 # The phantom plan reads every GPU series at the instant and a window earlier (``offset``), so
 # it is compared once the scenario's start is a window behind. The history carries staleness
@@ -85,11 +86,14 @@ events:
 PHANTOM_NODES = """
 name: phantom-on-a-node-without-gpu-pods
 duration: 40m
-fleet: {nodes: [gpu-node-1, gpu-node-2], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}
+fleet: {nodes: [gpu-node-1, gpu-node-2, gpu-node-3], gpus_per_node: 4,
+        model: NVIDIA H100 80GB HBM3}
 events:
   - {at: 0s, phantom: {node: gpu-node-1, gpu: 1}}
   - {at: 0s, workload: {node: gpu-node-1, gpus: [3], profile: training, name: train}}
   - {at: 0s, phantom: {node: gpu-node-2, gpu: 0}}
+  - {at: 0s, workload: {node: gpu-node-3, gpus: [0, 1], profile: training, name: busy,
+                        duration: 20m}}
 """
 ZERO_GAUGE = """
 name: xid-gauge-zero
@@ -288,6 +292,7 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
     real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback),
                                    timeout_s=60)
     gpus = gpu_metrics.GpuMetricsSource(url, GPU_PLAN)
+    guards = gpu_metrics.GpuMetricsSource(url, GUARD_GPU_PLAN)
     pods = gpu_pods.source(real)
     nodes = [node.name for node in played.view.world.nodes]
     divergences, compared = [], 0
@@ -305,26 +310,24 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
         if not same(emulated, answered):
             divergences.append((at - played.origin, "pods", *differ(emulated, answered), why))
         if played.phantom and at - played.origin > GPU_PLAN.window:
-            emulated = answer(lambda at=at: window_samples(played.view, at))
-            answered, why = settled(emulated, lambda at=at: gpus.samples(at))
-            if not same(emulated, answered):
-                divergences.append(
-                    (at - played.origin, "phantom", *differ(emulated, answered), why)
-                )
+            for plan, reader in ((GPU_PLAN, gpus), (GUARD_GPU_PLAN, guards)):
+                emulated = answer(lambda at=at, plan=plan: window_samples(played.view, at, plan))
+                answered, why = settled(emulated, lambda at=at, r=reader: r.samples(at))
+                if not same(emulated, answered):
+                    divergences.append((at - played.origin, f"phantom (scoped: {plan.scoped})",
+                                        *differ(emulated, answered), why))  # fmt: skip
     real.close()
     gpus.close()
+    guards.close()
     assert compared >= played.until / timedelta(minutes=5)
     assert divergences == [], "\n".join(map(repr, divergences))
 
 
 def window_samples(
-    view: prometheus_view.WorldPrometheus, at: datetime
+    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan
 ) -> tuple[fleet.MetricSample, ...]:
-    """The emulation's answer to the phantom plan (``GPU_PLAN``)."""
-    return view.gpu_window_samples(
-        at, GPU_PLAN.window, signature_lookback=GPU_PLAN.signature_lookback,
-        util_min_pct=GPU_PLAN.util_min_pct, fb_used_max_mib=GPU_PLAN.fb_used_max_mib,
-    )  # fmt: skip
+    """The emulation's answer to a phantom plan."""
+    return findings.gpu_plan_samples(view, at, plan)
 
 
 def test_a_phantom_on_a_node_without_gpu_pods_is_found_through_prometheus(

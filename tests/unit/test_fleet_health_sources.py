@@ -5,12 +5,9 @@ pod mapping into GPUs per pod."""
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as mn
@@ -86,7 +83,6 @@ def test_pod_mapping_gives_each_pod_its_gpus() -> None:
 
 
 def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
-    promtool = tools.require("promtool")
     plan = fleet_health.HealthQueryPlan(timedelta(minutes=15), long_window=timedelta(hours=1))
     queries = plan.queries()
     gpu = 'gpu="3",UUID="GPU-3",Hostname="gpu-node-1"'
@@ -121,11 +117,7 @@ def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
             ],
         }],
     }  # fmt: skip
-    path = tmp_path / "plan_test.yaml"
-    path.write_text(yaml.safe_dump(tests))
-    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    tools.promtool_test(tests, tmp_path)
 
 
 def test_the_guards_plan_answers_only_what_can_make_a_finding(tmp_path: Path) -> None:
@@ -133,7 +125,6 @@ def test_the_guards_plan_answers_only_what_can_make_a_finding(tmp_path: Path) ->
     down; GPU 4 and port mlx5_1 are healthy and absent, but counted in the coverage. Of the
     pod mapping only the GPUs a workload holds (not the exporter's own pod), with the labels
     ``pod_gpus`` reads."""
-    promtool = tools.require("promtool")
     fleet_settings = FLEET.model_copy(update={"persistence_window": timedelta(hours=1)})
     queries = fleet_health.HealthQueryPlan.for_settings(fleet_settings).queries()
     gpu = 'gpu="3",UUID="GPU-3",Hostname="gpu-node-1"'
@@ -186,11 +177,7 @@ def test_the_guards_plan_answers_only_what_can_make_a_finding(tmp_path: Path) ->
         "promql_expr_test": [{"expr": queries[name], "eval_time": "60m", "exp_samples": samples}
                              for name, samples in expected.items()],
     }]}  # fmt: skip
-    path = tmp_path / "scoped_plan_test.yaml"
-    path.write_text(yaml.safe_dump(tests))
-    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    tools.promtool_test(tests, tmp_path)
 
 
 def test_a_threshold_of_zero_filters_nothing() -> None:

@@ -299,13 +299,7 @@ def closed_on_exit(source: _Closable, closing: ExitStack) -> _Closable:
 def _gpu_windows(
     url: str, guard_settings: settings_model.GuardSettings, closing: ExitStack
 ) -> gpu_metrics.GpuMetricsSource:
-    phantom = guard_settings.phantom
-    plan = gpu_metrics.GpuQueryPlan(
-        window=phantom.hold,
-        signature_lookback=phantom.age_lookback,
-        util_min_pct=phantom.util_min_pct,
-        fb_used_max_mib=phantom.fb_used_max_mib,
-    )
+    plan = gpu_metrics.GpuQueryPlan.for_settings(guard_settings.phantom)
     return closed_on_exit(
         gpu_metrics.GpuMetricsSource(url, plan, **_prometheus_options(guard_settings)), closing
     )

@@ -31,17 +31,23 @@ def phantom_findings(
     settings: settings_model.PhantomSettings,
     at: datetime,
 ) -> list[dict[str, Any]]:
-    """The phantom GPUs at ``at`` as ``{"kind", "node", "gpu", ...}`` dicts."""
-    samples = view.gpu_window_samples(
-        at,
-        settings.hold,
-        signature_lookback=settings.age_lookback,
-        util_min_pct=settings.util_min_pct,
-        fb_used_max_mib=settings.fb_used_max_mib,
-    )
+    """The phantom GPUs at ``at`` as ``{"kind", "node", "gpu", ...}`` dicts, from the world's
+    answer to the guard's phantom plan."""
+    samples = gpu_plan_samples(view, at, gpu_metrics.GpuQueryPlan.for_settings(settings))
     windows = gpu_metrics.windows_from_samples(samples)
     decision = phantom.decide(windows, settings, gpu_models.load_table(), at)
     return [as_dict(p) for p in decision.phantoms]
+
+
+def gpu_plan_samples(
+    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan
+) -> tuple[fleet.MetricSample, ...]:
+    """The world's answer to the GPU window ``plan`` at ``at``."""
+    return view.gpu_window_samples(
+        at, plan.window, signature_lookback=plan.signature_lookback,
+        util_min_pct=plan.util_min_pct, fb_used_max_mib=plan.fb_used_max_mib,
+        sm_active_min=plan.sm_active_min, scoped=plan.scoped,
+    )  # fmt: skip
 
 
 def as_dict(p: phantom.PhantomGpu) -> dict[str, Any]:

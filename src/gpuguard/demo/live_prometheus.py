@@ -18,7 +18,7 @@ stamped are in wall time, so a query's instant is taken to the scenario's time (
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -54,6 +54,8 @@ class EmulatedPrometheus:
     routes: dict[str, tuple[Family, str]]
     speed: float
     lock: threading.Lock
+    # plans asked of some nodes (their queries for those nodes) and the family answering them
+    node_plans: Sequence[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = ()
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -80,15 +82,19 @@ class EmulatedPrometheus:
                 for s in samples if s.name == name]
 
     def _scoped_route(self, query: str) -> tuple[Family, str] | None:
-        """A return-facts or GPU-pods query scoped to some nodes by a node label matcher: the
-        fleet-wide query's answer, of those nodes only (what Prometheus answers to the
-        matcher)."""
+        """A return-facts, GPU-pods or phantom query scoped to some nodes by a node label
+        matcher: the fleet-wide query's answer, of those nodes only (what Prometheus answers
+        to the matcher)."""
         nodes = node_scope.scope_of(query)
         if nodes is None:
             return None
         if query == gpu_pods.GpuPodsPlan(nodes).queries()[names.DCGM_GPU_PODS]:
             pods = self.view.pods_on_clean_gpus
             return partial(_of_nodes, pods, frozenset(nodes)), names.DCGM_GPU_PODS
+        for queries_of, family in self.node_plans:
+            name = next((n for n, text in queries_of(nodes).items() if text == query), None)
+            if name is not None:
+                return partial(_of_nodes, family, frozenset(nodes)), name
         scoped = return_facts.ReturnFactsPlan(nodes=nodes).queries()
         fleet_wide = return_facts.ReturnFactsPlan().queries()
         name = next((n for n, text in scoped.items() if text == query), None)
@@ -128,18 +134,8 @@ def answers(
     iso, phantom = settings.isolation, settings.phantom
     view = prometheus_view.WorldPrometheus(played, iso.hold_window, iso.xid_lookback)
     facts = return_view.WorldReturnFacts(played)
-    gpu_plan = gpu_metrics.GpuQueryPlan(
-        window=phantom.hold,
-        signature_lookback=phantom.age_lookback,
-        util_min_pct=phantom.util_min_pct,
-        fb_used_max_mib=phantom.fb_used_max_mib,
-    )
-
-    def gpu_windows(at: datetime) -> tuple[fleet.MetricSample, ...]:
-        return view.gpu_window_samples(
-            at, gpu_plan.window, signature_lookback=gpu_plan.signature_lookback,
-            util_min_pct=gpu_plan.util_min_pct, fb_used_max_mib=gpu_plan.fb_used_max_mib,
-        )
+    gpu_plan = gpu_metrics.GpuQueryPlan.for_settings(phantom)
+    gpu_windows = partial(findings.gpu_plan_samples, view, plan=gpu_plan)
 
     health = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
 
@@ -156,7 +152,8 @@ def answers(
     for queries, family in plans:
         for name, query in queries.items():
             routes.setdefault(query, (family, name))
-    return EmulatedPrometheus(played, view, routes, speed, lock), view
+    node_plans = [(gpu_plan.node_queries, gpu_windows)]
+    return EmulatedPrometheus(played, view, routes, speed, lock, node_plans), view
 
 
 

@@ -120,6 +120,8 @@ GPU_SEEN_AT_WINDOW_START = "gpu seen at window start"  # DCGM_FI_DEV_GPU_UTIL of
 NODE_GPU_PODS_MAX = "node gpu pods max"  # most GPUs held by live pods on a node in the window
 PHANTOM_SIGNATURE_MINUTES = "phantom signature minutes"  # util >= 95 and FB < 100, 1-min steps
 GPU_PROCESSES_MAX = "gpu processes max"  # most processes the agent saw on a GPU in the window
+# per node with a GPU that may be phantom: busy over the window on a series without a workload pod
+PHANTOM_CANDIDATE_NODES = "phantom candidate nodes"
 
 
 def ksm_annotation_label(key: str) -> str:
