@@ -17,6 +17,10 @@ from tests import tools
 
 AT = datetime(2026, 9, 1, tzinfo=UTC)
 FLEET = settings_model.FleetHealthSettings()
+# A counter's increase over the 15 min window's range (900.5 s, ``model.subquery``): 15 min of
+# growth extrapolated by the half second to the range's start (a counter that started at zero
+# inside the range is not).
+EXTRAPOLATED = 900.5 / 900
 
 
 def api_pod(**spec: Any) -> dict[str, Any]:
@@ -111,7 +115,8 @@ def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
                      ("sw-thermal", 0), ("hw-power-brake", 0))]},  # [0m, 60m]: 61 steps (2.x, 3.x)
                 {"expr": queries[mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT)],
                  "eval_time": "60m",
-                 "exp_samples": [{"labels": f'{{{gpu},counter="crc_flit"}}', "value": 30}]},
+                 "exp_samples": [{"labels": f'{{{gpu},counter="crc_flit"}}',
+                                  "value": 30 * EXTRAPOLATED}]},
                 {"expr": queries[mn.windowed(mn.IB_ERRORS_INCREASE, mn.LONG)], "eval_time": "60m",
                  "exp_samples": [{"labels": f'{{{ib},counter="link_downed"}}', "value": 3}]},
             ],
@@ -155,9 +160,11 @@ def test_the_guards_plan_answers_only_what_can_make_a_finding(tmp_path: Path) ->
         mn.windowed(mn.THROTTLE_FRACTION, mn.SHORT): [_reason(gpu, "hw-thermal", 1)],
         mn.windowed(mn.THROTTLE_FRACTION, mn.LONG): [_reason(gpu, "hw-thermal", 20 / 61)],
         mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT):
-            [{"labels": f'{{{gpu},counter="{c}"}}', "value": 30 if c == "crc_flit" else 0}
+            [{"labels": f'{{{gpu},counter="{c}"}}', "value": 30 * EXTRAPOLATED if c == "crc_flit"
+              else 0}
              for _, c in counters],
-        mn.windowed(mn.PCIE_REPLAYS_INCREASE, mn.SHORT): [{"labels": f"{{{gpu}}}", "value": 15}],
+        mn.windowed(mn.PCIE_REPLAYS_INCREASE, mn.SHORT):
+            [{"labels": f"{{{gpu}}}", "value": 15 * EXTRAPOLATED}],
         mn.windowed(mn.IB_ERRORS_INCREASE, mn.SHORT): [
             {"labels": f'{{{ib},counter="link_downed"}}', "value": 3},
             {"labels": f'{{{ib},counter="symbol_error"}}', "value": 0}],

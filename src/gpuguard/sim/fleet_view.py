@@ -159,9 +159,17 @@ def _coverage(every: list[fleet.MetricSample], at: datetime) -> list[fleet.Metri
             for what, count in counts.items() if count]  # fmt: skip
 
 
-def ib_ports(node: state.SimNode) -> list[str]:
-    """The node's InfiniBand ports (``device/port``): the default one and any that flapped."""
-    return sorted({DEFAULT_PORT} | {p for _, p in node.ib_link_downs})
+def ib_ports(node: state.SimNode, at: datetime | None = None) -> list[str]:
+    """The node's InfiniBand ports (``device/port``): the default one and any that flapped
+    (by ``at``: node-exporter shows a port from its first link-down, when its event fired)."""
+    return sorted({DEFAULT_PORT} | {p for when, p in node.ib_link_downs
+                                    if at is None or when <= at})  # fmt: skip
+
+
+def _port_born(node: state.SimNode, port: str) -> datetime | None:
+    """When node-exporter first showed ``port`` (None: the default port, always there)."""
+    downs = [when for when, p in node.ib_link_downs if p == port]
+    return None if port == DEFAULT_PORT or not downs else min(downs)
 
 
 def _scrape_before(played: world.World, at: datetime) -> datetime:
@@ -203,17 +211,18 @@ def _gpu_samples(
 
 def _increase(
     played: world.World, node: state.SimNode, at: datetime, span: timedelta,
-    value_at: Callable[[datetime], float],
+    value_at: Callable[[datetime], float], since: datetime | None = None,
 ) -> float | None:  # fmt: skip
     """``increase(counter[span])`` at ``at`` from the 15 s scrapes in (at - span, at] the node's
-    exporter answered, extrapolated as Prometheus does; None: under two scrapes, no series."""
+    exporter answered (from ``since``, when the series was born), extrapolated as Prometheus
+    does; None: under two scrapes, no series."""
     points = []
-    t = _scrape_before(played, at)
-    while t > at - span and t >= played.origin:
+    t, start = _scrape_before(played, at), at - subquery.subquery_range(span)
+    while t > start and t >= max(played.origin, since or played.origin):
         if exporters.exporter_up(node, t):
             points.append((t, value_at(t)))
         t -= SCRAPE
-    return prometheus_view.extrapolated_increase(points[::-1], at - span, at)
+    return prometheus_view.extrapolated_increase(points[::-1], start, at)
 
 
 def _steps(played: world.World, at: datetime, span: timedelta) -> list[datetime]:
@@ -233,7 +242,7 @@ def _ib_samples(
     played: world.World, node: state.SimNode, at: datetime, window: timedelta,
     long_window: timedelta,
 ) -> Iterable[fleet.MetricSample]:  # fmt: skip
-    for port in ib_ports(node):
+    for port in ib_ports(node, at):
         device, number = port.split("/")
         labels = {"instance": f"{node.name}:9100", "device": device, "port": number}
         for which, span, counters in ((names.SHORT, window, tuple(IB_COUNTERS)),
@@ -241,6 +250,6 @@ def _ib_samples(
             name = names.windowed(names.IB_ERRORS_INCREASE, which)
             for counter in counters:
                 value_at = partial(link_downed, node, port) if counter == "link_downed" else _never
-                grown = _increase(played, node, at, span, value_at)
+                grown = _increase(played, node, at, span, value_at, _port_born(node, port))
                 if grown is not None:
                     yield fleet.MetricSample(name, labels | {"counter": counter}, grown, at)

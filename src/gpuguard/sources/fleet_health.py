@@ -84,8 +84,9 @@ class HealthQueryPlan:
         )
 
     def queries(self) -> dict[str, str]:
-        short, long = _duration(self.window), _duration(self.long_window)
-        short_range, step = subquery.promql_range(self.window), _duration(self.step)
+        # the counters' ranges too: on the scrape grid, [900s] reads one sample more on 2.x
+        short, long = subquery.promql_range(self.window), subquery.promql_range(self.long_window)
+        short_range, step = short, _duration(self.step)
         nvlink = _labelled_increases(NVLINK_COUNTERS, short)
         pcie = f"increase({names.DCGM_PCIE_REPLAY}[{short}])"
         ib = _labelled_increases(IB_COUNTERS, short)
