@@ -145,8 +145,7 @@ class HealthyFleet:
             # every GPU held by a pod: no node has a GPU busy without one
             names.PHANTOM_CANDIDATE_NODES: Rows(lambda: iter([]), lambda t: 1.0),
             names.GPU_PROCESSES_MAX: Rows(self._processes, lambda t: 1.0),
-            names.GPU_POD_MAPPING:
-                Rows(lambda: self._gpus({"__name__": names.DCGM_GPU_UTIL}), lambda t: 97.0),
+            names.GPU_POD_MAPPING: self._mapping,
             names.GPU_NVLINK_PEER: Rows(self._links, lambda t: 1.0),
             names.GPU_NUMA_NODE: Rows(self._numa, lambda t: 1.0),
         }  # fmt: skip
@@ -190,6 +189,15 @@ class HealthyFleet:
                  zero=reason != "sw-power-cap")
             for reason in names.CLOCK_EVENT_REASON_BITS if f'"reason", "{reason}"' in promql
         ]  # fmt: skip
+
+    def _mapping(self, promql: str) -> list[Rows]:
+        """Every GPU's util series (each held by a pod), or what ``group by (...)`` keeps."""
+        kept = re.match(r"group by \(([^)]*)\)", promql)
+        if kept is None:
+            return [Rows(lambda: self._gpus({"__name__": names.DCGM_GPU_UTIL}), lambda t: 97.0)]
+        keys = {k.strip() for k in kept.group(1).split(",")}
+        grouped = ({k: v for k, v in labels.items() if k in keys} for labels in self._gpus())
+        return [Rows(lambda: grouped, lambda t: 1.0)]
 
     def _links(self) -> Iterator[dict[str, str]]:
         for i in range(self._n):
