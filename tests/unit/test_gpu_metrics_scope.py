@@ -86,6 +86,7 @@ class Prometheus:
     def __init__(self, plan: gpu_metrics.GpuQueryPlan, answers: Answers) -> None:
         self.asked: list[str] = []
         self._routes = {q: (name, None) for name, q in plan.queries().items()}
+        self._routes |= {q: (name, None) for name, q in plan.node_queries(None).items()}
         for nodes in (("n1",), ("n2",), ("n1", "n2")):
             self._routes |= {q: (n, nodes) for n, q in plan.node_queries(nodes).items()}
         self._answers = answers
@@ -103,12 +104,13 @@ class Prometheus:
         return httpx.Response(200, content=json.dumps(body))
 
 
-def read(plan: gpu_metrics.GpuQueryPlan, answers: Answers) -> tuple[
+def read(plan: gpu_metrics.GpuQueryPlan, answers: Answers, most_batches: int = 8) -> tuple[
     gpu_metrics.GpuReadings, list[str]
 ]:  # fmt: skip
     fake = Prometheus(plan, answers)
     client = httpx.Client(transport=httpx.MockTransport(fake.handle))
-    with gpu_metrics.GpuMetricsSource("http://prom", plan, client=client) as source:
+    with gpu_metrics.GpuMetricsSource("http://prom", plan, client=client,
+                                      most_batches=most_batches) as source:  # fmt: skip
         return source.readings(NOW), fake.asked
 
 
@@ -132,6 +134,16 @@ def test_a_candidate_nodes_every_gpu_is_read_and_decided_as_on_the_whole_fleet()
     whole = read(WHOLE, fleet_answers(candidate=True))[0]
     assert decide(readings) == decide(whole)
     assert [(p.node, p.gpu) for p in decide(readings).phantoms] == [("n1", "1")]
+
+
+def test_candidates_past_the_batches_are_read_from_the_whole_fleet_once() -> None:
+    """Without dcgm's pod mapping every busy node is a candidate: past ``most_batches`` the
+    per-GPU queries are asked once of the whole fleet (no more queries than the unscoped
+    plan), and only the candidate nodes' series are kept."""
+    readings, asked = read(SCOPED, fleet_answers(candidate=True), most_batches=0)
+    assert len(asked) == len(SCOPED.queries()) + len(SCOPED.node_queries(None))
+    assert readings == read(SCOPED, fleet_answers(candidate=True))[0]
+    assert {w.node for w in readings.windows} == {"n1"}
 
 
 def test_the_whole_fleets_plan_asks_every_gpu() -> None:

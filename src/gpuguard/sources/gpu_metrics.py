@@ -54,6 +54,10 @@ ACTIVE_GPU_PODS = (
 NODE_GPU_PODS = (
     f"({ACTIVE_GPU_PODS}) or (0 * max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}}))"
 )
+# Candidate nodes asked in more batches than this (about 100 nodes each) are asked as the whole
+# fleet, once, and kept: a fleet without dcgm's pod mapping has every busy node a candidate,
+# and ~42 queries a batch would outgrow the whole fleet's 42.
+MOST_BATCHES = 8
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
 
@@ -109,10 +113,12 @@ class GpuQueryPlan:
         }
         if self.scoped:
             return {names.PHANTOM_CANDIDATE_NODES: self._candidates()} | fleet_wide
-        return self._per_gpu(lambda metric, around: around.format(metric)) | fleet_wide
+        return self.node_queries(None) | fleet_wide
 
-    def node_queries(self, nodes: Sequence[str]) -> dict[str, str]:
-        """The per-GPU queries, of the GPUs of ``nodes`` only (any node label)."""
+    def node_queries(self, nodes: Sequence[str] | None) -> dict[str, str]:
+        """The per-GPU queries, of the GPUs of ``nodes`` only (any node label); None: all."""
+        if nodes is None:
+            return self._per_gpu(lambda metric, around: around.format(metric))
         return self._per_gpu(lambda metric, around: node_scope.selector(metric, nodes, around))
 
     def _per_gpu(self, select: Callable[[str, str], str]) -> dict[str, str]:
@@ -168,9 +174,12 @@ class GpuMetricsSource:
         staleness: timedelta = timedelta(minutes=2),
         client: httpx.Client | None = None,
         timeout_s: float = 10.0,
+        max_regex_chars: int = node_scope.MATCHER_CHARS,
+        most_batches: int = MOST_BATCHES,
     ) -> None:
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._plan = plan
+        self._max_chars, self._most_batches = max_regex_chars, most_batches
         self._staleness = staleness
         self._client = client or httpx.Client(timeout=timeout_s)
         self.queries_issued = 0
@@ -212,14 +221,19 @@ class GpuMetricsSource:
     def _of_candidates(
         self, fleet_wide: list[fleet.MetricSample], at: datetime
     ) -> list[fleet.MetricSample]:
-        """The per-GPU series of the candidate nodes, in batches that keep each URL short."""
-        nodes = {series.node_of(s.labels) for s in fleet_wide
-                 if s.name == names.PHANTOM_CANDIDATE_NODES}  # fmt: skip
+        """The per-GPU series of the candidate nodes, in batches that keep each URL short;
+        past ``most_batches``, once of the whole fleet and kept of those nodes."""
+        nodes = {node for s in fleet_wide if s.name == names.PHANTOM_CANDIDATE_NODES
+                 if (node := series.node_of(s.labels))}  # fmt: skip
+        batches: list[tuple[str, ...] | None] = list(node_scope.batches(nodes, self._max_chars))
+        if len(batches) > self._most_batches:
+            batches = [None]
         return [
             s
-            for batch in node_scope.batches(filter(None, nodes), node_scope.MATCHER_CHARS)
+            for batch in batches
             for name, q in self._plan.node_queries(batch).items()
             for s in self._ask(name, q, at)
+            if batch is not None or series.node_of(s.labels) in nodes
         ]
 
     def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
