@@ -29,6 +29,7 @@ no pods) with default settings, and must find nothing and leave no check uncheck
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import re
@@ -332,15 +333,20 @@ def measure(kind: str, n: int) -> Figures:
     conn, child = context.Pipe()
     server = context.Process(target=serve, args=(n, plan, child))
     server.start()
+    child.close()  # the stand-in's end lives in its process: its exit is our end of file
     try:
-        port = conn.recv()
+        try:
+            port = conn.recv()
+        except EOFError:
+            raise BenchError(f"the stand-in ended with exit code {server.exitcode}") from None
         if isinstance(port, BenchError):
             raise port
         url = f"http://127.0.0.1:{port}"
         seconds = run_step(kind, url, datetime.now(UTC), guard)
         counts = httpx.get(f"{url}/bench/counters").json()
     finally:
-        conn.send("stop")
+        with contextlib.suppress(OSError):  # BrokenPipeError when the stand-in is gone
+            conn.send("stop")
         server.join()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return Figures(kind, n, counts["queries"], counts["series"], counts["bytes"], seconds, rss)
