@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
@@ -62,6 +62,7 @@ from gpuguard.sim import kube_objects, kubeapi, metrics_server, state, store
 from gpuguard.sources import gpu_pods, kubernetes, prometheus, watched_cluster
 
 Obj = dict[str, Any]
+Result = TypeVar("Result")
 GPUS_PER_NODE = 8
 GPU_PODS_PER_NODE = 4  # 2 GPUs each; with one CPU pod and the 5 system pods: 10 per node
 CHANGED_SHARE = 0.01
@@ -932,29 +933,34 @@ def report(r: SizeResult, share: float) -> list[str]:
     ]
 
 
-def _measured_in_child(n: int, options: Options, conn: Connection) -> None:
+def _in_child(run: Callable[..., object], args: tuple[object, ...], conn: Connection) -> None:
     try:
-        conn.send(run_size(n, options))
+        conn.send(run(*args))
     except BenchError as e:
         conn.send(e)
 
 
-def measured_size(n: int, options: Options) -> SizeResult:
-    """``run_size`` in a fresh controller process, so one size's RSS owes nothing to the last."""
+def in_fresh_process(run: Callable[..., Result], *args: object) -> Result:
+    """``run(*args)`` in a fresh (forked) process, so one run's RSS owes nothing to the last;
+    its BenchError is raised here."""
     context = multiprocessing.get_context("fork")
     conn, child = context.Pipe()
-    process = context.Process(target=_measured_in_child, args=(n, options, child))
+    process = context.Process(target=_in_child, args=(run, args, child))
     process.start()
     child.close()  # the child's end lives in the child: its exit is our end of file
     try:
         answer = conn.recv()
     except EOFError:
-        answer = BenchError(f"the controller process ended with exit code {process.exitcode}")
+        answer = BenchError(f"the measured process ended with exit code {process.exitcode}")
     process.join()
     if isinstance(answer, BenchError):
         raise answer
-    assert isinstance(answer, SizeResult)
-    return answer
+    return cast(Result, answer)
+
+
+def measured_size(n: int, options: Options) -> SizeResult:
+    """``run_size`` in a fresh controller process."""
+    return in_fresh_process(run_size, n, options)
 
 
 def main() -> None:

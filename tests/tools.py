@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus", "kubectl": "kubernetes-client"}
 
@@ -23,3 +27,14 @@ def require(binary: str) -> str:
             pytest.fail(f"{message}; CI must have it (scripts/test installs it)")
         pytest.skip(message)
     return path
+
+
+def promtool_test(tests: dict[str, Any], directory: Path) -> None:
+    """Run ``promtool test rules`` on ``tests`` (a unit-test file's content, written under
+    ``directory``); fail with promtool's output when any expectation is not met."""
+    promtool = require("promtool")
+    path = directory / "promtool_test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

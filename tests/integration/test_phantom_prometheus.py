@@ -29,7 +29,7 @@ SCENARIO = """
 name: phantom-beside-busy-gpus
 start: "{start}"
 duration: 40m
-fleet: {{nodes: [gpu-node-1], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}}
+fleet: {{nodes: [gpu-node-1, gpu-node-2], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}}
 events:
   - {{at: 0s, phantom: {{node: gpu-node-1, gpu: 1}}}}
   - {{at: 0s, workload: {{node: gpu-node-1, gpus: [2], profile: small_compute, name: tiny}}}}
@@ -71,6 +71,9 @@ def test_phantom_and_diagnosis_over_real_prometheus(
         with gpu_metrics.GpuMetricsSource(prom.url, plan) as source:
             windows = source.windows(at)
             too_early = source.windows(origin + timedelta(minutes=10))
+        guards = gpu_metrics.GpuQueryPlan.for_settings(SETTINGS.phantom)
+        with gpu_metrics.GpuMetricsSource(prom.url, guards) as source:
+            scoped = source.windows(at)
         cli = CliRunner()
         stamp = at.isoformat()
         shown = cli.invoke(
@@ -88,6 +91,13 @@ def test_phantom_and_diagnosis_over_real_prometheus(
     assert found[0].profiled is profiling
     assert found[0].hours >= 0.5  # the signature held since the start, 35 min before
     assert phantom.decide(too_early, SETTINGS.phantom, models, at).phantoms == ()
+    # The guard's plan asks every GPU of gpu-node-1 (its GPU 1 busy without a pod), none of
+    # gpu-node-2 (idle), and decides the same.
+    assert scoped == tuple(w for w in windows if w.node == "gpu-node-1")
+    assert {w.node for w in windows} == {"gpu-node-1", "gpu-node-2"}
+    assert phantom.decide(scoped, SETTINGS.phantom, models, at) == phantom.decide(
+        windows, SETTINGS.phantom, models, at
+    )
 
     diagnosed = {d.gpu: str(d.reason) for d in utilization.diagnose(
         windows, SETTINGS.utilization, SETTINGS.phantom.hold)}  # fmt: skip

@@ -37,14 +37,14 @@ import httpx
 import pytest
 
 from gpuguard.catalog import gpu_models
-from gpuguard.demo import agents
+from gpuguard.demo import agents, findings
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.policy import phantom
+from gpuguard.policy import interconnect, phantom
 from gpuguard.sim import clock, exposition, history, prometheus_view, scenario, store, world
-from gpuguard.sources import gpu_metrics, gpu_pods
+from gpuguard.sources import fleet_health, gpu_metrics, gpu_pods
 from gpuguard.sources import prometheus as source
 from tests.integration import remote_write
 
@@ -56,6 +56,7 @@ SCRAPE, TICK = timedelta(seconds=15), timedelta(seconds=30)
 APART = timedelta(hours=26)
 PHANTOM = settings_model.GuardSettings().phantom
 GPU_PLAN = gpu_metrics.GpuQueryPlan(window=PHANTOM.hold)
+GUARD_GPU_PLAN = gpu_metrics.GpuQueryPlan.for_settings(PHANTOM)  # scoped to candidate nodes
 AGENT_TARGET = {"job": "gpuguard-agent"}
 # The phantom plan reads every GPU series at the instant and a window earlier (``offset``), so
 # it is compared once the scenario's start is a window behind. The history carries staleness
@@ -85,11 +86,14 @@ events:
 PHANTOM_NODES = """
 name: phantom-on-a-node-without-gpu-pods
 duration: 40m
-fleet: {nodes: [gpu-node-1, gpu-node-2], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}
+fleet: {nodes: [gpu-node-1, gpu-node-2, gpu-node-3], gpus_per_node: 4,
+        model: NVIDIA H100 80GB HBM3}
 events:
   - {at: 0s, phantom: {node: gpu-node-1, gpu: 1}}
   - {at: 0s, workload: {node: gpu-node-1, gpus: [3], profile: training, name: train}}
   - {at: 0s, phantom: {node: gpu-node-2, gpu: 0}}
+  - {at: 0s, workload: {node: gpu-node-3, gpus: [0, 1], profile: training, name: busy,
+                        duration: 20m}}
 """
 ZERO_GAUGE = """
 name: xid-gauge-zero
@@ -102,6 +106,19 @@ events:
   - {at: 6m, xid: {node: gpu-node-b, gpu: 1, xid: 48}}
   - {at: 6m, gpu_lost: {node: gpu-node-b, gpu: 1}}
 """
+FLEET_HEALTH = """
+name: fleet-health-plan
+duration: 25m
+fleet: {nodes: [gpu-node-1, gpu-node-2], gpus_per_node: 4, model: NVIDIA H100 80GB HBM3}
+events:
+  - {at: 0s, workload: {node: gpu-node-1, gpus: [0, 1], profile: training, name: train}}
+  - {at: 2m, throttle: {node: gpu-node-1, gpu: 2, reason: hw-thermal, duration: 4h}}
+  - {at: 2m, throttle: {node: gpu-node-2, gpu: 0, reason: sw-power-cap, duration: 4h}}
+  - {at: 3m, nvlink_errors: {node: gpu-node-1, gpu: 1, rate: 12, duration: 4h, counter: crc_flit}}
+  - {at: 3m, nvlink_errors: {node: gpu-node-2, gpu: 3, rate: 0.1, duration: 4h, counter: replay}}
+  - {at: 4m, ib_flap: {node: gpu-node-2, port: mlx5_1/1, count: 8, every: 2m}}
+"""
+HEALTH_PLAN = fleet_health.HealthQueryPlan.for_settings(settings_model.FleetHealthSettings())
 SHORT_LOOKBACK = timedelta(minutes=5)
 """The zero-gauge case's Xid lookback: its ``offset`` reads zeros and Xids inside the span."""
 CASES = [  # (id, scenario: shipped name or text, played span, compare the phantom plan)
@@ -114,7 +131,9 @@ CASES = [  # (id, scenario: shipped name or text, played span, compare the phant
     ("prometheus-outage", OUTAGE, timedelta(minutes=20), False),
     ("phantom-plan", PHANTOM_NODES, timedelta(minutes=40), True),
     ("xid-gauge-zero", ZERO_GAUGE, timedelta(minutes=20), False),
+    ("fleet-health-plan", FLEET_HEALTH, timedelta(minutes=25), False),
 ]
+HEALTH_CASES = {"fleet-health-plan"}  # the fleet-health plan is compared in these
 LOOKBACKS = {"xid-gauge-zero": SHORT_LOOKBACK}
 
 Answer = list[tuple[tuple[str, ...], float]] | str
@@ -156,10 +175,12 @@ def _ticks(start: timedelta, span: timedelta, every: timedelta = TICK) -> list[t
 
 
 def key(s: fleet.MetricSample) -> tuple[str, ...]:
-    """A sample by name and what tells its series apart (not the scrape's job/instance)."""
+    """A sample by name and what tells its series apart (not the scrape's job/instance; an
+    InfiniBand port's node is its ``instance`` without the port, as ``interconnect`` reads)."""
     labels = s.labels
-    return (s.name, series.node_of(labels) or "", series.gpu_of(labels) or "",
-            labels.get("xid", ""), labels.get("pci", ""), gpu_metrics.pod_of(labels) or "")
+    return (s.name, interconnect.node_of(labels) or "", series.gpu_of(labels) or "",
+            labels.get("xid", ""), labels.get("pci", ""), gpu_metrics.pod_of(labels) or "",
+            *(labels.get(k, "") for k in ("reason", "counter", "device", "port")))
 
 
 def answer(read: object) -> Answer:
@@ -272,7 +293,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Played]
     now = datetime.now(UTC).replace(microsecond=0)
     base = now - timedelta(days=2) - APART * len(CASES)
     base -= timedelta(seconds=base.timestamp() % TICK.total_seconds())
-    recorder = history.HistoryRecorder()
+    recorder = history.HistoryRecorder(fleet_health=True)
     plays = [play(case, base + APART * i, recorder, tmp / "hosts") for i, case in enumerate(CASES)]
     with remote_write.served(recorder, tmp) as prom:
         yield plays, prom.url
@@ -288,6 +309,8 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
     real = source.PrometheusSource(url, source.QueryPlan(HOLD, played.view.xid_lookback),
                                    timeout_s=60)
     gpus = gpu_metrics.GpuMetricsSource(url, GPU_PLAN)
+    health = source.PrometheusSource(url, HEALTH_PLAN, timeout_s=60)
+    guards = gpu_metrics.GpuMetricsSource(url, GUARD_GPU_PLAN)
     pods = gpu_pods.source(real)
     nodes = [node.name for node in played.view.world.nodes]
     divergences, compared = [], 0
@@ -305,26 +328,37 @@ def test_the_emulation_answers_the_guards_queries_as_prometheus_does(
         if not same(emulated, answered):
             divergences.append((at - played.origin, "pods", *differ(emulated, answered), why))
         if played.phantom and at - played.origin > GPU_PLAN.window:
-            emulated = answer(lambda at=at: window_samples(played.view, at))
-            answered, why = settled(emulated, lambda at=at: gpus.samples(at))
+            for plan, reader in ((GPU_PLAN, gpus), (GUARD_GPU_PLAN, guards)):
+                emulated = answer(lambda at=at, plan=plan: window_samples(played.view, at, plan))
+                answered, why = settled(emulated, lambda at=at, r=reader: r.samples(at))
+                if not same(emulated, answered):
+                    divergences.append((at - played.origin, f"phantom (scoped: {plan.scoped})",
+                                        *differ(emulated, answered), why))  # fmt: skip
+        if played.name in HEALTH_CASES:
+            emulated = answer(lambda at=at: health_samples(played, at))
+            answered, why = settled(emulated, lambda at=at: health.samples(at))
             if not same(emulated, answered):
                 divergences.append(
-                    (at - played.origin, "phantom", *differ(emulated, answered), why)
+                    (at - played.origin, "fleet health", *differ(emulated, answered), why)
                 )
     real.close()
     gpus.close()
+    guards.close()
+    health.close()
     assert compared >= played.until / timedelta(minutes=5)
     assert divergences == [], "\n".join(map(repr, divergences))
 
 
+def health_samples(played: Played, at: datetime) -> tuple[fleet.MetricSample, ...]:
+    """The emulation's answer to the guard's fleet-health plan (``sim.fleet_view``)."""
+    return findings.plan_samples(played.view.world, at, HEALTH_PLAN)
+
+
 def window_samples(
-    view: prometheus_view.WorldPrometheus, at: datetime
+    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan
 ) -> tuple[fleet.MetricSample, ...]:
-    """The emulation's answer to the phantom plan (``GPU_PLAN``)."""
-    return view.gpu_window_samples(
-        at, GPU_PLAN.window, signature_lookback=GPU_PLAN.signature_lookback,
-        util_min_pct=GPU_PLAN.util_min_pct, fb_used_max_mib=GPU_PLAN.fb_used_max_mib,
-    )  # fmt: skip
+    """The emulation's answer to a phantom plan."""
+    return findings.gpu_plan_samples(view, at, plan)
 
 
 def test_a_phantom_on_a_node_without_gpu_pods_is_found_through_prometheus(

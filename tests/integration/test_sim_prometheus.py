@@ -7,6 +7,7 @@ value, the GPU loss as capacity - allocatable, the seed's Hostname -> node join,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -210,8 +211,9 @@ def test_the_fleet_health_plan_finds_throttling_nvlink_and_ib_flaps_on_the_serve
     nodes[0].gpu(0).clock_events.append((now - timedelta(hours=1), now + timedelta(hours=1), 0x40))
     nodes[1].gpu(1).nvlink_errors.append(
         (now - timedelta(hours=1), now + timedelta(hours=1), 6000.0, "crc_flit"))
-    plan = fleet_health.HealthQueryPlan(timedelta(seconds=30), timedelta(minutes=1),
-                                        step=timedelta(seconds=1))  # fmt: skip
+    plan = dataclasses.replace(fleet_health.HealthQueryPlan.for_settings(FLEET),
+                               window=timedelta(seconds=30), long_window=timedelta(minutes=1),
+                               step=timedelta(seconds=1))  # fmt: skip
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
     with metrics_server.serve(WallWorld(nodes, make_store(nodes), now)) as srv:
         config |= metrics_server.scrape_config(srv.url, nodes)
@@ -221,11 +223,18 @@ def test_the_fleet_health_plan_finds_throttling_nvlink_and_ib_flaps_on_the_serve
                 nodes[1].ib_link_downs.append((datetime.now(UTC) + timedelta(seconds=later),
                                                "mlx5_1/1"))  # fmt: skip
             reader = sources_prometheus.PrometheusSource(prom.url, plan)
-            deadline, found = time.monotonic() + prometheus.WAIT_S, []
+            deadline, found, samples = time.monotonic() + prometheus.WAIT_S, [], ()
             while time.monotonic() < deadline and len(found) < 3:
                 time.sleep(1)  # polls until found, bounded: never to prove an absence
-                found = interconnect.detect(reader.samples(datetime.now(UTC)), FLEET)
+                samples = reader.samples(datetime.now(UTC))
+                found = interconnect.detect(samples, FLEET)
             reader.close()
+    # The guard's plan asks only for what can make a finding: the healthy GPUs and port are not
+    # answered, and the coverage counts say every kind was collected.
+    assert interconnect.unchecked(samples) == []
+    assert {(interconnect.node_of(s.labels), s.labels.get("gpu")) for s in samples
+            if s.name.endswith(mn.SHORT)} == {("gpu-node-1", "0"), ("gpu-node-2", "1"),
+                                              ("gpu-node-2", None)}  # fmt: skip
     assert {(f.kind, f.node, f.gpu) for f in found} == {
         ("gpu-throttled", "gpu-node-1", "0"),
         ("nvlink-errors", "gpu-node-2", "1"),

@@ -5,19 +5,22 @@ pod mapping into GPUs per pod."""
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as mn
+from gpuguard.model import settings as settings_model
 from gpuguard.sources import fleet_health, gang_pods
 from tests import tools
 
 AT = datetime(2026, 9, 1, tzinfo=UTC)
+FLEET = settings_model.FleetHealthSettings()
+# A counter's increase over the 15 min window's range (900.5 s, ``model.subquery``): 15 min of
+# growth extrapolated by the half second to the range's start (a counter that started at zero
+# inside the range is not).
+EXTRAPOLATED = 900.5 / 900
 
 
 def api_pod(**spec: Any) -> dict[str, Any]:
@@ -84,7 +87,6 @@ def test_pod_mapping_gives_each_pod_its_gpus() -> None:
 
 
 def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
-    promtool = tools.require("promtool")
     plan = fleet_health.HealthQueryPlan(timedelta(minutes=15), long_window=timedelta(hours=1))
     queries = plan.queries()
     gpu = 'gpu="3",UUID="GPU-3",Hostname="gpu-node-1"'
@@ -113,17 +115,86 @@ def test_plan_queries_evaluate_as_documented(tmp_path: Path) -> None:
                      ("sw-thermal", 0), ("hw-power-brake", 0))]},  # [0m, 60m]: 61 steps (2.x, 3.x)
                 {"expr": queries[mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT)],
                  "eval_time": "60m",
-                 "exp_samples": [{"labels": f'{{{gpu},counter="crc_flit"}}', "value": 30}]},
+                 "exp_samples": [{"labels": f'{{{gpu},counter="crc_flit"}}',
+                                  "value": 30 * EXTRAPOLATED}]},
                 {"expr": queries[mn.windowed(mn.IB_ERRORS_INCREASE, mn.LONG)], "eval_time": "60m",
                  "exp_samples": [{"labels": f'{{{ib},counter="link_downed"}}', "value": 3}]},
             ],
         }],
     }  # fmt: skip
-    path = tmp_path / "plan_test.yaml"
-    path.write_text(yaml.safe_dump(tests))
-    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    tools.promtool_test(tests, tmp_path)
+
+
+def test_the_guards_plan_answers_only_what_can_make_a_finding(tmp_path: Path) -> None:
+    """``for_settings``: GPU 3 throttles, its NVLink and PCIe counters grow, port mlx5_0 goes
+    down; GPU 4 and port mlx5_1 are healthy and absent, but counted in the coverage. Of the
+    pod mapping only the GPUs a workload holds (not the exporter's own pod), with the labels
+    ``pod_gpus`` reads."""
+    fleet_settings = FLEET.model_copy(update={"persistence_window": timedelta(hours=1)})
+    queries = fleet_health.HealthQueryPlan.for_settings(fleet_settings).queries()
+    gpu = 'gpu="3",UUID="GPU-3",Hostname="gpu-node-1"'
+    calm = 'gpu="4",UUID="GPU-4",Hostname="gpu-node-1"'
+    ib, flat = ('device="mlx5_0",port="1",instance="gpu-node-2:9100"',
+                'device="mlx5_1",port="1",instance="gpu-node-2:9100"')  # fmt: skip
+    counters = [(f"DCGM_FI_DEV_NVLINK_{c}_ERROR_COUNT_TOTAL", c.lower()) for c in
+                ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")]  # fmt: skip
+    inputs = [
+        {"series": f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{gpu}}}", "values": "1x40 69x20"},
+        {"series": f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{calm}}}", "values": "4x60"},  # power cap
+        {"series": f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{gpu}}}", "values": "0+1x60"},
+        {"series": f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{calm}}}", "values": "0x60"},
+        {"series": f"node_infiniband_link_downed_total{{{ib}}}", "values": "0x50 3x10"},
+        {"series": f"node_infiniband_symbol_error_total{{{ib}}}", "values": "0x60"},
+        {"series": f"node_infiniband_link_downed_total{{{flat}}}", "values": "0x60"},
+        {"series": f"node_infiniband_symbol_error_total{{{flat}}}", "values": "0x60"},
+        {"series": f'DCGM_FI_DEV_GPU_UTIL{{{gpu},pod="tp",namespace="ml",container="w"}}',
+         "values": "90x60"},
+        {"series": f'DCGM_FI_DEV_GPU_UTIL{{{calm},pod="nvidia-dcgm-exporter-x1",namespace="gpu",'
+                   'exported_pod="nb",exported_namespace="ds"}', "values": "90x60"},
+        {"series": 'DCGM_FI_DEV_GPU_UTIL{gpu="5",Hostname="gpu-node-1",'
+                   'pod="nvidia-dcgm-exporter-x1"}', "values": "0x60"},
+    ] + [{"series": f"{metric}{{{gpu}}}", "values": "0+2x60" if c == "crc_flit" else "0x60"}
+         for metric, c in counters] + [{"series": f"{metric}{{{calm}}}", "values": "0x60"}
+                                       for metric, _ in counters]  # fmt: skip
+    expected = {
+        mn.windowed(mn.THROTTLE_FRACTION, mn.SHORT): [_reason(gpu, "hw-thermal", 1)],
+        mn.windowed(mn.THROTTLE_FRACTION, mn.LONG): [_reason(gpu, "hw-thermal", 20 / 61)],
+        mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT):
+            [{"labels": f'{{{gpu},counter="{c}"}}', "value": 30 * EXTRAPOLATED if c == "crc_flit"
+              else 0}
+             for _, c in counters],
+        mn.windowed(mn.PCIE_REPLAYS_INCREASE, mn.SHORT):
+            [{"labels": f"{{{gpu}}}", "value": 15 * EXTRAPOLATED}],
+        mn.windowed(mn.IB_ERRORS_INCREASE, mn.SHORT): [
+            {"labels": f'{{{ib},counter="link_downed"}}', "value": 3},
+            {"labels": f'{{{ib},counter="symbol_error"}}', "value": 0}],
+        mn.windowed(mn.IB_ERRORS_INCREASE, mn.LONG):
+            [{"labels": f'{{{ib},counter="link_downed"}}', "value": 3}],
+        mn.GPU_POD_MAPPING: [
+            {"labels": '{gpu="3",Hostname="gpu-node-1",namespace="ml",pod="tp"}', "value": 1},
+            {"labels": '{gpu="4",Hostname="gpu-node-1",namespace="gpu",pod="nvidia-dcgm-'
+                       'exporter-x1",exported_namespace="ds",exported_pod="nb"}', "value": 1}],
+        mn.coverage(mn.THROTTLE_FRACTION): [{"labels": "{}", "value": 2}],
+        mn.coverage(mn.NVLINK_ERRORS_INCREASE): [{"labels": "{}", "value": 8}],
+        mn.coverage(mn.PCIE_REPLAYS_INCREASE): [{"labels": "{}", "value": 2}],
+        mn.coverage(mn.IB_ERRORS_INCREASE): [{"labels": "{}", "value": 4}],
+    }  # fmt: skip
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": inputs,
+        "promql_expr_test": [{"expr": queries[name], "eval_time": "60m", "exp_samples": samples}
+                             for name, samples in expected.items()],
+    }]}  # fmt: skip
+    tools.promtool_test(tests, tmp_path)
+
+
+def test_a_threshold_of_zero_filters_nothing() -> None:
+    """Every series makes a finding at 0, so none may be filtered out."""
+    zero = FLEET.model_copy(update={"throttle_min_fraction": 0.0, "pcie_replays_min": 0.0,
+                                    "nvlink_errors_min": 0.0})  # fmt: skip
+    queries = fleet_health.HealthQueryPlan.for_settings(zero).queries()
+    assert " >= " not in queries[mn.windowed(mn.THROTTLE_FRACTION, mn.SHORT)]
+    assert queries[mn.windowed(mn.PCIE_REPLAYS_INCREASE, mn.SHORT)].startswith("increase(")
+    assert " and " not in queries[mn.windowed(mn.NVLINK_ERRORS_INCREASE, mn.SHORT)]
 
 
 def _reason(gpu: str, reason: str, value: float) -> dict[str, Any]:

@@ -126,3 +126,12 @@ def test_persistent_nodes_come_from_the_long_window() -> None:
 def test_unchecked_names_the_kinds_without_series() -> None:
     samples = [throttle("hw-thermal", 0.0), sample(mn.PCIE_REPLAYS_INCREASE, 0)]
     assert interconnect.unchecked(samples) == ["nvlink-errors", "ib-link-flapping"]
+
+
+def test_a_kind_filtered_to_nothing_is_checked_when_its_coverage_counts_series() -> None:
+    """The guard's plan asks only for values that can make a finding: a healthy fleet answers
+    no NVLink series, and the coverage count tells "all flat" from "not collected"."""
+    covered = fleet.MetricSample(mn.coverage(mn.NVLINK_ERRORS_INCREASE), {}, 64.0, AT)
+    samples = [throttle("hw-thermal", 0.0), sample(mn.PCIE_REPLAYS_INCREASE, 0), covered]
+    assert interconnect.unchecked(samples) == ["ib-link-flapping"]
+    assert interconnect.detect(samples, SETTINGS) == []

@@ -191,7 +191,7 @@ def build_guard(
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
-                metrics=read(_health_plan(guard_settings.fleet)),
+                metrics=read(health_plan.HealthQueryPlan.for_settings(guard_settings.fleet)),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
             ),
@@ -296,20 +296,10 @@ def closed_on_exit(source: _Closable, closing: ExitStack) -> _Closable:
     return source
 
 
-def _health_plan(fleet: settings_model.FleetHealthSettings) -> health_plan.HealthQueryPlan:
-    return health_plan.HealthQueryPlan(fleet.window, fleet.persistence_window)
-
-
 def _gpu_windows(
     url: str, guard_settings: settings_model.GuardSettings, closing: ExitStack
 ) -> gpu_metrics.GpuMetricsSource:
-    phantom = guard_settings.phantom
-    plan = gpu_metrics.GpuQueryPlan(
-        window=phantom.hold,
-        signature_lookback=phantom.age_lookback,
-        util_min_pct=phantom.util_min_pct,
-        fb_used_max_mib=phantom.fb_used_max_mib,
-    )
+    plan = gpu_metrics.GpuQueryPlan.for_settings(guard_settings.phantom)
     return closed_on_exit(
         gpu_metrics.GpuMetricsSource(url, plan, **_prometheus_options(guard_settings)), closing
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuguard.agent import topology as agent_topology
 from gpuguard.catalog import gpu_models
-from gpuguard.model import decisions, ports
+from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import gang, interconnect, phantom, topology
 from gpuguard.sim import fleet_view, prometheus_view, state, world
@@ -31,17 +31,23 @@ def phantom_findings(
     settings: settings_model.PhantomSettings,
     at: datetime,
 ) -> list[dict[str, Any]]:
-    """The phantom GPUs at ``at`` as ``{"kind", "node", "gpu", ...}`` dicts."""
-    samples = view.gpu_window_samples(
-        at,
-        settings.hold,
-        signature_lookback=settings.age_lookback,
-        util_min_pct=settings.util_min_pct,
-        fb_used_max_mib=settings.fb_used_max_mib,
-    )
+    """The phantom GPUs at ``at`` as ``{"kind", "node", "gpu", ...}`` dicts, from the world's
+    answer to the guard's phantom plan."""
+    samples = gpu_plan_samples(view, at, gpu_metrics.GpuQueryPlan.for_settings(settings))
     windows = gpu_metrics.windows_from_samples(samples)
     decision = phantom.decide(windows, settings, gpu_models.load_table(), at)
     return [as_dict(p) for p in decision.phantoms]
+
+
+def gpu_plan_samples(
+    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan
+) -> tuple[fleet.MetricSample, ...]:
+    """The world's answer to the GPU window ``plan`` at ``at``."""
+    return view.gpu_window_samples(
+        at, plan.window, signature_lookback=plan.signature_lookback,
+        util_min_pct=plan.util_min_pct, fb_used_max_mib=plan.fb_used_max_mib,
+        sm_active_min=plan.sm_active_min, scoped=plan.scoped,
+    )  # fmt: skip
 
 
 def as_dict(p: phantom.PhantomGpu) -> dict[str, Any]:
@@ -61,6 +67,15 @@ def as_dict(p: phantom.PhantomGpu) -> dict[str, Any]:
 # ---- scheduling and interconnect health (docs/fleet-health.md) -------------------------------
 
 
+def plan_samples(
+    played: world.World, at: datetime, plan: fleet_health.HealthQueryPlan
+) -> tuple[fleet.MetricSample, ...]:
+    """The world's answer to the fleet-health ``plan`` at ``at``."""
+    filters = fleet_view.Filters(plan.throttle_reasons, plan.throttle_min_fraction,
+                                 plan.nvlink_errors_min, plan.pcie_replays_min, plan.scoped)
+    return fleet_view.health_samples(played, at, plan.window, plan.long_window, filters)
+
+
 def fleet_health_findings(
     played: world.World, settings: settings_model.FleetHealthSettings, at: datetime
 ) -> list[dict[str, Any]]:
@@ -70,7 +85,7 @@ def fleet_health_findings(
     world's answer to the fleet-health plan."""
     pods = [gang_pods.workload_pod(obj) for obj in played.store.list("Pod")]
     found = [_gang_dict(d) for d in gang.detect(pods, at, grace=settings.gang_grace)]
-    samples = fleet_view.health_samples(played, at, settings.window, settings.persistence_window)
+    samples = plan_samples(played, at, fleet_health.HealthQueryPlan.for_settings(settings))
     topologies = {}
     for node in played.nodes:
         if not all(g.on_bus for g in node.gpus):

@@ -18,16 +18,17 @@ stamped are in wall time, so a query's instant is taken to the scenario's time (
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
+from gpuguard.demo import findings
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, series
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import fleet_view, live, prometheus_api, prometheus_view, return_view, world
+from gpuguard.sim import live, prometheus_api, prometheus_view, return_view, world
 from gpuguard.sources import (
     fleet_health,
     gpu_metrics,
@@ -53,6 +54,8 @@ class EmulatedPrometheus:
     routes: dict[str, tuple[Family, str]]
     speed: float
     lock: threading.Lock
+    # plans asked of some nodes (their queries for those nodes) and the family answering them
+    node_plans: Sequence[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = ()
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -79,15 +82,19 @@ class EmulatedPrometheus:
                 for s in samples if s.name == name]
 
     def _scoped_route(self, query: str) -> tuple[Family, str] | None:
-        """A return-facts or GPU-pods query scoped to some nodes by a node label matcher: the
-        fleet-wide query's answer, of those nodes only (what Prometheus answers to the
-        matcher)."""
+        """A return-facts, GPU-pods or phantom query scoped to some nodes by a node label
+        matcher: the fleet-wide query's answer, of those nodes only (what Prometheus answers
+        to the matcher)."""
         nodes = node_scope.scope_of(query)
         if nodes is None:
             return None
         if query == gpu_pods.GpuPodsPlan(nodes).queries()[names.DCGM_GPU_PODS]:
             pods = self.view.pods_on_clean_gpus
             return partial(_of_nodes, pods, frozenset(nodes)), names.DCGM_GPU_PODS
+        for queries_of, family in self.node_plans:
+            name = next((n for n, text in queries_of(nodes).items() if text == query), None)
+            if name is not None:
+                return partial(_of_nodes, family, frozenset(nodes)), name
         scoped = return_facts.ReturnFactsPlan(nodes=nodes).queries()
         fleet_wide = return_facts.ReturnFactsPlan().queries()
         name = next((n for n, text in scoped.items() if text == query), None)
@@ -127,23 +134,13 @@ def answers(
     iso, phantom = settings.isolation, settings.phantom
     view = prometheus_view.WorldPrometheus(played, iso.hold_window, iso.xid_lookback)
     facts = return_view.WorldReturnFacts(played)
-    gpu_plan = gpu_metrics.GpuQueryPlan(
-        window=phantom.hold,
-        signature_lookback=phantom.age_lookback,
-        util_min_pct=phantom.util_min_pct,
-        fb_used_max_mib=phantom.fb_used_max_mib,
-    )
+    gpu_plan = gpu_metrics.GpuQueryPlan.for_settings(phantom)
+    gpu_windows = partial(findings.gpu_plan_samples, view, plan=gpu_plan)
 
-    def gpu_windows(at: datetime) -> tuple[fleet.MetricSample, ...]:
-        return view.gpu_window_samples(
-            at, gpu_plan.window, signature_lookback=gpu_plan.signature_lookback,
-            util_min_pct=gpu_plan.util_min_pct, fb_used_max_mib=gpu_plan.fb_used_max_mib,
-        )
-
-    health = fleet_health.HealthQueryPlan(settings.fleet.window, settings.fleet.persistence_window)
+    health = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
 
     def health_samples(at: datetime) -> tuple[fleet.MetricSample, ...]:
-        return fleet_view.health_samples(played, at, health.window, health.long_window)
+        return findings.plan_samples(played, at, health)
 
     plans: list[tuple[dict[str, str], Family]] = [
         (prometheus.QueryPlan(iso.hold_window, iso.xid_lookback).queries(), view.samples),
@@ -155,7 +152,8 @@ def answers(
     for queries, family in plans:
         for name, query in queries.items():
             routes.setdefault(query, (family, name))
-    return EmulatedPrometheus(played, view, routes, speed, lock), view
+    node_plans = [(gpu_plan.node_queries, gpu_windows)]
+    return EmulatedPrometheus(played, view, routes, speed, lock, node_plans), view
 
 
 

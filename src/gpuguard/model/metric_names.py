@@ -120,6 +120,8 @@ GPU_SEEN_AT_WINDOW_START = "gpu seen at window start"  # DCGM_FI_DEV_GPU_UTIL of
 NODE_GPU_PODS_MAX = "node gpu pods max"  # most GPUs held by live pods on a node in the window
 PHANTOM_SIGNATURE_MINUTES = "phantom signature minutes"  # util >= 95 and FB < 100, 1-min steps
 GPU_PROCESSES_MAX = "gpu processes max"  # most processes the agent saw on a GPU in the window
+# per node with a GPU that may be phantom: busy over the window on a series without a workload pod
+PHANTOM_CANDIDATE_NODES = "phantom candidate nodes"
 
 
 def ksm_annotation_label(key: str) -> str:
@@ -184,6 +186,12 @@ SHORT, LONG = "short", "long"  # the finding window and the persistence window
 def windowed(what: str, window: str) -> str:
     """The sample name of a derived interconnect series over the ``short``/``long`` window."""
     return f"{what} {window}"
+
+
+def coverage(what: str) -> str:
+    """The sample name of how many series a derived interconnect series had in the short
+    window before the plan filtered it to the values a finding needs: collected at all."""
+    return f"{what} coverage"
 GPU_POD_MAPPING = "gpu pod mapping"  # per GPU: dcgm-exporter's series with its pod labels
 FLEET_FINDING = "gpuguard_fleet_health_finding"  # 1 per {kind, node, gpu} finding standing now
 NODE_PERSISTENTLY_UNHEALTHY = "gpuguard_node_persistently_unhealthy"  # 1 per node, persistent

@@ -74,14 +74,17 @@ def detect(samples: Iterable[fleet.MetricSample], settings: Settings) -> list[de
 
 
 def unchecked(samples: Iterable[fleet.MetricSample]) -> list[str]:
-    """The kinds no series was found for: not checked (the exporter does not collect them)."""
+    """The kinds no series was found for: not checked (the exporter does not collect them).
+    A kind is collected when its short-window series are there, or, where the plan asked only
+    for the values a finding needs, when its coverage count is (Prometheus answers no count of
+    no series)."""
     present = {s.name for s in samples}
     wanted = {
         THROTTLED: names.THROTTLE_FRACTION, NVLINK: names.NVLINK_ERRORS_INCREASE,
         PCIE: names.PCIE_REPLAYS_INCREASE, IB_FLAPPING: names.IB_ERRORS_INCREASE,
     }  # fmt: skip
     return [kind for kind, what in wanted.items()
-            if names.windowed(what, names.SHORT) not in present]  # fmt: skip
+            if not {names.windowed(what, names.SHORT), names.coverage(what)} & present]  # fmt: skip
 
 
 def persistent(samples: Iterable[fleet.MetricSample], settings: Settings) -> list[NodeHealth]:

@@ -40,13 +40,18 @@ def dcgm_health_families(node: state.SimNode, now: datetime) -> list[exposition.
 
 def render_node_exporter(node: state.SimNode, now: datetime) -> str:
     """``node``'s node-exporter /metrics body: its InfiniBand port counters only."""
+    return exposition.to_text(node_exporter_families(node, now))
+
+
+def node_exporter_families(node: state.SimNode, now: datetime) -> list[exposition.Family]:
+    """``node``'s node-exporter families: its InfiniBand port counters only."""
     families = []
     for counter, metric in fleet_view.IB_COUNTERS.items():
         samples = []
-        for port in fleet_view.ib_ports(node):
+        for port in fleet_view.ib_ports(node, now):
             device, number = port.split("/")
             value = fleet_view.link_downed(node, port, now) if counter == "link_downed" else 0.0
             samples.append(exposition.Sample((("device", device), ("port", number)), value))
         families.append(exposition.Family(
             metric, "counter", f"InfiniBand port {counter} counter.", tuple(samples)))
-    return exposition.to_text(families)
+    return families

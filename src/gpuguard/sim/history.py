@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO, TypeAlias
 
-from gpuguard.sim import exporters, metrics_server, state, store
+from gpuguard.sim import exporters, fleet_exporters, metrics_server, state, store
 
 UP = "up"
 _Points: TypeAlias = "tuple[array[float], array[float]]"  # timestamps (s), values
@@ -36,8 +36,9 @@ class HistoryRecorder:
     (a 12-day, 16-GPU scenario at 15 s is ~34 M samples and an ~8.7 GiB file).
     """
 
-    def __init__(self, *, interval: timedelta = timedelta(0)) -> None:
+    def __init__(self, *, interval: timedelta = timedelta(0), fleet_health: bool = False) -> None:
         self._interval = interval
+        self._fleet_health = fleet_health  # also what the live endpoints add (fleet_exporters)
         self._meta: dict[str, tuple[str, str]] = {UP: ("gauge", "")}  # name -> (kind, help)
         self._series: dict[str, dict[exporters.Labels, _Points]] = {}
         self._last: datetime | None = None
@@ -74,11 +75,18 @@ class HistoryRecorder:
 
     def _scrape_dcgm(self, node: state.SimNode, objects: store.ObjectStore, now: datetime) -> None:
         target = metrics_server.target_labels(metrics_server.DCGM_JOB, node.name)
-        if not exporters.exporter_up(node, now):
+        node_target = metrics_server.target_labels(metrics_server.NODE_JOB, node.name)
+        up = exporters.exporter_up(node, now)  # both endpoints answer 503 while it is down
+        if self._fleet_health:
+            ib = fleet_exporters.node_exporter_families(node, now) if up else []
+            self.add(ib, node_target, now, up=up)
+        if not up:
             self.add([], target, now, up=False)
             return
         pods = exporters.pods_by_gpu(node, objects, now)
         families = exporters.dcgm_families(node, pods, now, xid_count_metric=node.xid_count_metric)
+        if self._fleet_health:
+            families += fleet_exporters.dcgm_health_families(node, now)
         self.add(families, target, now, up=True)
 
     def add(

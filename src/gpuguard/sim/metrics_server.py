@@ -82,6 +82,10 @@ def target_labels(job: str, node: str | None = None) -> dict[str, str]:
         if node is None:
             raise ValueError("a dcgm-exporter target needs its node")
         return {"job": DCGM_JOB, "instance": dcgm_instance(node)}
+    if job == NODE_JOB:
+        if node is None:
+            raise ValueError("a node-exporter target needs its node")
+        return {"job": NODE_JOB, "instance": f"{node}:{NODE_PORT}"}
     return {"job": KSM_JOB, "instance": KSM_INSTANCE}
 
 

@@ -170,18 +170,26 @@ class WorldPrometheus:
         signature_lookback: timedelta,
         util_min_pct: float,
         fb_used_max_mib: float,
+        sm_active_min: float = 0.0,
+        scoped: bool = False,
     ) -> tuple[fleet.MetricSample, ...]:
         """The named samples of ``sources.gpu_metrics.GpuQueryPlan`` at ``at``: min/max/avg
         over the window's scrapes and the last value of each GPU field, the GPUs seen at the
         window's start, the node GPU pods held in the window and the phantom signature's
-        minutes in the lookback."""
+        minutes in the lookback. ``scoped``: the plan's candidate nodes (a series without a
+        pod busy over the window), and the per-GPU samples of those nodes only."""
         scrapes = self._scrapes(at, window)
         if not scrapes:
             return ()
         out: list[fleet.MetricSample] = []
+        candidates = self._candidates(scrapes, at, util_min_pct, sm_active_min)
+        if scoped:
+            out += candidates.values()
         for (metric, labels), series in self._gpu_series.items():
             if metric == names.NODE_GPU_PODS_MAX:
                 out += self._pods_max(series, dict(labels), at, window)
+                continue
+            if scoped and series_labels.node_of(dict(labels)) not in candidates:
                 continue
             values = [v for t in scrapes if (v := series.at(t)) is not None]
             out += _window_stats(metric, dict(labels), values, series.at(scrapes[-1]), at)
@@ -191,6 +199,27 @@ class WorldPrometheus:
                 out.append(fleet.MetricSample(name, dict(labels), seen, at))
         signature = (signature_lookback, util_min_pct, fb_used_max_mib)
         return tuple(out + self._signature_minutes(at, *signature))
+
+    def _candidates(
+        self, scrapes: list[datetime], at: datetime, util_min: float, active_min: float
+    ) -> dict[str, fleet.MetricSample]:
+        """Node -> its ``PHANTOM_CANDIDATE_NODES`` sample: a util series without a pod at or
+        over ``util_min`` at every scrape of the window, or an SM or graphics engine activity
+        series over ``active_min``; labelled with the node label(s) its series carry."""
+        busy = {names.DCGM_GPU_UTIL: lambda v: v >= util_min,
+                names.DCGM_SM_ACTIVE: lambda v: v > active_min,
+                names.DCGM_GR_ENGINE_ACTIVE: lambda v: v > active_min}  # fmt: skip
+        out: dict[str, fleet.MetricSample] = {}
+        for (metric, labels), series in self._gpu_series.items():
+            test, found = busy.get(metric), dict(labels)
+            node = series_labels.node_of(found)
+            if test is None or found.get("pod") or node is None:
+                continue
+            values = [v for t in scrapes if (v := series.at(t)) is not None]
+            if values and test(min(values)):
+                keys = {k: v for k, v in found.items() if k in series_labels.NODE_LABELS}
+                out[node] = fleet.MetricSample(names.PHANTOM_CANDIDATE_NODES, keys, 1.0, at)
+        return out
 
     def _pods_max(
         self, series: _Series, labels: dict[str, str], at: datetime, window: timedelta

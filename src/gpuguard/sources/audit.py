@@ -189,7 +189,7 @@ def health_samples(
 ) -> tuple[fleet.MetricSample, ...]:
     """The fleet-health plan's samples at ``at``, read as the controller reads them (stale or
     partial answers refused: ``SourceError``)."""
-    plan = fleet_health.HealthQueryPlan(settings.fleet.window, settings.fleet.persistence_window)
+    plan = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
     source = prometheus.PrometheusSource(url, plan, timeout_s=timeout_s,
                                          staleness=settings.prometheus.staleness)
     try:

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
+from gpuguard.model import settings as settings_model
 from gpuguard.sources import gpu_metrics, prometheus
 
 REASONS = f"({names.DCGM_CLOCKS_EVENT_REASONS} or {names.DCGM_CLOCK_THROTTLE_REASONS})"
@@ -29,6 +30,15 @@ NVLINK_COUNTERS = {
     "replay": names.DCGM_NVLINK_REPLAY,
     "recovery": names.DCGM_NVLINK_RECOVERY,
 }
+# dcgm-exporter's series of the GPUs a workload pod holds (``gpu_metrics.pod_of``: its pod in
+# ``exported_pod`` behind a ServiceMonitor without honorLabels, else in ``pod`` unless that is
+# the exporter's own), with the labels ``pod_gpus`` reads.
+WORKLOAD_GPUS = (
+    "group by (node, Hostname, hostname, gpu, namespace, pod, exported_namespace, exported_pod)"
+    f' ({names.DCGM_GPU_UTIL}{{exported_pod!=""}}'
+    f' or {names.DCGM_GPU_UTIL}{{exported_pod="", pod!="",'
+    f' pod!~".*{gpu_metrics.EXPORTER_POD.pattern}.*"}})'
+)
 IB_COUNTERS = {
     "link_downed": names.IB_LINK_DOWNED,
     "link_error_recovery": names.IB_LINK_ERROR_RECOVERY,
@@ -39,44 +49,106 @@ IB_COUNTERS = {
 
 @dataclass(frozen=True, slots=True)
 class HealthQueryPlan:
-    """The queries of one evaluation, by the sample name they are stored under."""
+    """The queries of one evaluation, by the sample name they are stored under.
+
+    Built with the findings' thresholds (``for_settings``), the plan asks Prometheus only for
+    what can make a finding (docs/fleet-health.md#what-the-guard-asks-prometheus): the counted
+    clock-event reasons at or over ``throttle_min_fraction``, every NVLink counter of a GPU with
+    one that grew, PCIe replays at or over ``pcie_replays_min``, every counter of an InfiniBand
+    port that went down, the pod mapping of GPUs a workload holds — so a healthy fleet's answers
+    are almost empty. What was filtered is not lost as "not collected": for each kind a
+    ``metric_names.coverage`` count says how many series the exporter had before the filter
+    (none: ``policy.interconnect.unchecked``). A threshold of 0 makes every series a finding,
+    so it filters nothing. The defaults ask for every series (no threshold known)."""
 
     window: timedelta = timedelta(minutes=15)
     long_window: timedelta = timedelta(hours=6)
     step: timedelta = timedelta(minutes=1)
+    throttle_reasons: frozenset[str] = frozenset(names.CLOCK_EVENT_REASON_BITS)
+    throttle_min_fraction: float = 0.0
+    nvlink_errors_min: float = 0.0
+    pcie_replays_min: float = 0.0
+    scoped: bool = False  # filters the IB counters and the pod mapping too
+
+    @classmethod
+    def for_settings(cls, fleet_settings: settings_model.FleetHealthSettings) -> HealthQueryPlan:
+        """The guard's plan: its windows, and only what its thresholds can find."""
+        return cls(
+            fleet_settings.window,
+            fleet_settings.persistence_window,
+            throttle_reasons=fleet_settings.throttle_reasons,
+            throttle_min_fraction=fleet_settings.throttle_min_fraction,
+            nvlink_errors_min=fleet_settings.nvlink_errors_min,
+            pcie_replays_min=fleet_settings.pcie_replays_min,
+            scoped=True,
+        )
 
     def queries(self) -> dict[str, str]:
-        short, long = _duration(self.window), _duration(self.long_window)
-        step = _duration(self.step)
+        # the counters' ranges too: on the scrape grid, [900s] reads one sample more on 2.x
+        short, long = subquery.promql_range(self.window), subquery.promql_range(self.long_window)
+        short_range, step = short, _duration(self.step)
+        nvlink = _labelled_increases(NVLINK_COUNTERS, short)
+        pcie = f"increase({names.DCGM_PCIE_REPLAY}[{short}])"
+        ib = _labelled_increases(IB_COUNTERS, short)
+        ib_long = _labelled_increases({"link_downed": names.IB_LINK_DOWNED}, long)
         return {
             names.windowed(names.THROTTLE_FRACTION, names.SHORT):
-                throttle_query(subquery.promql_range(self.window), step),
+                self.throttle_query(short_range, step),
             names.windowed(names.THROTTLE_FRACTION, names.LONG):
-                throttle_query(subquery.promql_range(self.long_window), step),
+                self.throttle_query(subquery.promql_range(self.long_window), step),
             names.windowed(names.NVLINK_ERRORS_INCREASE, names.SHORT):
-                _labelled_increases(NVLINK_COUNTERS, short),
+                _grown(nvlink, nvlink) if self.nvlink_errors_min > 0 else nvlink,
             names.windowed(names.PCIE_REPLAYS_INCREASE, names.SHORT):
-                f"increase({names.DCGM_PCIE_REPLAY}[{short}])",
+                _at_least(pcie, self.pcie_replays_min),
             names.windowed(names.IB_ERRORS_INCREASE, names.SHORT):
-                _labelled_increases(IB_COUNTERS, short),
+                _grown(ib, f"increase({names.IB_LINK_DOWNED}[{short}])") if self.scoped else ib,
             names.windowed(names.IB_ERRORS_INCREASE, names.LONG):
-                _labelled_increases({"link_downed": names.IB_LINK_DOWNED}, long),
+                f"({ib_long}) > 0" if self.scoped else ib_long,
             names.GPU_NVLINK_PEER: f"max by (node, gpu, peer, link) ({names.GPU_NVLINK_PEER})",
             names.GPU_NUMA_NODE: f"max by (node, gpu, numa) ({names.GPU_NUMA_NODE})",
-            names.GPU_POD_MAPPING: names.DCGM_GPU_UTIL,
-        } | prometheus.freshness_queries()  # fmt: skip
+            names.GPU_POD_MAPPING: WORKLOAD_GPUS if self.scoped else names.DCGM_GPU_UTIL,
+        } | self._coverage(short_range, step, nvlink, pcie, ib) | (
+            prometheus.freshness_queries()
+        )  # fmt: skip
+
+    def throttle_query(self, window: str, step: str) -> str:
+        """Per GPU and counted clock-event reason, the share of ``window`` the reason's bit was
+        set, where it reaches ``throttle_min_fraction``; the caller passes
+        ``subquery.promql_range`` so Prometheus 2.x and 3.x evaluate the same steps, those in
+        ``[t - window, t]``."""
+        bits = {reason: bit for reason, bit in names.CLOCK_EVENT_REASON_BITS.items()
+                if reason in self.throttle_reasons} or names.CLOCK_EVENT_REASON_BITS  # fmt: skip
+        parts = []
+        for reason, bit in bits.items():
+            share = f"avg_over_time((floor({REASONS} / {bit}) % 2)[{window}:{step}])"
+            kept = _at_least(share, self.throttle_min_fraction)
+            parts.append(f'label_replace({kept}, "reason", "{reason}", "", "")')
+        return " or ".join(parts)
+
+    def _coverage(
+        self, short_range: str, step: str, nvlink: str, pcie: str, ib: str
+    ) -> dict[str, str]:
+        """How many series each kind had before its filter (unscoped: its series say it)."""
+        if not self.scoped:
+            return {}
+        return {
+            names.coverage(names.THROTTLE_FRACTION):
+                f"count(last_over_time({REASONS}[{short_range}:{step}]))",
+            names.coverage(names.NVLINK_ERRORS_INCREASE): f"count({nvlink})",
+            names.coverage(names.PCIE_REPLAYS_INCREASE): f"count({pcie})",
+            names.coverage(names.IB_ERRORS_INCREASE): f"count({ib})",
+        }  # fmt: skip
 
 
-def throttle_query(window: str, step: str) -> str:
-    """Per GPU and clock-event reason, the share of ``window`` the reason's bit was set; the
-    caller passes ``subquery.promql_range`` so Prometheus 2.x and 3.x evaluate the same steps,
-    those in ``[t - window, t]``."""
-    parts = (
-        f'label_replace(avg_over_time((floor({REASONS} / {bit}) % 2)[{window}:{step}]), '
-        f'"reason", "{reason}", "", "")'
-        for reason, bit in names.CLOCK_EVENT_REASON_BITS.items()
-    )
-    return " or ".join(parts)
+def _at_least(query: str, minimum: float) -> str:
+    """``query`` where its value reaches ``minimum`` (a minimum of 0 or less keeps all)."""
+    return f"({query}) >= {minimum!r}" if minimum > 0 else query
+
+
+def _grown(query: str, signal: str) -> str:
+    """Every series of ``query`` (its ``counter`` label aside) whose ``signal`` grew: all the
+    counters of a GPU or port with one that did, for the finding's evidence."""
+    return f"({query}) and ignoring (counter) (({signal}) > 0)"
 
 
 def _labelled_increases(counters: dict[str, str], window: str) -> str:

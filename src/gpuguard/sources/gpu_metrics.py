@@ -8,7 +8,9 @@ node in the window (kube-state-metrics, the alert rules' join), the minutes the 
 phantom signature held in a longer lookback, and the most processes the gpuguard agent saw on
 each GPU in the window (``gpuguard_gpu_processes``; absent where no agent runs: "not
 collected", never zero). A constant number of instant queries, whatever the fleet size,
-evaluated at one instant (``time=``), so ``--at`` reads history as it was.
+evaluated at one instant (``time=``), so ``--at`` reads history as it was; the guard's plan
+(``GpuQueryPlan.for_settings``) asks the per-GPU ones only of the nodes a candidate query
+names, in batches of node matchers, so its answers grow with candidates, not the fleet.
 
 Answers are parsed and validated by ``sources.prometheus.parse_answer``; a bad answer or no
 dcgm-exporter data newer than the staleness bound is a ``SourceError`` (fail closed).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from statistics import fmean
@@ -32,7 +34,8 @@ import httpx
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
-from gpuguard.sources import prometheus
+from gpuguard.model import settings as settings_model
+from gpuguard.sources import node_scope, prometheus
 
 METRICS = names.GPU_TELEMETRY
 FRESHNESS = names.FRESHNESS_DCGM
@@ -51,33 +54,53 @@ ACTIVE_GPU_PODS = (
 NODE_GPU_PODS = (
     f"({ACTIVE_GPU_PODS}) or (0 * max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}}))"
 )
+# Candidate nodes asked in more batches than this (about 100 nodes each) are asked as the whole
+# fleet, once, and kept: a fleet without dcgm's pod mapping has every busy node a candidate,
+# and ~42 queries a batch would outgrow the whole fleet's 42.
+MOST_BATCHES = 8
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
 
 
 @dataclass(frozen=True, slots=True)
 class GpuQueryPlan:
-    """The queries for one evaluation, by the sample name they are stored under."""
+    """The queries for one evaluation, by the sample name they are stored under.
+
+    Unscoped (what ``gpuguard utilization`` reads), every GPU's window. Scoped (the guard's
+    phantom check, ``for_settings``), the per-GPU queries are asked only of the nodes with a GPU
+    that may be phantom (``node_queries``): a series without a workload pod (``pod_of``) that
+    stayed busy over the window — min util >= ``util_min_pct``, or min SM or graphics engine
+    active > ``sm_active_min`` — which every phantom GPU has (``policy.phantom``: busy, no pod).
+    A node's every GPU is asked, so the policy counts its labelled GPUs as before; a healthy
+    fleet's answer is almost empty (docs/design.md#phantom-utilization)."""
 
     window: timedelta
     signature_lookback: timedelta = timedelta(hours=24)
     util_min_pct: float = 95.0
     fb_used_max_mib: float = 100.0
     step: timedelta = timedelta(seconds=30)
+    sm_active_min: float = 0.0
+    scoped: bool = False
+
+    @classmethod
+    def for_settings(cls, phantom: settings_model.PhantomSettings) -> GpuQueryPlan:
+        """The guard's plan: the phantom settings' window and thresholds, scoped."""
+        return cls(
+            window=phantom.hold,
+            signature_lookback=phantom.age_lookback,
+            util_min_pct=phantom.util_min_pct,
+            fb_used_max_mib=phantom.fb_used_max_mib,
+            sm_active_min=phantom.sm_active_min,
+            scoped=True,
+        )
 
     def queries(self) -> dict[str, str]:
-        w, r = prometheus.promql_duration(self.window), subquery.promql_range(self.window)
-        plan = {
-            names.window_stat(metric, stat): _stat_query(metric, stat, r)
-            for metric in METRICS
-            for stat in names.WINDOW_STATS
-        }
+        """Unscoped, every query; scoped, the fleet-wide ones (candidates first)."""
         signature = (
             f"{names.DCGM_GPU_UTIL} >= {self.util_min_pct:g}"
             f" and {names.DCGM_FB_USED} < {self.fb_used_max_mib:g}"
         )
-        return plan | {
-            names.GPU_SEEN_AT_WINDOW_START: f"{names.DCGM_GPU_UTIL} offset {w}",
+        fleet_wide = {
             names.NODE_GPU_PODS_MAX: (
                 f"max_over_time(({NODE_GPU_PODS})"
                 f"[{subquery.promql_range(self.window)}:{prometheus.promql_duration(self.step)}])"
@@ -86,16 +109,49 @@ class GpuQueryPlan:
                 f"count_over_time(({signature})"
                 f"[{subquery.promql_range(self.signature_lookback)}:1m])"
             ),
-            names.GPU_PROCESSES_MAX: (
-                f"max by (node, uuid) (max_over_time({names.GPU_PROCESSES}[{r}]))"
-            ),
             FRESHNESS: prometheus.freshness_queries()[FRESHNESS],
         }
+        if self.scoped:
+            return {names.PHANTOM_CANDIDATE_NODES: self._candidates()} | fleet_wide
+        return self.node_queries(None) | fleet_wide
+
+    def node_queries(self, nodes: Sequence[str] | None) -> dict[str, str]:
+        """The per-GPU queries, of the GPUs of ``nodes`` only (any node label); None: all."""
+        if nodes is None:
+            return self._per_gpu(lambda metric, around: around.format(metric))
+        return self._per_gpu(lambda metric, around: node_scope.selector(metric, nodes, around))
+
+    def _per_gpu(self, select: Callable[[str, str], str]) -> dict[str, str]:
+        w, r = prometheus.promql_duration(self.window), subquery.promql_range(self.window)
+        plan = {
+            names.window_stat(metric, stat): select(metric, _stat_around(stat, r))
+            for metric in METRICS
+            for stat in names.WINDOW_STATS
+        }
+        return plan | {
+            names.GPU_SEEN_AT_WINDOW_START: select(names.DCGM_GPU_UTIL, f"{{}} offset {w}"),
+            names.GPU_PROCESSES_MAX: (
+                f"max by (node, uuid) ({select(names.GPU_PROCESSES, f'max_over_time({{}}[{r}])')})"
+            ),
+        }
+
+    def _candidates(self) -> str:
+        """The nodes with a series of util, SM or graphics engine activity, without a workload
+        pod (neither ``exported_pod`` nor a ``pod`` other than the exporter's own), busy over
+        the whole window; labels: the node's, as each exporter names it."""
+        r = subquery.promql_range(self.window)
+        busy = {names.DCGM_GPU_UTIL: f">= {self.util_min_pct!r}",
+                names.DCGM_SM_ACTIVE: f"> {self.sm_active_min!r}",
+                names.DCGM_GR_ENGINE_ACTIVE: f"> {self.sm_active_min!r}"}  # fmt: skip
+        unlabelled = ('exported_pod="", pod=""',
+                      f'exported_pod="", pod=~".*{EXPORTER_POD.pattern}.*"')  # fmt: skip
+        terms = (f"min_over_time({metric}{{{matchers}}}[{r}]) {test}"
+                 for metric, test in busy.items() for matchers in unlabelled)  # fmt: skip
+        return f"group by ({', '.join(series.NODE_LABELS)}) ({' or '.join(terms)})"
 
 
-def _stat_query(metric: str, stat: str, window: str) -> str:
-    return metric if stat == "last" else f"{stat}_over_time({metric}[{window}])"
-
+def _stat_around(stat: str, window: str) -> str:
+    return "{}" if stat == "last" else f"{stat}_over_time({{}}[{window}])"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +174,12 @@ class GpuMetricsSource:
         staleness: timedelta = timedelta(minutes=2),
         client: httpx.Client | None = None,
         timeout_s: float = 10.0,
+        max_regex_chars: int = node_scope.MATCHER_CHARS,
+        most_batches: int = MOST_BATCHES,
     ) -> None:
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._plan = plan
+        self._max_chars, self._most_batches = max_regex_chars, most_batches
         self._staleness = staleness
         self._client = client or httpx.Client(timeout=timeout_s)
         self.queries_issued = 0
@@ -147,6 +206,8 @@ class GpuMetricsSource:
         """Every planned series at instant ``at``; SourceError when any answer is bad or
         dcgm-exporter's newest sample is older than the staleness bound."""
         collected = [s for name, q in self._plan.queries().items() for s in self._ask(name, q, at)]
+        if self._plan.scoped:
+            collected += self._of_candidates(collected, at)
         stamps = [s.value for s in collected if s.name == FRESHNESS]
         if not stamps:
             raise SourceError("Prometheus has no dcgm-exporter series: refusing to report")
@@ -156,6 +217,24 @@ class GpuMetricsSource:
                 f"dcgm-exporter: newest sample is {age} old (bound {self._staleness})"
             )
         return tuple(s for s in collected if s.name != FRESHNESS)
+
+    def _of_candidates(
+        self, fleet_wide: list[fleet.MetricSample], at: datetime
+    ) -> list[fleet.MetricSample]:
+        """The per-GPU series of the candidate nodes, in batches that keep each URL short;
+        past ``most_batches``, once of the whole fleet and kept of those nodes."""
+        nodes = {node for s in fleet_wide if s.name == names.PHANTOM_CANDIDATE_NODES
+                 if (node := series.node_of(s.labels))}  # fmt: skip
+        batches: list[tuple[str, ...] | None] = list(node_scope.batches(nodes, self._max_chars))
+        if len(batches) > self._most_batches:
+            batches = [None]
+        return [
+            s
+            for batch in batches
+            for name, q in self._plan.node_queries(batch).items()
+            for s in self._ask(name, q, at)
+            if batch is not None or series.node_of(s.labels) in nodes
+        ]
 
     def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
