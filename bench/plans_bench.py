@@ -39,10 +39,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from multiprocessing.connection import Connection
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
@@ -51,7 +49,6 @@ from gpuguard.controller import fleet_health, phantom_watch
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model import workloads
-from gpuguard.sim import metrics_server
 from gpuguard.sources import fleet_health as health_source
 from gpuguard.sources import gpu_metrics, prometheus
 from tick_bench import BenchError
@@ -125,6 +122,10 @@ class HealthyFleet:
             ]
         self._lock = threading.Lock()
         self.queries = self.series = self.bytes = 0
+
+    def counters(self) -> dict[str, int]:
+        """What was asked and answered so far (``/bench/counters``)."""
+        return {"queries": self.queries, "series": self.series, "bytes": self.bytes}
 
     def _gpus(self, extra: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
         for i in range(self._n):
@@ -241,32 +242,12 @@ class HealthyFleet:
         return 200, encoded
 
 
-def _handler(fleet_: HealthyFleet) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            params = dict(parse_qsl(url.query))
-            if url.path == "/bench/counters":
-                counts = {"queries": fleet_.queries, "series": fleet_.series,
-                          "bytes": fleet_.bytes}  # fmt: skip
-                metrics_server.reply(self, 200, "application/json", json.dumps(counts).encode())
-                return
-            if url.path != "/api/v1/query":
-                metrics_server.reply(self, 404, "text/plain", b"not found")
-                return
-            status, body = fleet_.answer(params.get("query", ""), float(params["time"]))
-            metrics_server.reply(self, status, "application/json", body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet."""
-
-    return Handler
-
-
 def serve(n: int, plan: Mapping[str, str], conn: Connection) -> None:
     """The stand-in, in its own process: sends its port (or the BenchError), serves until told."""
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(HealthyFleet(n, plan)))
+        fleet_ = HealthyFleet(n, plan)
+        handler = tick_bench.prometheus_handler(fleet_, fleet_.counters)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     except BenchError as e:
         conn.send(e)
         return

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
@@ -443,11 +443,25 @@ def _series_head(labels: Mapping[str, str]) -> str:
     return f'{{"metric":{json.dumps(labels, separators=(",", ":"))},"value":['
 
 
-def _prometheus_handler(fleet_: HealthyFleet) -> type[BaseHTTPRequestHandler]:
+class Answers(Protocol):
+    """A Prometheus stand-in's instant-query answers (this bench's and plans_bench's)."""
+
+    def answer(self, query: str, at: float) -> tuple[int, bytes]: ...
+
+
+def prometheus_handler(
+    fleet_: Answers, counters: Callable[[], Mapping[str, int]] | None = None
+) -> type[BaseHTTPRequestHandler]:
+    """``/api/v1/query`` answered by ``fleet_``; ``/bench/counters`` by ``counters`` (JSON)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             params = dict(parse_qsl(url.query))
+            if url.path == "/bench/counters" and counters is not None:
+                body = json.dumps(counters()).encode()
+                metrics_server.reply(self, 200, "application/json", body)
+                return
             if url.path != "/api/v1/query":
                 metrics_server.reply(self, 404, "text/plain", b"not found")
                 return
@@ -553,9 +567,9 @@ def world(n: int, share: float, conn: Connection) -> None:
     built = time.perf_counter() - started
     answers = HealthyFleet(n, tick_plan(settings_model.GuardSettings()).queries())
     churn = Churn(objects, builder, n, share)
-    prometheus_handler = _prometheus_handler(answers)
+    handler = prometheus_handler(answers)
     with kubeapi.serve(objects) as api, \
-            metrics_server.serving(prometheus_handler, "127.0.0.1", 0, "prometheus") as prom:
+            metrics_server.serving(handler, "127.0.0.1", 0, "prometheus") as prom:
         conn.send(WorldReady(
             api_url=api.url, prometheus_url=prom, nodes=n, pods=n * 10,
             node_list_bytes=_body_bytes(f"{api.url}/api/v1/nodes"),
