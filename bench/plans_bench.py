@@ -225,16 +225,13 @@ class HealthyFleet:
         (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries)."""
         found = self._by_query.get(query)
         if found is None:
-            body = {"status": "error", "errorType": "bad_data",
-                    "error": f"the bench has no answer for {query!r}"}  # fmt: skip
-            return 400, json.dumps(body).encode()
+            return tick_bench.no_answer(query)
         result = ",".join(
             (point + ",").join(heads) + point
             for heads, value in found
             if heads and (point := f'{at},"{value(at)!r}"]}}')
         )
-        data = f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'
-        encoded = data.encode()
+        encoded = tick_bench.vector_body(result)
         with self._lock:
             self.queries += 1
             self.series += sum(len(heads) for heads, _ in found)

@@ -419,14 +419,11 @@ class HealthyFleet:
         (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries)."""
         found = self._by_query.get(query)
         if found is None:
-            body = {"status": "error", "errorType": "bad_data",
-                    "error": f"the bench has no answer for {query!r}"}  # fmt: skip
-            return 400, json.dumps(body).encode()
+            return no_answer(query)
         heads, value = found
         point = f'{at},"{value(at)!r}"]}}'
         result = (point + ",").join(heads) + point if heads else ""
-        data = f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'
-        encoded = data.encode()
+        encoded = vector_body(result)
         with self._lock:
             self._queries += 1
             self._bytes += len(encoded)
@@ -441,6 +438,19 @@ class HealthyFleet:
 def _series_head(labels: Mapping[str, str]) -> str:
     """One vector item's JSON up to its sample: ``{"metric":{...},"value":[``."""
     return f'{{"metric":{json.dumps(labels, separators=(",", ":"))},"value":['
+
+
+def no_answer(query: str) -> tuple[int, bytes]:
+    """A stand-in's 400 for a query it was not built to answer (the bench is then wrong)."""
+    body = {"status": "error", "errorType": "bad_data",
+            "error": f"the bench has no answer for {query!r}"}  # fmt: skip
+    return 400, json.dumps(body).encode()
+
+
+def vector_body(result: str) -> bytes:
+    """An instant query's success body around ``result``, the vector's items already JSON
+    (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries)."""
+    return f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'.encode()
 
 
 class Answers(Protocol):
