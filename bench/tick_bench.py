@@ -76,6 +76,7 @@ TARGET_RSS_MB = 500.0
 ROUND_ANNOTATION = "bench.gpuguard.io/round"  # which change round last touched a node
 _SETTLE_S = 0.2  # a watch stream is caught up when the API sent no byte for this long
 _SETTLE_MAX_S = 10.0
+_CATCH_UP_S = 120.0  # how long the watch caches may take to deliver a round of changes
 _SYNC_TIMEOUT_S = 1800.0
 
 
@@ -501,8 +502,8 @@ class Churn:
         self._round = 0
         self._generations: dict[int, int] = {}
 
-    def apply(self) -> list[str]:
-        """Change the next nodes; their names."""
+    def apply(self) -> Changed:
+        """Change the next nodes; their names and the versions their last changes made."""
         self._round += 1
         first = (self._round - 1) * self._count
         changed = [(first + k) % self._n for k in range(self._count)]
@@ -511,15 +512,26 @@ class Churn:
             name = node_name(i)
             conditions = self._store.get("Node", "", name)["status"]["conditions"]
             fresh = [c | {"lastHeartbeatTime": beat} for c in conditions]
-            self._store.merge_patch("Node", "", name, {
+            node = self._store.merge_patch("Node", "", name, {
                 "metadata": {"annotations": {ROUND_ANNOTATION: str(self._round)}},
                 "status": {"conditions": fresh}})  # fmt: skip
             old = self._generations.get(i, 0)
             finished = self._fleet.workload(i, 0, old)["metadata"]["name"]
             self._store.delete("Pod", "train", finished)
-            self._store.create("Pod", "train", self._fleet.workload(i, 0, old + 1))
+            pod = self._store.create("Pod", "train", self._fleet.workload(i, 0, old + 1))
             self._generations[i] = old + 1
-        return [node_name(i) for i in changed]
+        return Changed([node_name(i) for i in changed], node["metadata"]["resourceVersion"],
+                       pod["metadata"]["resourceVersion"])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Changed:
+    """One round of changes: the nodes changed, and the resourceVersions of the last Node and
+    the last Pod written (a watch cache that reached them holds the whole round)."""
+
+    nodes: list[str]
+    node_version: str
+    pod_version: str
 
 
 @dataclass(frozen=True)
@@ -637,9 +649,10 @@ class WorldProcess:
         counters: Counters = self._conn.recv()
         return counters
 
-    def change(self) -> list[str]:
+    def change(self) -> Changed:
         self._conn.send("change")
-        return list(self._conn.recv())
+        changed: Changed = self._conn.recv()
+        return changed
 
     def rss_mb(self) -> float:
         return _vm_rss_mb(f"/proc/{self._process.pid}/status")
@@ -730,6 +743,7 @@ class Cluster:
     reader: ports.ClusterReader
     writer: nodes.NodeWriter
     fallback_lists: Callable[[], int]
+    holds: Callable[[Changed], bool]  # whether the reader will see a round of changes
 
 
 @contextlib.contextmanager
@@ -739,7 +753,8 @@ def cluster_reader(
     """``list``: every Node and Pod listed each tick (``KubernetesReader``); ``watch``: the
     watch caches ``gpuguard run`` keeps (``WatchedCluster``), started and synced."""
     if kind == "list":
-        yield Cluster(kubernetes.KubernetesReader(client), nodes.NodeWriter(client), lambda: 0)
+        yield Cluster(kubernetes.KubernetesReader(client), nodes.NodeWriter(client), lambda: 0,
+                      lambda changed: True)  # it lists at the tick
         return
     if kind != "watch":
         raise BenchError(f"unknown reader {kind!r}")
@@ -751,7 +766,8 @@ def cluster_reader(
         if not cluster.wait_synced(_SYNC_TIMEOUT_S):
             raise BenchError(f"the watch caches did not sync within {_SYNC_TIMEOUT_S:g} s")
         writer = nodes.NodeWriter(client, on_written=cluster.node_written)
-        yield Cluster(cluster, writer, lambda: cluster.fallback_lists)
+        yield Cluster(cluster, writer, lambda: cluster.fallback_lists,
+                      lambda c: cluster.holds(c.node_version, c.pod_version, _CATCH_UP_S))
     finally:
         cluster.stop()
 
@@ -860,7 +876,7 @@ def run_size(n: int, options: Options) -> SizeResult:
             peak = _peak_rss_mb()
             steady = [_steady_tick(guard, world_, watch, options.pause_s)
                       for _ in range(options.ticks)]  # fmt: skip
-            changed = [_changed_tick(guard, world_, watch, k, options.pause_s)
+            changed = [_changed_tick(guard, world_, cluster, watch, k, options.pause_s)
                        for k in range(options.ticks)]  # fmt: skip
             fallbacks = cluster.fallback_lists()
         return SizeResult(world_.ready, options.reader, sync, peak, steady,
@@ -880,7 +896,8 @@ def _steady_tick(
 
 
 def _changed_tick(
-    guard: tick.Guard, world_: WorldProcess, watch: Stopwatch, k: int, pause_s: float
+    guard: tick.Guard, world_: WorldProcess, cluster: Cluster, watch: Stopwatch, k: int,
+    pause_s: float,
 ) -> tuple[Figures, int]:
     """A tick after the world changed nodes (round ``k + 1``); its figures count the bytes the
     change (and the pause) sent the controller before the tick too. Also the number of
@@ -888,10 +905,14 @@ def _changed_tick(
     since = world_.counters()
     changed = world_.change()
     time.sleep(pause_s)
+    # the caches holding the round's last versions, not a quiet moment, says they caught up: a
+    # loaded machine can delay the watch's delivery past any quiet interval
+    if not cluster.holds(changed):
+        raise BenchError(f"the watch caches did not deliver round {k + 1} within {_CATCH_UP_S:g} s")
     world_.settle()
     figures, result = measured(guard, world_, watch, since)
-    _check_changed(result, changed, k + 1)
-    return figures, len(changed)
+    _check_changed(result, changed.nodes, k + 1)
+    return figures, len(changed.nodes)
 
 
 # --- Report ----------------------------------------------------------------------------------
