@@ -67,6 +67,9 @@ def defaulted(job: Obj) -> Obj:
                preemptionPolicy="PreemptLowerPriority", priority=0)
     for container in pod["containers"]:
         container.setdefault("imagePullPolicy", "IfNotPresent")
+    for volume in pod.get("volumes", []):
+        if "configMap" in volume:  # SetDefaults_ConfigMapVolumeSource: 0644
+            volume["configMap"].setdefault("defaultMode", 0o644)
     return job
 
 

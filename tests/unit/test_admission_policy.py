@@ -385,6 +385,73 @@ def test_any_other_gpu_isolation_shape_is_refused(name: str, rule: str, mutate: 
     assert failed_rules(job) == [rule]
 
 
+def xid_reading_isolation() -> Obj:
+    """The GPU-isolation Job of a controller with the cluster's Xid override file."""
+    return jobs.gpu_isolation_job(NODE, "k", action="apply", uuids=(CARD, CARD2), image=IMAGE,
+                                  xid_overrides=True)
+
+
+CARD2 = "GPU-1b9f1abb-e6ae-4a6e-8c07-1bec631f0c7c"
+
+
+def test_the_gpu_isolation_job_reading_the_xid_override_file_is_admitted() -> None:
+    job = xid_reading_isolation()
+    assert "--xid-overrides" in _c(job)["command"]
+    assert failed_rules(job) == []
+    assert failed_rules(defaulted(job)) == []
+    assert cel.refusals(policy("gpuguard-jobs"), pod_of(job), username=JOB_CONTROLLER) == []
+
+
+def _xid_volume(job: Obj) -> Obj:
+    (volume,) = [v for v in _pod(job)["volumes"] if v["name"] == "xid-overrides"]
+    return volume
+
+
+def _without_flag(job: Obj) -> None:
+    command = _c(job)["command"]
+    at = command.index("--xid-overrides")
+    del command[at:at + 2]
+
+
+def _hostpath_named_xid_overrides(job: Obj) -> None:
+    volume = _xid_volume(job)
+    del volume["configMap"]
+    volume["hostPath"] = {"path": "/etc", "type": "Directory"}
+
+
+XID_OVERRIDES_HOSTILE: list[tuple[str, list[str], Mutation]] = [
+    ("another-configmap", ["volumes"],
+     lambda j: _xid_volume(j)["configMap"].update(name="gpuguard-settings")),
+    ("another-key", ["volumes"], lambda j: _xid_volume(j)["configMap"]["items"][0].update(
+        key="settings.yaml")),
+    ("every-key", ["volumes"], lambda j: _xid_volume(j)["configMap"].pop("items")),
+    ("another-mount-path", ["mounts"],
+     lambda j: _mount(j, "xid-overrides").update(mountPath="/host/etc/gpuguard-xid")),
+    ("writable", ["mounts"], lambda j: _mount(j, "xid-overrides").update(readOnly=False)),
+    ("another-file", ["command"], lambda j: _c(j)["command"].__setitem__(-3, "/host/etc/shadow")),
+    ("a-hostpath-under-its-name", ["volumes"], _hostpath_named_xid_overrides),
+    ("the-mount-without-the-flag", ["volumes", "mounts"], _without_flag),
+]
+
+
+@pytest.mark.parametrize(("name", "rules", "mutate"), XID_OVERRIDES_HOSTILE,
+                         ids=[m[0] for m in XID_OVERRIDES_HOSTILE])
+def test_the_xid_override_file_is_the_only_configmap_a_gpu_isolation_job_reads(
+    name: str, rules: list[str], mutate: Mutation
+) -> None:
+    job = xid_reading_isolation()
+    mutate(job)
+    assert failed_rules(job) == rules
+
+
+def test_no_other_job_reads_the_xid_override_file() -> None:
+    reading = xid_reading_isolation()
+    for job in (evidence(), burnin()):
+        _pod(job)["volumes"].append(_xid_volume(reading))
+        _c(job).setdefault("volumeMounts", []).append(_mount(reading, "xid-overrides"))
+        assert failed_rules(job) == ["volumes", "mounts"]
+
+
 def test_only_the_gpu_isolation_job_may_write_etc_gpuguard() -> None:
     job = evidence()
     _pod(job)["volumes"].append(

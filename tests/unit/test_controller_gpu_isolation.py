@@ -6,15 +6,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import lightkube
+import pytest
+
 from gpuguard.actuators import eviction
+from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import gpu_isolation as step
+from gpuguard.controller import wiring
 from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, metric_names
 from gpuguard.model import jobs as job_model
+from gpuguard.model import settings as settings_model
 from gpuguard.policy import gpu_enforcement as policy
+from gpuguard.sim import kubeapi
 from tests.fakes import FakeWriter
 
 NOW = datetime(2026, 8, 10, 16, 0, tzinfo=UTC)
@@ -63,8 +71,11 @@ def snapshot() -> fleet.FleetSnapshot:
     return fleet.FleetSnapshot(NOW, nodes=(node,))
 
 
-def run(jobs: FakeJobs, writer: FakeWriter, marker: FakeMarker) -> list[step.Outcome]:
-    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="gpuguard:test")
+def run(
+    jobs: FakeJobs, writer: FakeWriter, marker: FakeMarker, *, xid_overrides: bool = False
+) -> list[step.Outcome]:
+    guard = step.GpuIsolation(jobs, EmptyLedger(), writer, marker, CATALOG, image="gpuguard:test",
+                              xid_overrides=xid_overrides)
     return guard.run(snapshot(), may_write=lambda: True)
 
 
@@ -78,6 +89,41 @@ def test_a_new_gpu_isolation_starts_the_pinned_job() -> None:
         "gpuguard", "gpu-isolate", "apply", "--root", "/host", "--uuid"
     ]
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": CARD} in pod["containers"][0]["env"]
+
+
+def test_the_job_reads_the_controllers_xid_override_file_when_it_has_one() -> None:
+    plain, read = FakeJobs(), FakeJobs()
+    run(plain, FakeWriter(), FakeMarker())
+    run(read, FakeWriter(), FakeMarker(), xid_overrides=True)
+    (without,), (with_file,) = plain.created, read.created
+    assert "xid-overrides" not in json.dumps(without)  # nothing changes without the file
+    pod = with_file["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][-4:] == ["--xid-overrides", "/etc/gpuguard-xid/xid-overrides.yaml",
+                                         "--summary-file", "/dev/termination-log"]
+    assert pod["volumes"][-1] == {"name": "xid-overrides", "configMap": {
+        "name": "gpuguard-xid-overrides",
+        "items": [{"key": "xid-overrides.yaml", "path": "xid-overrides.yaml"}]}}
+    assert container["volumeMounts"][-1] == {
+        "name": "xid-overrides", "mountPath": "/etc/gpuguard-xid", "readOnly": True}
+    # the rest of the Job is the same Job (same name: the same isolation)
+    pod["volumes"].pop()
+    container["volumeMounts"].pop()
+    del container["command"][-4:-2]
+    assert with_file == without
+
+
+@pytest.mark.parametrize("overrides", [None, Path("/etc/gpuguard-xid/xid-overrides.yaml")])
+def test_the_controller_gives_the_job_its_file_only_when_it_has_one(
+    overrides: Path | None,
+) -> None:
+    guard_settings = settings_model.GuardSettings.model_validate(
+        {"controller": {"xid_overrides": overrides}})
+    client = lightkube.Client(config=kubeapi.lightkube_config("http://127.0.0.1:9"))
+    made = wiring.gpu_isolation_step(client, FakeWriter(), CATALOG,  # type: ignore[arg-type]
+                                     guard_settings, namespace="gpuguard")
+    assert made.xid_overrides is (overrides is not None)
+    assert job_specs.XID_OVERRIDES_FILE == "/etc/gpuguard-xid/xid-overrides.yaml"
 
 
 def finished(jobs: FakeJobs, mode: str) -> None:

@@ -143,3 +143,17 @@ def test_aer_errors_and_missing_gpus_are_noted_without_changing_the_verdict() ->
     assert decision.verdict is V.HUMAN_DIAGNOSIS
     assert any("0000:98:01.0" in note and "fatal 1" in note for note in decision.notes)
     assert any(OTHER_GPU in note and "missing from sysfs" in note for note in decision.notes)
+
+
+RECLASSIFIED = CATALOG.with_classes(dict.fromkeys((48, 79, 94, 95, 143), xid.XidClass.USER)
+                                    | {13: xid.XidClass.HARDWARE})
+
+
+@pytest.mark.parametrize(("events", "gpus", "expected", "rule"), TABLE)
+def test_a_clusters_xid_classes_change_no_verdict(
+    events: list[xid.KernelEvent], gpus: list[ev.GpuFacts], expected: V, rule: R
+) -> None:
+    """The evidence Job is not given the cluster's override file (docs/security.md): the
+    verdict, its rule and its evidence follow the code, never the class."""
+    facts = bundle(events, gpus)
+    assert verdict.decide(facts, RECLASSIFIED) == verdict.decide(facts, CATALOG)

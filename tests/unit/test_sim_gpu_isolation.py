@@ -9,9 +9,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpuguard.agent import gpu_isolation as host
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys
 from gpuguard.sim import clock, scenario, state, store, world
+
+CLASSES = xid_catalog.packaged_catalog()  # the classes without a cluster override file
 
 FLEET = """\
 name: t
@@ -45,7 +48,7 @@ def advertised(w: world.World) -> tuple[str, str]:
 def isolate(w: world.World, tmp_path: Path, *, label: bool = True) -> host.Report:
     """What gpuguard does: the isolation Job's host side, then the node label."""
     bad = node(w).gpu(1).uuid
-    report = host.apply(job_commands.SimulatedDriver(node(w)), [bad], tmp_path)
+    report = host.apply(job_commands.SimulatedDriver(node(w)), [bad], tmp_path, CLASSES)
     if label:
         labels = {annotation_keys.DEVICE_PLUGIN_LABEL: "excluding",
                   annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
@@ -128,7 +131,7 @@ def test_undo_puts_the_gpu_back(tmp_path: Path) -> None:
     isolate(w, tmp_path)
     step(w, 1)
     bad = node(w).gpu(1).uuid
-    report = host.undo(job_commands.SimulatedDriver(node(w)), [bad], tmp_path)
+    report = host.undo(job_commands.SimulatedDriver(node(w)), [bad], tmp_path, CLASSES)
     labels = {annotation_keys.DEVICE_PLUGIN_LABEL: None,
               annotation_keys.DEVICE_PLUGIN_VISIBLE_LABEL: None}
     w.store.merge_patch("Node", "", "gpu-node-a", {"metadata": {"labels": labels}})
@@ -151,6 +154,7 @@ def test_nvreg_excluded_gpus_leave_enumeration_at_the_next_boot(tmp_path: Path) 
     assert advertised(w) == ("3", "3")
     assert "no such device" in last(w, "host_job")
     # the isolation Job finds a card the driver does not attach: it is out, nothing to set
-    report = host.apply(job_commands.SimulatedDriver(node(w)), [node(w).gpu(1).uuid], tmp_path)
+    uuid = node(w).gpu(1).uuid
+    report = host.apply(job_commands.SimulatedDriver(node(w)), [uuid], tmp_path, CLASSES)
     assert report.ok
     assert report.gpus[0].compute_mode == host.ABSENT

@@ -276,6 +276,23 @@ def change_job(
     return job
 
 
+XID_OVERRIDES_CONFIG_MAP = "gpuguard-xid-overrides"
+XID_OVERRIDES_KEY = "xid-overrides.yaml"
+XID_OVERRIDES_DIR = "/etc/gpuguard-xid"
+XID_OVERRIDES_FILE = f"{XID_OVERRIDES_DIR}/{XID_OVERRIDES_KEY}"
+"""The cluster's Xid class override file as the Helm chart ships it (values ``xidOverrides``):
+its own ConfigMap, mounted read-only, that key only, at the same path in the controller, the
+agent and the GPU-isolation Job (docs/security.md)."""
+
+
+def _xid_overrides_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ConfigMap volume of the override file and its read-only mount."""
+    name = "xid-overrides"
+    items = [{"key": XID_OVERRIDES_KEY, "path": XID_OVERRIDES_KEY}]
+    volume = {"name": name, "configMap": {"name": XID_OVERRIDES_CONFIG_MAP, "items": items}}
+    return volume, {"name": name, "mountPath": XID_OVERRIDES_DIR, "readOnly": True}
+
+
 GPU_ISOLATION_HOST_PATHS = {"gpuguard": ("/etc/gpuguard", False), "var-log": ("/var/log", True)}
 """The isolation Job's host paths: the exclusion list it writes (``/etc/gpuguard``, created if
 missing) and the kernel log it reads to confirm the fault (read-only)."""
@@ -290,17 +307,39 @@ def gpu_isolation_job(
     image: str,
     namespace: str = "gpuguard",
     runtime_class: str | None = "nvidia",
+    xid_overrides: bool = False,
 ) -> dict[str, Any]:
     """The GPU-isolation Job (batch/v1): ``gpuguard gpu-isolate apply|undo`` for ``uuids`` on
     ``node`` (docs/gpu-isolation.md). It reaches the GPUs it acts on through the NVIDIA
     container runtime (``runtimeClassName: nvidia``, ``NVIDIA_VISIBLE_DEVICES`` = those UUIDs,
     ``utility`` capability: nvidia-smi only) — never through the device plugin, which no longer
     offers them — and runs as root without any capability: NVML's compute-mode setter needs
-    root. Named by ``key`` (what it applies, on which boot, after which application)."""
+    root. Named by ``key`` (what it applies, on which boot, after which application).
+
+    With ``xid_overrides`` (the controller has ``controller.xid_overrides``) it reads the
+    cluster's override file (``XID_OVERRIDES_FILE``), so the kernel-log Xid that confirms a
+    card's fault is hardware in the controller's classes, not only in the packaged ones."""
     command = ["gpuguard", "gpu-isolate", action, "--root", "/host"]
     for uuid in uuids:
         command += ["--uuid", uuid]
+    if xid_overrides:
+        command += ["--xid-overrides", XID_OVERRIDES_FILE]
     command += ["--summary-file", "/dev/termination-log"]
+    mounts: list[dict[str, Any]] = [
+        {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": read_only}
+        for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
+    ]
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": f"host-{name}",
+            "hostPath": {"path": path, "type": "Directory" if read_only else "DirectoryOrCreate"},
+        }
+        for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
+    ]
+    if xid_overrides:
+        volume, mount = _xid_overrides_volume()
+        volumes.append(volume)
+        mounts.append(mount)
     container = {
         "name": "gpu-isolate",  # the command's name, as every gpuguard Job (admission policy)
         "image": image,
@@ -322,18 +361,8 @@ def gpu_isolation_job(
         },
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
-        "volumeMounts": [
-            {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": read_only}
-            for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
-        ],
+        "volumeMounts": mounts,
     }
-    volumes = [
-        {
-            "name": f"host-{name}",
-            "hostPath": {"path": path, "type": "Directory" if read_only else "DirectoryOrCreate"},
-        }
-        for name, (path, read_only) in GPU_ISOLATION_HOST_PATHS.items()
-    ]
     job = _job(JobKind.GPU_ISOLATION, node, key, namespace, container, volumes, runtime_class)
     job["metadata"]["annotations"] = {annotation_keys.GPU_ISOLATED: key}
     job["spec"]["activeDeadlineSeconds"] = 120

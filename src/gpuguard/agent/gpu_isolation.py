@@ -15,7 +15,9 @@ remap is applied only by a GPU reset, a failed one needs the card replaced: NVID
 remapping documentation), one of the return checks. Each returns a report (JSON on one line,
 the Job's termination message): per GPU what was applied, the compute mode read back afterwards, and
 whether the host's kernel log shows a hardware Xid for that card (which confirms the fault for
-the breaker, docs/breaker.md#gpu-isolations). Nothing here decides what to isolate.
+the breaker and the card's fault ledger, docs/breaker.md#gpu-isolations) — hardware in the
+classes the controller acts on: the packaged catalog with the cluster's override file, which
+the Job is given (``--xid-overrides``). Nothing here decides what to isolate.
 """
 
 from __future__ import annotations
@@ -94,17 +96,28 @@ class Report:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def apply(control: GpuControl, uuids: Sequence[str], root: Path) -> Report:
+def apply(
+    control: GpuControl, uuids: Sequence[str], root: Path, classes: xid_catalog.XidCatalog
+) -> Report:
     """Exclude first (a device-plugin restart in between must not re-advertise the GPU), then
-    PROHIBITED, then read both back."""
-    return _run("apply", control, uuids, root, PROHIBITED)
+    PROHIBITED, then read both back. ``classes`` says which Xids are hardware faults."""
+    return _run("apply", control, uuids, root, PROHIBITED, classes)
 
 
-def undo(control: GpuControl, uuids: Sequence[str], root: Path) -> Report:
-    return _run("undo", control, uuids, root, DEFAULT)
+def undo(
+    control: GpuControl, uuids: Sequence[str], root: Path, classes: xid_catalog.XidCatalog
+) -> Report:
+    return _run("undo", control, uuids, root, DEFAULT, classes)
 
 
-def _run(action: str, control: GpuControl, uuids: Sequence[str], root: Path, mode: str) -> Report:
+def _run(
+    action: str,
+    control: GpuControl,
+    uuids: Sequence[str],
+    root: Path,
+    mode: str,
+    classes: xid_catalog.XidCatalog,
+) -> Report:
     errors: dict[str, str] = {}
     try:
         listed = control.excluded()
@@ -123,7 +136,7 @@ def _run(action: str, control: GpuControl, uuids: Sequence[str], root: Path, mod
         missing = ABSENT
     except HostError as e:
         modes, notes, missing = {}, [f"compute modes not read back: {e}"], "unknown"
-    faulty, note = _kernel_faults(root)
+    faulty, note = _kernel_faults(root, classes)
     notes += [note] if note else []
     try:
         excluded = control.excluded()
@@ -155,9 +168,8 @@ def _gpu(uuid: str, mode: str, excluded: bool, faulty: bool, error: str) -> GpuR
     return GpuReport(uuid, mode, excluded, faulty, "" if mode == ABSENT else error)
 
 
-def _kernel_faults(root: Path) -> tuple[set[str], str]:
+def _kernel_faults(root: Path, classes: xid_catalog.XidCatalog) -> tuple[set[str], str]:
     """Cards with a hardware Xid (or fallen off the bus) in the host's kernel log."""
-    catalog = xid_catalog.load_catalog()
     path = next((root / f for f in kernel.KERNEL_LOG_FILES if (root / f).is_file()), None)
     if path is None:
         return set(), f"no kernel log file under {root} ({', '.join(kernel.KERNEL_LOG_FILES)})"
@@ -166,7 +178,7 @@ def _kernel_faults(root: Path) -> tuple[set[str], str]:
     except InputError as e:
         return set(), f"kernel log not read: {e}"
     return {
-        e.uuid for e in events if e.uuid and (e.xid is None or catalog.is_hardware(e.xid))
+        e.uuid for e in events if e.uuid and (e.xid is None or classes.is_hardware(e.xid))
     }, ""
 
 

@@ -8,7 +8,8 @@ isolated GPU at the driver's next load (for a person to apply; gpuguard never ap
 Applies (or removes) compute mode PROHIBITED and the host's exclusion list for the given
 GPU UUIDs, reads both back, and prints the report (one JSON line); ``--summary-file`` writes
 it where Kubernetes reads the Job's result (``/dev/termination-log``). Exit 0 when every GPU
-ended in the wanted state, 1 otherwise, 2 on a bad flag.
+ended in the wanted state, 1 otherwise, 2 on a bad flag or a bad ``--xid-overrides`` file
+(before touching any GPU: the controller then treats the Job as failed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 
 from gpuguard.agent import commands
 from gpuguard.agent import gpu_isolation as host
+from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import output
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.policy import gpu_route
@@ -41,6 +43,8 @@ isolation with the gpuguard.io/gpu-return annotation (docs/gpu-isolation.md).
 \b
 Example:
   gpuguard gpu-isolate apply --root /host --uuid GPU-0a8e... --summary-file /dev/termination-log
+  gpuguard gpu-isolate apply --root /host --uuid GPU-0a8e... \\
+      --xid-overrides /etc/gpuguard-xid/xid-overrides.yaml --summary-file /dev/termination-log
 """
 
 UuidOption = Annotated[list[str], typer.Option("--uuid", help="A GPU UUID (repeatable).")]
@@ -50,20 +54,30 @@ RootOption = Annotated[
 SummaryFileOption = Annotated[
     Path | None, typer.Option(help="Also write the report here (/dev/termination-log).")
 ]
+XidOverridesOption = Annotated[Path | None, typer.Option(
+    help="The cluster's Xid class override file, the controller's controller.xid_overrides "
+    "(see `xid explain --help`): a card's fault is confirmed by a Xid of the class the "
+    "controller acts on. A bad file stops the command naming it, before any GPU is touched.",
+)]  # fmt: skip
 
 app = typer.Typer(help=HELP, no_args_is_help=True)
 
 
+Step = Callable[[host.GpuControl, Sequence[str], Path, xid_catalog.XidCatalog], host.Report]
+
+
 def _run(
-    step: Callable[[host.GpuControl, Sequence[str], Path], host.Report],
+    step: Step,
     uuids: list[str],
     root: Path,
     summary_file: Path | None,
+    xid_overrides: Path | None,
 ) -> None:
     bad = [u for u in uuids if not u.startswith("GPU-")]
     if bad or not uuids:
         raise typer.BadParameter(f"expected GPU-<uuid>, got {bad or 'none'}", param_hint="--uuid")
-    report = step(host.NvidiaSmi(commands.SubprocessRunner(), root), uuids, root)
+    classes = xid_catalog.load_catalog(xid_overrides)
+    report = step(host.NvidiaSmi(commands.SubprocessRunner(), root), uuids, root, classes)
     text = report.to_json()
     if summary_file is not None:
         output.write_summary(summary_file, text)
@@ -73,16 +87,22 @@ def _run(
 
 @app.command("apply", help="Compute mode PROHIBITED and the exclusion list, read back.")
 def apply(
-    uuid: UuidOption, root: RootOption = Path("/"), summary_file: SummaryFileOption = None
+    uuid: UuidOption,
+    root: RootOption = Path("/"),
+    summary_file: SummaryFileOption = None,
+    xid_overrides: XidOverridesOption = None,
 ) -> None:
-    _run(host.apply, uuid, root, summary_file)
+    _run(host.apply, uuid, root, summary_file, xid_overrides)
 
 
 @app.command("undo", help="Compute mode DEFAULT and the GPUs off the exclusion list.")
 def undo(
-    uuid: UuidOption, root: RootOption = Path("/"), summary_file: SummaryFileOption = None
+    uuid: UuidOption,
+    root: RootOption = Path("/"),
+    summary_file: SummaryFileOption = None,
+    xid_overrides: XidOverridesOption = None,
 ) -> None:
-    _run(host.undo, uuid, root, summary_file)
+    _run(host.undo, uuid, root, summary_file, xid_overrides)
 
 
 SlicesOption = Annotated[

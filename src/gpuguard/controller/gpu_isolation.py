@@ -85,6 +85,7 @@ class GpuIsolation:
     runtime_class: str | None = "nvidia"
     evictor: Evictor | None = None  # None: the pods on an isolated GPU are left running
     dra: DraTaints | None = None  # the DRA route's DeviceTaintRules (None: not applied)
+    xid_overrides: bool = False  # controller.xid_overrides is set: the Job reads the same file
 
     def run(
         self, snapshot: fleet.FleetSnapshot, *, may_write: Callable[[], bool]
@@ -211,6 +212,7 @@ class GpuIsolation:
         return job_specs.gpu_isolation_job(
             node.name, plan.key, action=action, uuids=plan.uuids, image=self.image,
             namespace=self.namespace, runtime_class=self.runtime_class,
+            xid_overrides=self.xid_overrides,
         )
 
     def _run_job(self, node: fleet.Node, plan: policy.Plan, now: datetime) -> Outcome | None:

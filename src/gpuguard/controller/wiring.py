@@ -261,6 +261,7 @@ def gpu_isolation_step(
         image=c.image,
         namespace=namespace,
         runtime_class=c.job_runtime_class,
+        xid_overrides=c.xid_overrides is not None,
     )
 
 

@@ -150,7 +150,8 @@ def _play(
     objects = store.ObjectStore(now=clock.now)
     played = world.World.from_scenario(spec, objects, clock, hosts_root=hosts)
     run = ScenarioRun(spec, played)
-    jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(played, hosts))
+    jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(
+        played, hosts, settings.controller.xid_overrides))
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")

@@ -87,10 +87,15 @@ class SimulatedDriver:
         return [g for g in self.node.gpus if g.on_bus and g.uuid not in self.node.nvreg_active]
 
 
-def _gpu_isolate(node: state.SimNode, argv: list[str], hosts_root: Path) -> tuple[int, str]:
+def _gpu_isolate(
+    node: state.SimNode, argv: list[str], hosts_root: Path, xid_overrides: Path | None
+) -> tuple[int, str]:
+    """``--xid-overrides`` names the mounted ConfigMap, which holds the controller's file."""
     uuids = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--uuid"]
     step = host_isolation.apply if argv[2] == "apply" else host_isolation.undo
-    report = step(SimulatedDriver(node), uuids, hosts_root / node.name)
+    mounted = xid_overrides if "--xid-overrides" in _flags(argv) else None
+    classes = xid_catalog.load_catalog(mounted)
+    report = step(SimulatedDriver(node), uuids, hosts_root / node.name, classes)
     return (0 if report.ok else 1), report.to_json()
 
 
@@ -120,8 +125,9 @@ def _burnin(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
 
 
 def runner(
-    played: world.World, hosts_root: Path
+    played: world.World, hosts_root: Path, xid_overrides: Path | None = None
 ) -> Callable[[state.SimNode, list[str]], tuple[int, str]]:
+    """``xid_overrides``: the controller's override file (the chart's ConfigMap holds it)."""
     catalog = xid_catalog.load_catalog()
 
     def run(node: state.SimNode, argv: list[str]) -> tuple[int, str]:
@@ -132,7 +138,7 @@ def runner(
             )
             return 0, termination_message(argv, bundle.summary().to_json())
         if argv[:2] == ["gpuguard", "gpu-isolate"]:
-            code, report = _gpu_isolate(node, argv, hosts_root)
+            code, report = _gpu_isolate(node, argv, hosts_root, xid_overrides)
             return code, termination_message(argv, report)
         if argv[:2] == ["gpuguard", "burnin"]:
             code, summary = _burnin(node, argv)
