@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpuguard.actuators import jobs
 from gpuguard.model import gpu_isolation
 from tests import chart
 
@@ -343,6 +344,12 @@ def test_the_xid_override_file_reaches_the_controller_and_the_agent_only_when_co
     (tmp_path / "settings.yaml").write_text(settings_map["data"]["settings.yaml"])
     loaded = settings.GuardSettings.load(tmp_path / "settings.yaml", environ)
     assert loaded.controller.xid_overrides == Path(path)
+    # the GPU-isolation Job the controller starts reads the same ConfigMap key at the same path
+    job = jobs.gpu_isolation_job("n", "k", action="apply", uuids=("GPU-1",), image="i",
+                                 xid_overrides=True)
+    (job_volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    assert job_volume["configMap"] == volume["configMap"]
+    assert path == jobs.XID_OVERRIDES_FILE
 
 
 def test_a_new_xid_override_file_restarts_the_controller_and_the_agents() -> None:
