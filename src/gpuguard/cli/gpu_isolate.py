@@ -41,7 +41,7 @@ Run by gpuguard's GPU-isolation Job with the host's /etc/gpuguard mounted at
 isolation with the gpuguard.io/gpu-return annotation (docs/gpu-isolation.md).
 
 \b
-Example:
+Examples:
   gpuguard gpu-isolate apply --root /host --uuid GPU-0a8e... --summary-file /dev/termination-log
   gpuguard gpu-isolate apply --root /host --uuid GPU-0a8e... \\
       --xid-overrides /etc/gpuguard-xid/xid-overrides.yaml --summary-file /dev/termination-log
