@@ -129,7 +129,10 @@ def _by_ledger(signal: xid_signals.HardwareXid, previous: Seen | None) -> bool:
         return False
     if signal.source is not xid_signals.XidSource.DCGM_GAUGE:
         return True
-    return _condition_key(signal) in previous  # the condition's fault, now shown by the gauge
+    # the condition's fault, now shown by the gauge: any card of the node, as the condition
+    # may name it by slot where the gauge names its UUID (the ledger compares cards exactly)
+    node, _, fault = _condition_key(signal)
+    return any(key[0] == node and key[2] == fault for key in previous)
 
 
 def _confirmation(
