@@ -147,3 +147,13 @@ def test_a_crashing_step_costs_only_itself() -> None:
     result = guard.tick()
     assert result.fleet_health is None
     assert [step for step, _ in result.step_errors] == ["fleet-health"]
+
+
+def test_an_answer_with_no_series_at_all_reads_as_nothing_checked() -> None:
+    """The guard's plan asks only for what can make a finding: a fleet that runs no workload
+    and whose exporters collect none of the kinds answers no series at all, which is no check
+    of any of them, never a healthy fleet."""
+    health = watch(metrics=FakeMetrics([])).run(NOW)
+    assert not [f for f in health.findings if f.kind != "gang-partial-allocation"]
+    assert sorted(u.split(":")[0] for u in health.unchecked) == [
+        "gpu-throttled", "ib-link-flapping", "nvlink-errors", "pcie-replays"]  # fmt: skip

@@ -13,9 +13,10 @@ import pytest
 from gpuguard.controller import fault_history, tick
 from gpuguard.errors import GpuguardError
 from gpuguard.model import faults, fleet, settings
+from gpuguard.model import node_conditions as nc
 from tests import fakes
 from tests.builders import Classifier
-from tests.tick_world import NOW, PCI, UUID, gone_from_bus, healthy, xid79_series
+from tests.tick_world import FELL, NOW, PCI, UUID, gone_from_bus, healthy, xid79_series
 
 SOURCES = ["agent", "dcgm-count", "dcgm-gauge"]
 FIRST_LINE = faults.LedgerEntry(
@@ -134,3 +135,21 @@ def test_the_same_card_falling_again_after_a_repair_is_a_second_line() -> None:
     world.later(timedelta(hours=1), gone_from_bus(since=again - timedelta(seconds=1)), [])
     world.guard.tick(urgent=True)
     assert [line.at for line in world.ledger.lines] == [NOW, again]
+
+
+def test_a_condition_naming_the_card_by_slot_only_and_the_gauge_later_are_one_fault() -> None:
+    """The agent could not read the fallen card's UUID: its condition names the slot only;
+    dcgm-exporter's gauge names the card by UUID and slot."""
+    named = nc.GpuNamed("4", PCI, None, 79)
+    text = nc.message((named,), "the kernel said the GPU fell off the bus")
+    fallen = nc.GpuCondition(nc.GPU_FALLEN_OFF_BUS, "True", nc.GONE_FROM_BUS, text, FELL)
+    node = fleet.Node("gpu-node-b", "boot-b", 8, 8, conditions={"Ready": "True"},
+                      gpu_conditions={fallen.type: fallen})  # fmt: skip
+    world = World(node)
+    world.guard.tick(urgent=True)
+    (line,) = world.ledger.lines
+    assert (line.xid, line.uuid, line.pci) == (79, None, PCI)
+    later = NOW + timedelta(seconds=30)
+    world.later(timedelta(seconds=30), node, xid79_series("dcgm-gauge", later))
+    assert world.guard.tick().history.recorded == ()
+    assert world.ledger.lines == [line]

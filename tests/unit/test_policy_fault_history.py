@@ -138,3 +138,14 @@ def test_a_new_leader_counts_whole_occurrences_against_the_ledger() -> None:
     assert record([one], None, ledger=held).entries == ()
     (second,) = record([two], None, ledger=held).entries
     assert second.xid == 48
+
+
+def test_a_count_read_again_with_another_extrapolation_is_no_new_occurrence() -> None:
+    """``increase()`` of one rise reads 1.0000058 at a tick whose range starts just before a
+    scrape and 1.000353 at the next (30 s scrapes, a 24 h lookback): the same occurrence."""
+    agent = Source.AGENT
+    low = record([signal(source=agent, count=1.0000058)], {})
+    assert len(low.entries) == 1
+    assert record([signal(source=agent, count=1.000353)], low.seen).entries == ()
+    (again,) = record([signal(source=agent, count=2.000706)], low.seen).entries
+    assert again.xid == 48

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 
 from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as names
+from gpuguard.sources import prometheus
+from tests import tools
 from tests.prometheus_answers import AT, PLAN, fleet_answers, source, vector
 
 MINUTE = timedelta(minutes=1)
@@ -147,3 +150,24 @@ def test_a_long_history_is_read_in_day_long_range_queries_each_instant_once() ->
     spans = sorted({end - start for start, end in ranges})
     assert max(spans) <= 86_400 - 60  # at most a day of 1-minute steps per query
     assert len({start for start, _ in ranges}) == 4  # three full days and the last instant
+
+
+def test_a_counter_born_in_the_lookback_reads_every_occurrence_since(tmp_path: Path) -> None:
+    """The agent's Xid counter appears at its first occurrence (value 1) and rises at its
+    second: two occurrences in the lookback, not the one rise ``increase()`` sees; a counter
+    older than the lookback reads its rise there (extrapolated, so whole occurrences count)."""
+    plan = prometheus.QueryPlan(hold_window=MINUTE, xid_lookback=timedelta(minutes=30))
+    born = 'gpuguard_xid_total{node="gpu-node-b",gpu="4",xid="79"}'
+    older = 'gpuguard_xid_total{node="gpu-node-a",gpu="1",xid="79"}'
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": born, "values": "_x40 1x10 2x10"},
+                         {"series": older, "values": "1x50 2x10"}],
+        "promql_expr_test": [{
+            "expr": plan.queries()[names.XID_TOTAL_RECENT], "eval_time": "60m",
+            "exp_samples": [{"labels": born.removeprefix("gpuguard_xid_total"), "value": 2},
+                            {"labels": older.removeprefix("gpuguard_xid_total"),
+                             "value": 1800.5 / 1800}],  # 31 scrapes, to the range's start
+        }],
+    }]}  # fmt: skip
+    tools.promtool_test(tests, tmp_path)

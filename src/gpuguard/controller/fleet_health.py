@@ -66,12 +66,13 @@ class FleetHealthWatch:
             return self.last
         unchecked: list[str] = []
         gangs = self._gangs(at, unchecked)
-        samples = self._samples(at, unchecked)
+        read = self._samples(at, unchecked)
+        samples = read or ()
         found = [d.finding() for d in gangs]
         found += topology.mismatches(topology.from_samples(samples),
                                      health_source.pod_gpus(samples))  # fmt: skip
         found += interconnect.detect(samples, self.settings)
-        if samples:
+        if read is not None:  # an answer of no series at all checked nothing
             unchecked += [f"{kind}: no series (exporter does not collect it)"
                           for kind in interconnect.unchecked(samples)]  # fmt: skip
         self.last = FleetHealth(
@@ -90,16 +91,19 @@ class FleetHealthWatch:
             return []
         return gang.detect(pods, at, grace=self.settings.gang_grace)
 
-    def _samples(self, at: datetime, unchecked: list[str]) -> tuple[fleet.MetricSample, ...]:
+    def _samples(
+        self, at: datetime, unchecked: list[str]
+    ) -> tuple[fleet.MetricSample, ...] | None:
+        """The plan's samples; None (and why, in ``unchecked``) when there is no answer."""
         if self.metrics is None:
             unchecked.append("topology and interconnect: no Prometheus configured")
-            return ()
+            return None
         try:
             return self.metrics.samples(at)
         except SourceError as e:
             log.warning("topology and interconnect checks skipped: %s", e)
             unchecked.append(f"topology and interconnect: Prometheus answer refused ({e})")
-            return ()
+            return None
 
     def _tell(
         self, gangs: list[gang.GangDeadlock], at: datetime, may_write: Callable[[], bool]

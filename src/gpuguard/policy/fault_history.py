@@ -9,14 +9,14 @@ A signal comes from the best source the node has (``xid_signals.all_signals``): 
 and dcgm-exporter's series, else the agent's ``GpuGoneFromBus`` node condition, so the tick a
 condition wakes records the fault it isolates (docs/design.md#fast-path).
 
-An occurrence is a signal whose count rose since the previous tick (the agent's and
-dcgm-exporter's counts), or a gauge's signal present now that was absent then. Any other
+An occurrence is a signal whose count of whole occurrences rose since the previous tick (the
+agent's and dcgm-exporter's counts), or a gauge's signal present now that was absent then. Any other
 signal — one absent at the previous tick, seen then by the other kind of source (the
 condition, then Prometheus, or back), or with no previous tick (a new leader) — is new only
 where its count exceeds the occurrences the ledger already holds for that fault on that card:
 within the lookback, or for a condition since it turned true (a card off the bus for days is
-one fault). That comparison is in whole occurrences: Prometheus' ``increase()`` extrapolates
-to its range's ends, so one occurrence can read 1.0000058
+one fault). Both comparisons are in whole occurrences: Prometheus' ``increase()`` extrapolates
+to its range's ends, so one occurrence can read 1.0000058 at one tick and 1.000353 at the next
 (prometheus.io/docs/prometheus/latest/querying/functions/#increase), which is no second one.
 So a counter that was only out of sight (its node rebooted, the agent's count kept) is not a
 new fault, nor is the kernel's "fallen off the bus" beside an Xid 79 already recorded
@@ -116,7 +116,7 @@ def _is_new(
     if not _by_ledger(signal, previous):
         before = previous.get(_key(signal)) if previous is not None else None
         # a gauge's repeat shows as absent, then present
-        return before is None or _count(signal) > before
+        return before is None or _whole(_count(signal)) > _whole(before)
     same = [e for e in ledger if e.at >= since and _same_fault(e, signal)]
     return len(escalation.occurrences(same, merge_window)) < _whole(_count(signal))
 
@@ -129,7 +129,10 @@ def _by_ledger(signal: xid_signals.HardwareXid, previous: Seen | None) -> bool:
         return False
     if signal.source is not xid_signals.XidSource.DCGM_GAUGE:
         return True
-    return _condition_key(signal) in previous  # the condition's fault, now shown by the gauge
+    # the condition's fault, now shown by the gauge: any card of the node, as the condition
+    # may name it by slot where the gauge names its UUID (the ledger compares cards exactly)
+    node, _, fault = _condition_key(signal)
+    return any(key[0] == node and key[2] == fault for key in previous)
 
 
 def _confirmation(

@@ -287,9 +287,9 @@ class WorldPrometheus:
         return tuple(out)
 
     def _recent(self, counter: str, name: str, at: datetime) -> list[fleet.MetricSample]:
-        """``(increase(c[R]) > 0) or ((c unless last_over_time(c[R] offset look)) + 0)`` with
-        ``R`` the lookback plus half a second (sources.prometheus): the counter's growth over the
-        Xid lookback as Prometheus extrapolates it, or its value if it was born inside it."""
+        """``((c unless last_over_time(c[R] offset look)) + 0) or (increase(c[R]) > 0)`` with
+        ``R`` the lookback plus half a second (sources.prometheus): the counter's value if it
+        was born inside the Xid lookback, else its growth there as Prometheus extrapolates it."""
         scraped = self._last_scrape(at)
         if scraped is None or at - scraped > timedelta(minutes=5):
             return []
@@ -300,11 +300,10 @@ class WorldPrometheus:
             now_value = series.at(scraped) if metric_name == counter else None
             if now_value is None:
                 continue
-            grown = self._increase(series, start, end)
-            if grown is not None and grown > 0:
-                out.append(fleet.MetricSample(name, dict(labels), grown, at))
-            elif not self._present(series, start - self.xid_lookback, end - self.xid_lookback):
+            if not self._present(series, start - self.xid_lookback, end - self.xid_lookback):
                 out.append(fleet.MetricSample(name, dict(labels), now_value, at))
+            elif (grown := self._increase(series, start, end)) is not None and grown > 0:
+                out.append(fleet.MetricSample(name, dict(labels), grown, at))
         return out
 
     def _increase(self, series: _Series, start: datetime, end: datetime) -> float | None:

@@ -110,15 +110,16 @@ class QueryPlan:
 
 
 def _recent_counter(metric: str, lookback: timedelta) -> str:
-    """Occurrences in the lookback, including a series born inside it (increase() alone
-    reads a new counter's first value as no increase). Born means no sample in the lookback
-    before it: ``offset`` alone sees only Prometheus' 5 min before that instant, so a series
-    with a gap there (the node down for a reboot, its agent's counter kept) would read as new
-    and its old count as a new fault. Both ranges are the lookback plus half a second, so
-    Prometheus 2.x and 3.x select the same samples (``model.subquery``)."""
+    """Occurrences in the lookback: a series born inside it reads its value, every occurrence
+    since it appeared (increase() alone reads a new counter's first value as no increase, and
+    its second occurrence as one); an older one its growth there. Born means no sample in the
+    lookback before it: ``offset`` alone sees only Prometheus' 5 min before that instant, so a
+    series with a gap there (the node down for a reboot, its agent's counter kept) would read
+    as new and its old count as a new fault. Both ranges are the lookback plus half a second,
+    so Prometheus 2.x and 3.x select the same samples (``model.subquery``)."""
     look, range_ = promql_duration(lookback), subquery.promql_range(lookback)
     born = f"{metric} unless last_over_time({metric}[{range_}] offset {look})"
-    return f"(increase({metric}[{range_}]) > 0) or (({born}) + 0)"
+    return f"(({born}) + 0) or (increase({metric}[{range_}]) > 0)"
 
 
 def promql_duration(delta: timedelta) -> str:
