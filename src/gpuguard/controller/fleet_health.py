@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from gpuguard.controller import topology_cache
 from gpuguard.errors import GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports, workloads
 from gpuguard.model import settings as settings_model
@@ -56,6 +57,7 @@ class FleetHealthWatch:
     metrics: ports.MetricsSource | None
     settings: settings_model.FleetHealthSettings
     events: EventRecorder | None = None
+    topology: topology_cache.TopologyCache | None = None  # None: in ``metrics``' answer
     every: timedelta = timedelta(minutes=1)
     last: FleetHealth | None = None
     _told: set[gang.JobKey] = field(default_factory=set)
@@ -68,8 +70,9 @@ class FleetHealthWatch:
         gangs = self._gangs(at, unchecked)
         samples = self._samples(at, unchecked)
         found = [d.finding() for d in gangs]
-        found += topology.mismatches(topology.from_samples(samples),
-                                     health_source.pod_gpus(samples))  # fmt: skip
+        held = health_source.pod_gpus(samples)
+        matrices = samples + self._topology(at, held, unchecked)
+        found += topology.mismatches(topology.from_samples(matrices), held)
         found += interconnect.detect(samples, self.settings)
         if samples:
             unchecked += [f"{kind}: no series (exporter does not collect it)"
@@ -100,6 +103,16 @@ class FleetHealthWatch:
             log.warning("topology and interconnect checks skipped: %s", e)
             unchecked.append(f"topology and interconnect: Prometheus answer refused ({e})")
             return ()
+
+    def _topology(
+        self, at: datetime, held: dict[str, dict[str, tuple[int, ...]]], unchecked: list[str]
+    ) -> tuple[fleet.MetricSample, ...]:
+        """The kept topology of the nodes where a pod holds several GPUs (the only ones
+        ``topology.mismatches`` judges)."""
+        shared = [node for node, pods in held.items() if any(len(g) > 1 for g in pods.values())]
+        if self.topology is None or not shared:
+            return ()
+        return self.topology.samples(at, shared, unchecked)
 
     def _tell(
         self, gangs: list[gang.GangDeadlock], at: datetime, may_write: Callable[[], bool]

@@ -152,7 +152,10 @@ def answers(
     for queries, family in plans:
         for name, query in queries.items():
             routes.setdefault(query, (family, name))
-    node_plans = [(gpu_plan.node_queries, gpu_windows)]
+    node_plans: list[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = [
+        (gpu_plan.node_queries, gpu_windows),
+        (lambda nodes: fleet_health.TopologyPlan(nodes).queries(), health_samples),
+    ]
     return EmulatedPrometheus(played, view, routes, speed, lock, node_plans), view
 
 

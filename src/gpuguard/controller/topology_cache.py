@@ -1,0 +1,94 @@
+"""The agent's GPU topology, kept between fleet-health runs (docs/fleet-health.md#topology).
+
+The agent re-reads ``nvidia-smi topo -m`` every few hours and the matrix changes only with the
+hardware, so reading every node's NVLink pairs every minute is most of what a healthy fleet's
+fleet-health answers weigh. This keeps the last answer per node: it reads every node's
+topology at most every ``refresh``, and in between only the nodes asked about that it has none
+for (new nodes, or nodes whose last answer was empty), scoped to them.
+
+Never a stale matrix beyond a bound: a node's answer is kept at most ``2 × refresh`` (a failed
+fleet-wide read is retried every run until then); past it the node's topology is unknown, as if
+the agent published none, and ``policy.topology`` gives no finding there. A restart or a new
+leader starts empty and reads every node on its first run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuguard.errors import SourceError
+from gpuguard.model import fleet, ports
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    samples: tuple[fleet.MetricSample, ...]
+    read_at: datetime
+
+
+@dataclass
+class TopologyCache:
+    """``every``: the topology plan of every node (``sources.fleet_health.TopologyPlan()``);
+    ``scoped``: the same plan for some nodes (``node_scope.ScopedSource``)."""
+
+    every: ports.MetricsSource
+    scoped: ports.NodeMetricsSource
+    refresh: timedelta
+    _kept: dict[str, _Answer] = field(default_factory=dict)
+    _read_every_at: datetime | None = None
+
+    def samples(
+        self, at: datetime, nodes: Iterable[str], unchecked: list[str]
+    ) -> tuple[fleet.MetricSample, ...]:
+        """The topology series of ``nodes`` (those known), read or kept; what could not be read
+        is appended to ``unchecked``."""
+        wanted = set(nodes)
+        read_every = self._refresh_due(at) and self._read_every(at, unchecked)
+        self._kept = {n: a for n, a in self._kept.items() if at - a.read_at < 2 * self.refresh}
+        missing = sorted(wanted - set(self._kept))
+        if missing and not read_every:
+            self._read_scoped(at, missing, unchecked)
+        return tuple(s for n in sorted(wanted & set(self._kept)) for s in self._kept[n].samples)
+
+    def _refresh_due(self, at: datetime) -> bool:
+        return self._read_every_at is None or at - self._read_every_at >= self.refresh
+
+    def _read_every(self, at: datetime, unchecked: list[str]) -> bool:
+        """Every node's topology in place of what is kept; False when the read failed."""
+        try:
+            answer = self.every.samples(at)
+        except SourceError as e:
+            log.warning("GPU topology not refreshed (kept answers stay usable until %s old): %s",
+                        2 * self.refresh, e)  # fmt: skip
+            unchecked.append(f"topology: fleet-wide refresh refused ({e}); answers are kept "
+                             f"until {2 * self.refresh} old")  # fmt: skip
+            return False
+        self._kept = {n: _Answer(s, at) for n, s in _by_node(answer).items()}
+        self._read_every_at = at
+        return True
+
+    def _read_scoped(self, at: datetime, nodes: list[str], unchecked: list[str]) -> None:
+        try:
+            answer = self.scoped.samples_of(at, nodes)
+        except SourceError as e:
+            log.warning("GPU topology of %d node(s) not read: %s", len(nodes), e)
+            unchecked.append(f"topology: {len(nodes)} node(s) unread ({e})")
+            return
+        self._kept |= {n: _Answer(s, at) for n, s in _by_node(answer).items() if n in nodes}
+
+
+def _by_node(
+    samples: Iterable[fleet.MetricSample],
+) -> dict[str, tuple[fleet.MetricSample, ...]]:
+    """Samples per ``node`` label, the label ``policy.topology.from_samples`` reads."""
+    grouped: dict[str, list[fleet.MetricSample]] = defaultdict(list)
+    for s in samples:
+        if node := s.labels.get("node"):
+            grouped[node].append(s)
+    return {node: tuple(found) for node, found in grouped.items()}
