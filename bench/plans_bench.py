@@ -150,6 +150,7 @@ class HealthyFleet:
             names.GPU_POD_MAPPING: self._mapping,
             names.GPU_NVLINK_PEER: Rows(self._links, lambda t: 1.0),
             names.GPU_NUMA_NODE: Rows(self._numa, lambda t: 1.0),
+            names.GPU_TOPOLOGY_CHANGES: Rows(lambda: iter([]), lambda t: 1.0),  # none changed
         }  # fmt: skip
         for metric, value in BUSY.items():
             for stat in names.WINDOW_STATS:
@@ -261,10 +262,11 @@ def phantom_plan(guard: settings_model.GuardSettings) -> gpu_metrics.GpuQueryPla
 
 def health_plan(guard: settings_model.GuardSettings) -> dict[str, str]:
     """The fleet-health step's queries, as ``controller.wiring`` makes them: the plan without
-    the topology, and the topology plan read fleet-wide (its scoped form is not answered: a
-    warm cache asks none of a healthy fleet)."""
+    the topology, the topology plan read fleet-wide (its scoped form is not answered: a warm
+    cache asks none of a healthy fleet) and the topology change check."""
     plan = health_source.HealthQueryPlan.for_settings(guard.fleet, topology=False)
-    return plan.queries() | health_source.TopologyPlan().queries()
+    topology = health_source.TopologyPlan().queries()
+    return plan.queries() | topology | health_source.TopologyChangesPlan().queries()
 
 
 class NoPods:

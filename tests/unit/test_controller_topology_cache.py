@@ -5,7 +5,9 @@ node's topology every minute."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -17,26 +19,28 @@ from gpuguard.model import metric_names as mn
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import fleet_health as health_source
 from gpuguard.sources import node_scope
+from tests import tools
 from tests.fakes import FakeMetrics, FakeWorkloadPods
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 SETTINGS = settings_model.FleetHealthSettings()
 REFRESH = SETTINGS.topology_refresh
 TOPOLOGY = {mn.GPU_NVLINK_PEER, mn.GPU_NUMA_NODE}
+LOOKBACK = health_source.TopologyChangesPlan().since
 
 
-def matrix(node: str) -> list[fleet.MetricSample]:
+def matrix(node: str, gpus: int = 4) -> list[fleet.MetricSample]:
     """Four GPUs, NVLink-joined in pairs 0-1 and 2-3 (one pair per NUMA node), SYS between."""
     links = [
         fleet.MetricSample(mn.GPU_NVLINK_PEER,
                            {"node": node, "gpu": str(a), "peer": str(b),
                             "link": "NV12" if (a, b) in {(0, 1), (2, 3)} else "SYS"}, 1.0, NOW)
-        for a in range(4) for b in range(a + 1, 4)
+        for a in range(gpus) for b in range(a + 1, gpus)
     ]  # fmt: skip
     numa = [
         fleet.MetricSample(mn.GPU_NUMA_NODE, {"node": node, "gpu": str(g), "numa": str(g // 2)},
                            1.0, NOW)
-        for g in range(4)
+        for g in range(gpus)
     ]  # fmt: skip
     return links + numa
 
@@ -50,6 +54,23 @@ def held(node: str, pod: str, *gpus: int) -> list[fleet.MetricSample]:
     ]  # fmt: skip
 
 
+@dataclass
+class Changes:
+    """The change check (``TopologyChangesPlan``) as Prometheus answers it: the nodes whose
+    topology series changed within the lookback before the asked instant."""
+
+    at: dict[str, datetime] = field(default_factory=dict)  # node -> when its matrix changed
+    error: Exception | None = None
+    asked_at: list[datetime] = field(default_factory=list)
+
+    def samples(self, at: datetime) -> tuple[fleet.MetricSample, ...]:
+        self.asked_at.append(at)
+        if self.error is not None:
+            raise self.error
+        return tuple(fleet.MetricSample(mn.GPU_TOPOLOGY_CHANGES, {"node": node}, 1.0, at)
+                     for node, when in self.at.items() if at - LOOKBACK < when <= at)  # fmt: skip
+
+
 class World:
     """One Prometheus answering the fleet-health plan without topology (``health``), the
     topology plan fleet-wide (``every``) and scoped (``scoped``); ``full``: the uncached plan."""
@@ -60,6 +81,7 @@ class World:
         self.scoped = FakeMetrics(self.topology_series)
         self.health = FakeMetrics(self.health_series)
         self.full = FakeMetrics(self.series)
+        self.changes = Changes()
 
     @property
     def topology_series(self) -> list[fleet.MetricSample]:
@@ -75,11 +97,18 @@ class World:
                            (self.health, self.health_series), (self.full, self.series)):
             fake.series = kept  # fmt: skip
 
+    def replace_matrix(self, node: str, series: list[fleet.MetricSample], at: datetime) -> None:
+        """The agent publishes another matrix for ``node`` (a GPU gone) at ``at``."""
+        self.series = [s for s in self.series if s.name not in TOPOLOGY or s.labels["node"] != node]
+        self.add(series)
+        self.changes.at[node] = at
+
     def fail(self, error: Exception | None) -> None:
-        self.every.error = self.scoped.error = error
+        self.every.error = self.scoped.error = self.changes.error = error
 
     def cached(self) -> fleet_health.FleetHealthWatch:
-        cache = topology_cache.TopologyCache(self.every, self.scoped, REFRESH)
+        cache = topology_cache.TopologyCache(self.every, self.scoped, REFRESH,
+                                             changes=self.changes, changes_cover=LOOKBACK)
         return fleet_health.FleetHealthWatch(FakeWorkloadPods([]), self.health, SETTINGS,
                                              topology=cache)  # fmt: skip
 
@@ -170,7 +199,11 @@ def test_findings_are_those_of_reading_every_topology_every_minute() -> None:
     for minute in range(0, 70):
         world.add(changes.get(minute, []))
         at = NOW + timedelta(minutes=minute)
-        assert cached.run(at).findings == uncached.run(at).findings
+        if minute == 10:  # node-a loses GPUs 2 and 3: its split pod's GPU 2 is unknown now
+            world.replace_matrix("node-a", matrix("node-a", gpus=2), at)
+        if minute == 20:  # and gets them back
+            world.replace_matrix("node-a", matrix("node-a"), at)
+        assert cached.run(at).findings == uncached.run(at).findings, minute
     assert len(world.every.asked_at) == 3  # 0, 30 and 60 minutes: the rest was kept
 
 
@@ -197,3 +230,64 @@ def test_the_topology_plan_asks_for_the_given_nodes_only() -> None:
 def test_the_refresh_must_be_positive() -> None:
     with pytest.raises(ValidationError, match="topology_refresh"):
         settings_model.FleetHealthSettings(topology_refresh=timedelta(0))
+
+
+def test_a_node_whose_topology_changed_is_read_again_on_its_own() -> None:
+    world = fleet_world()
+    watch = world.cached()
+    assert mismatched(watch.run(NOW)) == ["node-a"]
+    later = NOW + timedelta(minutes=1)
+    world.replace_matrix("node-a", matrix("node-a", gpus=2), later)
+    assert mismatched(watch.run(later)) == []  # GPU 2 of the split pod: unknown now
+    assert world.scoped.asked_nodes == [("node-a",)]
+    assert world.every.asked_at == [NOW]
+
+
+def test_a_gap_in_the_change_checks_reads_every_node_again() -> None:
+    world = fleet_world()
+    watch = world.cached()
+    watch.run(NOW)
+    watch.run(NOW + LOOKBACK)
+    assert world.every.asked_at == [NOW]
+    watch.run(NOW + 2 * LOOKBACK + timedelta(seconds=1))  # a change could hide in between
+    assert world.every.asked_at == [NOW, NOW + 2 * LOOKBACK + timedelta(seconds=1)]
+
+
+def test_a_refused_change_check_keeps_the_answers_within_their_bound() -> None:
+    world = fleet_world()
+    watch = world.cached()
+    watch.run(NOW)
+    world.changes.error = SourceError("prometheus: 503")
+    health = watch.run(NOW + timedelta(minutes=1))
+    assert mismatched(health) == ["node-a"]
+    assert any(u.startswith("topology: change check refused") for u in health.unchecked)
+
+
+def test_the_change_check_names_a_node_whose_matrix_changed_under_promtool(
+    tmp_path: Path,
+) -> None:
+    """node-a's GPU0-GPU1 cell is read again as SYS at 9 min (a series new, the old one gone
+    at 10): node-b's stays. The check names node-a while either is within its lookback."""
+    query = health_source.TopologyChangesPlan().queries()[mn.GPU_TOPOLOGY_CHANGES]
+    cell = 'gpuguard_gpu_link{{node="{}",gpu="0",peer="1",link="{}",instance="{}:9400"}}'
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": cell.format("node-a", "NV12", "node-a"), "values": "1x9 stale"},
+                {"series": cell.format("node-a", "SYS", "node-a"), "values": "_x9 1x30"},
+                {"series": cell.format("node-b", "NV12", "node-b"), "values": "1x40"},
+                {"series": 'gpuguard_gpu_numa_node{node="node-b",gpu="0",numa="0"}',
+                 "values": "1x40"},
+            ],
+            "promql_expr_test": [
+                {"expr": query, "eval_time": "6m", "exp_samples": []},
+                {"expr": query, "eval_time": "12m",
+                 "exp_samples": [{"labels": '{node="node-a"}', "value": 2}]},
+                {"expr": query, "eval_time": "30m", "exp_samples": []},
+            ],
+        }],
+    }  # fmt: skip
+    tools.promtool_test(tests, tmp_path)

@@ -4,7 +4,11 @@ The agent re-reads ``nvidia-smi topo -m`` every few hours and the matrix changes
 hardware, so reading every node's NVLink pairs every minute is most of what a healthy fleet's
 fleet-health answers weigh. This keeps the last answer per node: it reads every node's
 topology at most every ``refresh``, and in between only the nodes asked about that it has none
-for (new nodes, or nodes whose last answer was empty), scoped to them.
+for (new nodes, or nodes whose last answer was empty), scoped to them. With ``changes`` (the
+nodes whose topology series appeared or vanished over its lookback,
+``sources.fleet_health.TopologyChangesPlan``) asked each run, a node whose matrix changed is
+forgotten and read again on its own at once; when the runs' checks leave a gap longer than
+that lookback, every node is read again.
 
 Never a stale matrix beyond a bound: a node's answer is kept at most ``2 × refresh`` (a failed
 fleet-wide read is retried every run until then); past it the node's topology is unknown, as if
@@ -40,8 +44,11 @@ class TopologyCache:
     every: ports.MetricsSource
     scoped: ports.NodeMetricsSource
     refresh: timedelta
+    changes: ports.MetricsSource | None = None
+    changes_cover: timedelta = timedelta(0)  # the lookback of ``changes``' query
     _kept: dict[str, _Answer] = field(default_factory=dict)
     _read_every_at: datetime | None = None
+    _checked_at: datetime | None = None  # changes up to here are accounted for
 
     def samples(
         self, at: datetime, nodes: Iterable[str], unchecked: list[str]
@@ -50,6 +57,8 @@ class TopologyCache:
         is appended to ``unchecked``."""
         wanted = set(nodes)
         read_every = self._refresh_due(at) and self._read_every(at, unchecked)
+        if not read_every:
+            self._forget_changed(at, unchecked)
         self._kept = {n: a for n, a in self._kept.items() if at - a.read_at < 2 * self.refresh}
         missing = sorted(wanted - set(self._kept))
         if missing and not read_every:
@@ -57,7 +66,28 @@ class TopologyCache:
         return tuple(s for n in sorted(wanted & set(self._kept)) for s in self._kept[n].samples)
 
     def _refresh_due(self, at: datetime) -> bool:
-        return self._read_every_at is None or at - self._read_every_at >= self.refresh
+        if self._read_every_at is None or at - self._read_every_at >= self.refresh:
+            return True
+        unseen = self._checked_at is None or at - self._checked_at > self.changes_cover
+        return self.changes is not None and unseen
+
+    def _forget_changed(self, at: datetime, unchecked: list[str]) -> None:
+        """Drop the nodes whose topology series changed lately (kept answers stand when the
+        check fails, within their bound)."""
+        if self.changes is None:
+            return
+        if not self._kept:  # nothing that could be stale
+            self._checked_at = at
+            return
+        try:
+            answer = self.changes.samples(at)
+        except SourceError as e:
+            log.warning("GPU topology changes not checked: %s", e)
+            unchecked.append(f"topology: change check refused ({e})")
+            return
+        changed = {s.labels.get("node", "") for s in answer}
+        self._kept = {n: a for n, a in self._kept.items() if n not in changed}
+        self._checked_at = at
 
     def _read_every(self, at: datetime, unchecked: list[str]) -> bool:
         """Every node's topology in place of what is kept; False when the read failed."""
@@ -70,7 +100,7 @@ class TopologyCache:
                              f"until {2 * self.refresh} old")  # fmt: skip
             return False
         self._kept = {n: _Answer(s, at) for n, s in _by_node(answer).items()}
-        self._read_every_at = at
+        self._read_every_at = self._checked_at = at
         return True
 
     def _read_scoped(self, at: datetime, nodes: list[str], unchecked: list[str]) -> None:

@@ -209,11 +209,13 @@ def topology_cache(
     fleet_settings: settings_model.FleetHealthSettings,
 ) -> topology_step.TopologyCache:
     """The agent's topology, read apart from the fleet-health plan and kept between runs."""
-    reader = read(health_plan.TopologyPlan())
+    reader, changes = read(health_plan.TopologyPlan()), health_plan.TopologyChangesPlan()
     return topology_step.TopologyCache(
         reader,
         node_scope.ScopedSource(reader, health_plan.TopologyPlan),
         fleet_settings.topology_refresh,
+        changes=read(changes),
+        changes_cover=changes.since,
     )
 
 

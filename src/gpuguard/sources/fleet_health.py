@@ -156,16 +156,38 @@ class TopologyPlan:
         return topology_queries(self.nodes) | prometheus.freshness_queries()
 
 
+_TOPOLOGY_KEYS = {  # the agent's topology series and the labels that make one
+    names.GPU_NVLINK_PEER: "node, gpu, peer, link",
+    names.GPU_NUMA_NODE: "node, gpu, numa",
+}
+
+
 def topology_queries(nodes: tuple[str, ...] | None) -> dict[str, str]:
     """The NVLink matrix and NUMA affinity per GPU, of every node or of ``nodes``."""
 
     def of(metric: str) -> str:
         return metric if nodes is None else node_scope.selector(metric, nodes)
 
-    return {
-        names.GPU_NVLINK_PEER: f"max by (node, gpu, peer, link) ({of(names.GPU_NVLINK_PEER)})",
-        names.GPU_NUMA_NODE: f"max by (node, gpu, numa) ({of(names.GPU_NUMA_NODE)})",
-    }
+    return {metric: f"max by ({keys}) ({of(metric)})" for metric, keys in _TOPOLOGY_KEYS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyChangesPlan:
+    """Per node, how many of its topology series appeared or vanished over the last ``since``
+    (a GPU gone, a cell read differently, an agent restarted on other hardware; a node gone
+    too): the nodes whose kept matrix may no longer be theirs. A steady fleet answers
+    nothing, so the check costs next to nothing to transfer each run."""
+
+    since: timedelta = timedelta(minutes=5)
+
+    def queries(self) -> dict[str, str]:
+        offset = _duration(self.since)
+        parts = []
+        for metric, keys in _TOPOLOGY_KEYS.items():
+            now, then = f"max by ({keys}) ({metric})", f"max by ({keys}) ({metric} offset {offset})"
+            parts += [f"({now} unless {then})", f"({then} unless {now})"]
+        changed = f"count by (node) ({' or '.join(parts)})"
+        return {names.GPU_TOPOLOGY_CHANGES: changed} | prometheus.freshness_queries()
 
 
 def _at_least(query: str, minimum: float) -> str:
