@@ -309,7 +309,7 @@ def run_step(
 
     plan = health_source.HealthQueryPlan.for_settings(guard.fleet, topology=False)
     watch = fleet_health.FleetHealthWatch(
-        NoPods(), read(plan), guard.fleet, topology=wiring.topology_cache(read, guard.fleet)
+        NoPods(), read(plan), guard.fleet, topologies=wiring.topology_cache(read, guard.fleet)
     )
     before: dict[str, int] = {}
     if kind == "fleet-health-steady":

@@ -110,7 +110,7 @@ class World:
         cache = topology_cache.TopologyCache(self.every, self.scoped, REFRESH,
                                              changes=self.changes, changes_cover=LOOKBACK)
         return fleet_health.FleetHealthWatch(FakeWorkloadPods([]), self.health, SETTINGS,
-                                             topology=cache)  # fmt: skip
+                                             topologies=cache)  # fmt: skip
 
     def uncached(self) -> fleet_health.FleetHealthWatch:
         return fleet_health.FleetHealthWatch(FakeWorkloadPods([]), self.full, SETTINGS)

@@ -57,7 +57,7 @@ class FleetHealthWatch:
     metrics: ports.MetricsSource | None
     settings: settings_model.FleetHealthSettings
     events: EventRecorder | None = None
-    topology: topology_cache.TopologyCache | None = None  # None: in ``metrics``' answer
+    topologies: topology_cache.TopologyCache | None = None  # None: in ``metrics``' answer
     every: timedelta = timedelta(minutes=1)
     last: FleetHealth | None = None
     _told: set[gang.JobKey] = field(default_factory=set)
@@ -71,8 +71,8 @@ class FleetHealthWatch:
         samples = self._samples(at, unchecked)
         found = [d.finding() for d in gangs]
         held = health_source.pod_gpus(samples)
-        matrices = samples + self._topology(at, held, unchecked)
-        found += topology.mismatches(topology.from_samples(matrices), held)
+        matrices = topology.from_samples(samples) | self._topology(at, held, unchecked)
+        found += topology.mismatches(matrices, held)
         found += interconnect.detect(samples, self.settings)
         if samples:
             unchecked += [f"{kind}: no series (exporter does not collect it)"
@@ -106,13 +106,13 @@ class FleetHealthWatch:
 
     def _topology(
         self, at: datetime, held: dict[str, dict[str, tuple[int, ...]]], unchecked: list[str]
-    ) -> tuple[fleet.MetricSample, ...]:
-        """The kept topology of the nodes where a pod holds several GPUs (the only ones
+    ) -> dict[str, topology.NodeTopology]:
+        """The kept matrices of the nodes where a pod holds several GPUs (the only ones
         ``topology.mismatches`` judges)."""
         shared = [node for node, pods in held.items() if any(len(g) > 1 for g in pods.values())]
-        if self.topology is None or not shared:
-            return ()
-        return self.topology.samples(at, shared, unchecked)
+        if self.topologies is None or not shared:
+            return {}
+        return self.topologies.matrices(at, shared, unchecked)
 
     def _tell(
         self, gangs: list[gang.GangDeadlock], at: datetime, may_write: Callable[[], bool]

@@ -19,20 +19,20 @@ leader starts empty and reads every node on its first run.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, ports
+from gpuguard.model import ports
+from gpuguard.policy import topology
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    samples: tuple[fleet.MetricSample, ...]
+    matrix: topology.NodeTopology
     read_at: datetime
 
 
@@ -50,11 +50,11 @@ class TopologyCache:
     _read_every_at: datetime | None = None
     _checked_at: datetime | None = None  # changes up to here are accounted for
 
-    def samples(
+    def matrices(
         self, at: datetime, nodes: Iterable[str], unchecked: list[str]
-    ) -> tuple[fleet.MetricSample, ...]:
-        """The topology series of ``nodes`` (those known), read or kept; what could not be read
-        is appended to ``unchecked``."""
+    ) -> dict[str, topology.NodeTopology]:
+        """The matrices of ``nodes`` (those known), read or kept, parsed once per read; what
+        could not be read is appended to ``unchecked``."""
         wanted = set(nodes)
         read_every = self._refresh_due(at) and self._read_every(at, unchecked)
         if not read_every:
@@ -63,7 +63,7 @@ class TopologyCache:
         missing = sorted(wanted - set(self._kept))
         if missing and not read_every:
             self._read_scoped(at, missing, unchecked)
-        return tuple(s for n in sorted(wanted & set(self._kept)) for s in self._kept[n].samples)
+        return {n: self._kept[n].matrix for n in wanted & self._kept.keys()}
 
     def _refresh_due(self, at: datetime) -> bool:
         if self._read_every_at is None or at - self._read_every_at >= self.refresh:
@@ -99,7 +99,7 @@ class TopologyCache:
             unchecked.append(f"topology: fleet-wide refresh refused ({e}); answers are kept "
                              f"until {2 * self.refresh} old")  # fmt: skip
             return False
-        self._kept = {n: _Answer(s, at) for n, s in _by_node(answer).items()}
+        self._kept = {n: _Answer(m, at) for n, m in topology.from_samples(answer).items()}
         self._read_every_at = self._checked_at = at
         return True
 
@@ -110,15 +110,6 @@ class TopologyCache:
             log.warning("GPU topology of %d node(s) not read: %s", len(nodes), e)
             unchecked.append(f"topology: {len(nodes)} node(s) unread ({e})")
             return
-        self._kept |= {n: _Answer(s, at) for n, s in _by_node(answer).items() if n in nodes}
+        read = topology.from_samples(answer)
+        self._kept |= {n: _Answer(m, at) for n, m in read.items() if n in nodes}
 
-
-def _by_node(
-    samples: Iterable[fleet.MetricSample],
-) -> dict[str, tuple[fleet.MetricSample, ...]]:
-    """Samples per ``node`` label, the label ``policy.topology.from_samples`` reads."""
-    grouped: dict[str, list[fleet.MetricSample]] = defaultdict(list)
-    for s in samples:
-        if node := s.labels.get("node"):
-            grouped[node].append(s)
-    return {node: tuple(found) for node, found in grouped.items()}

@@ -198,7 +198,7 @@ def build_guard(
                 ),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
-                topology=topology_cache(read, guard_settings.fleet),
+                topologies=topology_cache(read, guard_settings.fleet),
             ),
         )
         yield guard, client
