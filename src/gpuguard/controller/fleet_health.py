@@ -3,7 +3,9 @@
 Prometheus, runs the pure detectors (``policy.gang``, ``policy.topology``,
 ``policy.interconnect``) and reports — findings, a Warning Event on the owner of each job newly
 found in a partial allocation, and the gauges ``telemetry`` exports. Read-only toward
-workloads and nodes: it never cordons, evicts or deletes anything.
+workloads and nodes: it never cordons, evicts or deletes anything. The agent's GPU topology,
+which changes only with the hardware, is kept between runs (``controller.topology_cache``)
+where the guard wires one; without it, it is read with the rest each run.
 
 Each source fails on its own: pods unreadable means no gang findings this time, a bad
 Prometheus answer no topology or interconnect findings, never a crash of the tick
