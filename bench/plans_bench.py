@@ -20,7 +20,10 @@ stand-in costs the reader next to nothing.
 
 The reader, in a fresh process per plan and size, runs the step as the guard's tick runs it
 (``controller.phantom_watch.PhantomWatch``, ``controller.fleet_health.FleetHealthWatch`` with
-no pods) with default settings, and must find nothing and leave no check unchecked.
+no pods and the topology cache ``controller.wiring`` gives it) with default settings, and must
+find nothing and leave no check unchecked. ``fleet-health`` is the step's first run (the
+topology read fleet-wide, as every ``fleet.topology_refresh``), ``fleet-health-steady`` the
+run a minute later (the topology kept): its figures are that run's alone.
 
     .venv/bin/python bench/plans_bench.py                    # 1,000 and 10,000 nodes
     .venv/bin/python bench/plans_bench.py --sizes 20         # a quick smoke run
