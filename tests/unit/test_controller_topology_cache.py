@@ -291,3 +291,17 @@ def test_the_change_check_names_a_node_whose_matrix_changed_under_promtool(
         }],
     }  # fmt: skip
     tools.promtool_test(tests, tmp_path)
+
+
+def test_many_nodes_to_read_are_read_as_the_whole_fleet() -> None:
+    world = fleet_world()
+    watch = world.cached()
+    assert watch.topologies is not None
+    watch.topologies.most_scoped = 1
+    watch.run(NOW)
+    later = NOW + timedelta(minutes=1)
+    world.add(matrix("node-c") + held("node-c", "split", 0, 3)
+              + matrix("node-d") + held("node-d", "split", 1, 2))  # fmt: skip
+    assert mismatched(watch.run(later)) == ["node-a", "node-c", "node-d"]
+    assert world.every.asked_at == [NOW, later]
+    assert world.scoped.asked_nodes == []

@@ -8,7 +8,8 @@ for (new nodes, or nodes whose last answer was empty), scoped to them. With ``ch
 nodes whose topology series appeared or vanished over its lookback,
 ``sources.fleet_health.TopologyChangesPlan``) asked each run, a node whose matrix changed is
 forgotten and read again on its own at once; when the runs' checks leave a gap longer than
-that lookback, every node is read again.
+that lookback, or more than ``most_scoped`` nodes are to be read on their own, every node is
+read again.
 
 Never a stale matrix beyond a bound: a node's answer is kept at most ``2 × refresh`` (a failed
 fleet-wide read is retried every run until then); past it the node's topology is unknown, as if
@@ -29,6 +30,11 @@ from gpuguard.policy import topology
 
 log = logging.getLogger(__name__)
 
+# Past this many nodes to read on their own (~8 batches of node matchers, as
+# ``sources.gpu_metrics.MOST_BATCHES``), the whole fleet's one read costs less: a scale-up, or a
+# Prometheus that lost its recent data and shows every node's topology as new.
+MOST_SCOPED = 800
+
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
@@ -46,6 +52,7 @@ class TopologyCache:
     refresh: timedelta
     changes: ports.MetricsSource | None = None
     changes_cover: timedelta = timedelta(0)  # the lookback of ``changes``' query
+    most_scoped: int = MOST_SCOPED
     _kept: dict[str, _Answer] = field(default_factory=dict)
     _read_every_at: datetime | None = None
     _checked_at: datetime | None = None  # changes up to here are accounted for
@@ -62,7 +69,9 @@ class TopologyCache:
         self._kept = {n: a for n, a in self._kept.items() if at - a.read_at < 2 * self.refresh}
         missing = sorted(wanted - set(self._kept))
         if missing and not read_every:
-            self._read_scoped(at, missing, unchecked)
+            many = len(missing) > self.most_scoped
+            if not (many and self._read_every(at, unchecked)):
+                self._read_scoped(at, missing, unchecked)
         return {n: self._kept[n].matrix for n in wanted & self._kept.keys()}
 
     def _refresh_due(self, at: datetime) -> bool:
