@@ -20,7 +20,10 @@ stand-in costs the reader next to nothing.
 
 The reader, in a fresh process per plan and size, runs the step as the guard's tick runs it
 (``controller.phantom_watch.PhantomWatch``, ``controller.fleet_health.FleetHealthWatch`` with
-no pods) with default settings, and must find nothing and leave no check unchecked.
+no pods and the topology cache ``controller.wiring`` gives it) with default settings, and must
+find nothing and leave no check unchecked. ``fleet-health`` is the step's first run (the
+topology read fleet-wide, as every ``fleet.topology_refresh``), ``fleet-health-steady`` the
+run a minute later (the topology kept): its figures are that run's alone.
 
     .venv/bin/python bench/plans_bench.py                    # 1,000 and 10,000 nodes
     .venv/bin/python bench/plans_bench.py --sizes 20         # a quick smoke run
@@ -45,7 +48,7 @@ from multiprocessing.connection import Connection
 import httpx
 
 import tick_bench
-from gpuguard.controller import fleet_health, phantom_watch
+from gpuguard.controller import fleet_health, phantom_watch, wiring
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model import workloads
@@ -55,7 +58,7 @@ from tick_bench import BenchError
 
 GPUS_PER_NODE = 8
 IB_PORTS = 8
-PLANS = ("phantom", "fleet-health")
+PLANS = ("phantom", "fleet-health", "fleet-health-steady")
 PRODUCT = "NVIDIA H100 80GB HBM3"
 DRIVER = "570.172.08"
 # A healthy training GPU's telemetry (dcgm-exporter units), the same at every stat.
@@ -150,6 +153,7 @@ class HealthyFleet:
             names.GPU_POD_MAPPING: self._mapping,
             names.GPU_NVLINK_PEER: Rows(self._links, lambda t: 1.0),
             names.GPU_NUMA_NODE: Rows(self._numa, lambda t: 1.0),
+            names.GPU_TOPOLOGY_CHANGES: Rows(lambda: iter([]), lambda t: 1.0),  # none changed
         }  # fmt: skip
         for metric, value in BUSY.items():
             for stat in names.WINDOW_STATS:
@@ -259,9 +263,13 @@ def phantom_plan(guard: settings_model.GuardSettings) -> gpu_metrics.GpuQueryPla
     return gpu_metrics.GpuQueryPlan.for_settings(guard.phantom)
 
 
-def health_plan(guard: settings_model.GuardSettings) -> health_source.HealthQueryPlan:
-    """The fleet-health step's plan, as ``controller.wiring`` makes it."""
-    return health_source.HealthQueryPlan.for_settings(guard.fleet)
+def health_plan(guard: settings_model.GuardSettings) -> dict[str, str]:
+    """The fleet-health step's queries, as ``controller.wiring`` makes them: the plan without
+    the topology, the topology plan read fleet-wide (its scoped form is not answered: a warm
+    cache asks none of a healthy fleet) and the topology change check."""
+    plan = health_source.HealthQueryPlan.for_settings(guard.fleet, topology=False)
+    topology = health_source.TopologyPlan().queries()
+    return plan.queries() | topology | health_source.TopologyChangesPlan().queries()
 
 
 class NoPods:
@@ -280,8 +288,12 @@ class Figures:
     rss_mb: float
 
 
-def run_step(kind: str, url: str, at: datetime, guard: settings_model.GuardSettings) -> float:
-    """The step as the tick runs it; its seconds. BenchError when it finds anything."""
+def run_step(
+    kind: str, url: str, at: datetime, guard: settings_model.GuardSettings
+) -> tuple[float, dict[str, int]]:
+    """The step as the tick runs it: its seconds, and the stand-in's counters before it (the
+    steady minute: after a first run filled the topology cache). BenchError when it finds
+    anything."""
     timeout = guard.prometheus.timeout.total_seconds() * 30  # the answers are large
     if kind == "phantom":
         source = gpu_metrics.GpuMetricsSource(url, phantom_plan(guard), timeout_s=timeout)
@@ -291,22 +303,39 @@ def run_step(kind: str, url: str, at: datetime, guard: settings_model.GuardSetti
         source.close()
         if decision is None or decision.phantoms:
             raise BenchError(f"phantom step on a healthy fleet: {decision}")
-        return seconds
-    reader = prometheus.PrometheusSource(url, health_plan(guard), timeout_s=timeout)
-    watch = fleet_health.FleetHealthWatch(NoPods(), reader, guard.fleet)
+        return seconds, {}
+    readers: list[prometheus.PrometheusSource] = []
+
+    def read(plan: prometheus.Plan) -> prometheus.PrometheusSource:
+        readers.append(prometheus.PrometheusSource(url, plan, timeout_s=timeout))
+        return readers[-1]
+
+    plan = health_source.HealthQueryPlan.for_settings(guard.fleet, topology=False)
+    watch = fleet_health.FleetHealthWatch(
+        NoPods(), read(plan), guard.fleet, topologies=wiring.topology_cache(read, guard.fleet)
+    )
+    before: dict[str, int] = {}
+    if kind == "fleet-health-steady":
+        _healthy(watch.run(at))
+        before, at = httpx.get(f"{url}/bench/counters").json(), at + watch.every
     started = time.perf_counter()
     health = watch.run(at)
     seconds = time.perf_counter() - started
-    reader.close()
+    for reader in readers:
+        reader.close()
+    _healthy(health)
+    return seconds, before
+
+
+def _healthy(health: fleet_health.FleetHealth) -> None:
     if health.findings or health.unchecked or health.persistent:
         raise BenchError(f"fleet-health step on a healthy fleet: {health}")
-    return seconds
 
 
 def measure(kind: str, n: int) -> Figures:
     """One plan at one size: the stand-in in one process, the step in this one."""
     guard = settings_model.GuardSettings()
-    plan = (phantom_plan(guard) if kind == "phantom" else health_plan(guard)).queries()
+    plan = phantom_plan(guard).queries() if kind == "phantom" else health_plan(guard)
     context = multiprocessing.get_context("fork")
     conn, child = context.Pipe()
     server = context.Process(target=serve, args=(n, plan, child))
@@ -320,8 +349,9 @@ def measure(kind: str, n: int) -> Figures:
         if isinstance(port, BenchError):
             raise port
         url = f"http://127.0.0.1:{port}"
-        seconds = run_step(kind, url, datetime.now(UTC), guard)
-        counts = httpx.get(f"{url}/bench/counters").json()
+        seconds, before = run_step(kind, url, datetime.now(UTC), guard)
+        after = httpx.get(f"{url}/bench/counters").json()
+        counts = {k: v - before.get(k, 0) for k, v in after.items()}
     finally:
         with contextlib.suppress(OSError):  # BrokenPipeError when the stand-in is gone
             conn.send("stop")

@@ -30,7 +30,7 @@ def test_each_plan_and_size_prints_one_line() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     found = [m.groups() for line in done.stdout.splitlines() if (m := LINE.match(line))]
     assert [(plan, int(nodes)) for plan, nodes, *_ in found] == [
-        (plan, n) for n in SIZES for plan in ("phantom", "fleet-health")
+        (plan, n) for n in SIZES for plan in ("phantom", "fleet-health", "fleet-health-steady")
     ]
     queries = {plan: {q for p, _, q, *_ in found if p == plan} for plan, *_ in found}
     assert all(len(counts) == 1 for counts in queries.values())  # constant in fleet size

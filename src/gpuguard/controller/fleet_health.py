@@ -3,7 +3,9 @@
 Prometheus, runs the pure detectors (``policy.gang``, ``policy.topology``,
 ``policy.interconnect``) and reports — findings, a Warning Event on the owner of each job newly
 found in a partial allocation, and the gauges ``telemetry`` exports. Read-only toward
-workloads and nodes: it never cordons, evicts or deletes anything.
+workloads and nodes: it never cordons, evicts or deletes anything. The agent's GPU topology,
+which changes only with the hardware, is kept between runs (``controller.topology_cache``)
+where the guard wires one; without it, it is read with the rest each run.
 
 Each source fails on its own: pods unreadable means no gang findings this time, a bad
 Prometheus answer no topology or interconnect findings, never a crash of the tick
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from gpuguard.controller import topology_cache
 from gpuguard.errors import GpuguardError, SourceError
 from gpuguard.model import decisions, fleet, ports, workloads
 from gpuguard.model import settings as settings_model
@@ -56,6 +59,7 @@ class FleetHealthWatch:
     metrics: ports.MetricsSource | None
     settings: settings_model.FleetHealthSettings
     events: EventRecorder | None = None
+    topologies: topology_cache.TopologyCache | None = None  # None: in ``metrics``' answer
     every: timedelta = timedelta(minutes=1)
     last: FleetHealth | None = None
     _told: set[gang.JobKey] = field(default_factory=set)
@@ -69,8 +73,9 @@ class FleetHealthWatch:
         read = self._samples(at, unchecked)
         samples = read or ()
         found = [d.finding() for d in gangs]
-        found += topology.mismatches(topology.from_samples(samples),
-                                     health_source.pod_gpus(samples))  # fmt: skip
+        held = health_source.pod_gpus(samples)
+        matrices = topology.from_samples(samples) | self._topology(at, held, unchecked)
+        found += topology.mismatches(matrices, held)
         found += interconnect.detect(samples, self.settings)
         if read is not None:  # an answer of no series at all checked nothing
             unchecked += [f"{kind}: no series (exporter does not collect it)"
@@ -104,6 +109,16 @@ class FleetHealthWatch:
             log.warning("topology and interconnect checks skipped: %s", e)
             unchecked.append(f"topology and interconnect: Prometheus answer refused ({e})")
             return None
+
+    def _topology(
+        self, at: datetime, held: dict[str, dict[str, tuple[int, ...]]], unchecked: list[str]
+    ) -> dict[str, topology.NodeTopology]:
+        """The kept matrices of the nodes where a pod holds several GPUs (the only ones
+        ``topology.mismatches`` judges)."""
+        shared = [node for node, pods in held.items() if any(len(g) > 1 for g in pods.values())]
+        if self.topologies is None or not shared:
+            return {}
+        return self.topologies.matrices(at, shared, unchecked)
 
     def _tell(
         self, gangs: list[gang.GangDeadlock], at: datetime, may_write: Callable[[], bool]

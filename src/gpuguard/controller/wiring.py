@@ -36,6 +36,7 @@ from gpuguard.controller import (
     return_to_pool,
     tick,
 )
+from gpuguard.controller import topology_cache as topology_step
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys
 from gpuguard.model import settings as settings_model
@@ -46,6 +47,7 @@ from gpuguard.sources import (
     gpu_metrics,
     gpu_pods,
     kubernetes,
+    node_scope,
     prometheus,
     return_facts,
     watched_cluster,
@@ -191,12 +193,30 @@ def build_guard(
             else None,
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
-                metrics=read(health_plan.HealthQueryPlan.for_settings(guard_settings.fleet)),
+                metrics=read(
+                    health_plan.HealthQueryPlan.for_settings(guard_settings.fleet, topology=False)
+                ),
                 settings=guard_settings.fleet,
                 events=workload_events.WorkloadEvents(client),
+                topologies=topology_cache(read, guard_settings.fleet),
             ),
         )
         yield guard, client
+
+
+def topology_cache(
+    read: Callable[[prometheus.Plan], prometheus.PrometheusSource],
+    fleet_settings: settings_model.FleetHealthSettings,
+) -> topology_step.TopologyCache:
+    """The agent's topology, read apart from the fleet-health plan and kept between runs."""
+    reader, changes = read(health_plan.TopologyPlan()), health_plan.TopologyChangesPlan()
+    return topology_step.TopologyCache(
+        reader,
+        node_scope.ScopedSource(reader, health_plan.TopologyPlan),
+        fleet_settings.topology_refresh,
+        changes=read(changes),
+        changes_cover=changes.since,
+    )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ stamped are in wall time, so a query's instant is taken to the scenario's time (
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,25 @@ def _of_nodes(
     return tuple(s for s in family(at) if series.node_of(s.labels) in nodes)
 
 
+def _topology_changes(
+    now: Sequence[fleet.MetricSample], then: Sequence[fleet.MetricSample], at: datetime
+) -> tuple[fleet.MetricSample, ...]:
+    """``TopologyChangesPlan``'s answer: per node, its topology series at only one of the
+    two instants (PromQL's ``unless`` both ways)."""
+
+    def keyed(samples: Sequence[fleet.MetricSample]) -> set[tuple[str, frozenset[tuple[str, str]]]]:
+        return {(s.name, frozenset(s.labels.items())) for s in samples
+                if s.name in (names.GPU_NVLINK_PEER, names.GPU_NUMA_NODE)}  # fmt: skip
+
+    counts = collections.Counter(
+        dict(labels).get("node", "") for _, labels in keyed(now) ^ keyed(then)
+    )
+    return tuple(
+        fleet.MetricSample(names.GPU_TOPOLOGY_CHANGES, {"node": node}, float(count), at)
+        for node, count in sorted(counts.items())
+    )
+
+
 def answers(
     played: world.World,
     settings: settings_model.GuardSettings,
@@ -142,17 +162,26 @@ def answers(
     def health_samples(at: datetime) -> tuple[fleet.MetricSample, ...]:
         return findings.plan_samples(played, at, health)
 
+    changes = fleet_health.TopologyChangesPlan()
+
+    def topology_changes(at: datetime) -> tuple[fleet.MetricSample, ...]:
+        return _topology_changes(health_samples(at), health_samples(at - changes.since), at)
+
     plans: list[tuple[dict[str, str], Family]] = [
         (prometheus.QueryPlan(iso.hold_window, iso.xid_lookback).queries(), view.samples),
         (return_facts.ReturnFactsPlan().queries(), facts.samples),
         (gpu_plan.queries(), gpu_windows),
         (health.queries(), health_samples),
+        (changes.queries(), topology_changes),
     ]
     routes: dict[str, tuple[Family, str]] = {}
     for queries, family in plans:
         for name, query in queries.items():
             routes.setdefault(query, (family, name))
-    node_plans = [(gpu_plan.node_queries, gpu_windows)]
+    node_plans: list[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = [
+        (gpu_plan.node_queries, gpu_windows),
+        (lambda nodes: fleet_health.TopologyPlan(nodes).queries(), health_samples),
+    ]
     return EmulatedPrometheus(played, view, routes, speed, lock, node_plans), view
 
 

@@ -162,6 +162,7 @@ GANG_GPU_HOURS_HELD = "gpuguard_gang_gpu_hours_held"  # labels: namespace, job, 
 GPU_NVLINK_PEER = "gpuguard_gpu_link"  # agent: 1 per {node, gpu, peer, link} (topo -m cell)
 GPU_NUMA_NODE = "gpuguard_gpu_numa_node"  # agent: 1 per {node, gpu, numa}
 GPU_TOPOLOGY_READ = "gpuguard_gpu_topology_read"  # agent: 1 read, 0 skipped or failed
+GPU_TOPOLOGY_CHANGES = "gpu topology changes"  # per node: its topology series new or gone lately
 
 # Derived series of the interconnect plan (sources.fleet_health), "<what> <window>"
 # ("short": the finding window; "long": the persistence window).

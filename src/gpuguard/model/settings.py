@@ -409,6 +409,12 @@ class FleetHealthSettings(_Section):
         description="Link-downed events of one port over the persistence window that list the "
         "node as flapping persistently.",
     )
+    topology_refresh: Duration = Field(
+        default=timedelta(minutes=30), gt=timedelta(0),
+        description="The agent's GPU topology is read fleet-wide this often and kept between "
+        "reads (nodes without one are read on their own); kept at most twice this long when a "
+        "read fails (docs/fleet-health.md#topology).",
+    )
 
 
 class GuardSettings(_Section):

@@ -21,7 +21,7 @@ from datetime import timedelta
 from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
-from gpuguard.sources import gpu_metrics, prometheus
+from gpuguard.sources import gpu_metrics, node_scope, prometheus
 
 REASONS = f"({names.DCGM_CLOCKS_EVENT_REASONS} or {names.DCGM_CLOCK_THROTTLE_REASONS})"
 NVLINK_COUNTERS = {
@@ -69,10 +69,15 @@ class HealthQueryPlan:
     nvlink_errors_min: float = 0.0
     pcie_replays_min: float = 0.0
     scoped: bool = False  # filters the IB counters and the pod mapping too
+    topology: bool = True  # False: the controller reads it apart (``TopologyPlan``), cached
+
 
     @classmethod
-    def for_settings(cls, fleet_settings: settings_model.FleetHealthSettings) -> HealthQueryPlan:
-        """The guard's plan: its windows, and only what its thresholds can find."""
+    def for_settings(
+        cls, fleet_settings: settings_model.FleetHealthSettings, *, topology: bool = True
+    ) -> HealthQueryPlan:
+        """The guard's plan: its windows, and only what its thresholds can find (the agent's
+        topology too unless ``topology`` is False)."""
         return cls(
             fleet_settings.window,
             fleet_settings.persistence_window,
@@ -81,6 +86,7 @@ class HealthQueryPlan:
             nvlink_errors_min=fleet_settings.nvlink_errors_min,
             pcie_replays_min=fleet_settings.pcie_replays_min,
             scoped=True,
+            topology=topology,
         )
 
     def queries(self) -> dict[str, str]:
@@ -104,12 +110,10 @@ class HealthQueryPlan:
                 _grown(ib, f"increase({names.IB_LINK_DOWNED}[{short}])") if self.scoped else ib,
             names.windowed(names.IB_ERRORS_INCREASE, names.LONG):
                 f"({ib_long}) > 0" if self.scoped else ib_long,
-            names.GPU_NVLINK_PEER: f"max by (node, gpu, peer, link) ({names.GPU_NVLINK_PEER})",
-            names.GPU_NUMA_NODE: f"max by (node, gpu, numa) ({names.GPU_NUMA_NODE})",
             names.GPU_POD_MAPPING: WORKLOAD_GPUS if self.scoped else names.DCGM_GPU_UTIL,
-        } | self._coverage(short_range, step, nvlink, pcie, ib) | (
-            prometheus.freshness_queries()
-        )  # fmt: skip
+        } | (topology_queries(None) if self.topology else {}) | self._coverage(
+            short_range, step, nvlink, pcie, ib
+        ) | prometheus.freshness_queries()  # fmt: skip
 
     def throttle_query(self, window: str, step: str) -> str:
         """Per GPU and counted clock-event reason, the share of ``window`` the reason's bit was
@@ -138,6 +142,52 @@ class HealthQueryPlan:
             names.coverage(names.PCIE_REPLAYS_INCREASE): f"count({pcie})",
             names.coverage(names.IB_ERRORS_INCREASE): f"count({ib})",
         }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyPlan:
+    """The agent's GPU topology alone, of every node (``nodes`` None) or of ``nodes``: the
+    controller reads it apart from the fleet-health plan and keeps it, as the agent re-reads it
+    only every few hours (docs/fleet-health.md#topology)."""
+
+    nodes: tuple[str, ...] | None = None
+
+    def queries(self) -> dict[str, str]:
+        return topology_queries(self.nodes) | prometheus.freshness_queries()
+
+
+_TOPOLOGY_KEYS = {  # the agent's topology series and the labels that make one
+    names.GPU_NVLINK_PEER: "node, gpu, peer, link",
+    names.GPU_NUMA_NODE: "node, gpu, numa",
+}
+
+
+def topology_queries(nodes: tuple[str, ...] | None) -> dict[str, str]:
+    """The NVLink matrix and NUMA affinity per GPU, of every node or of ``nodes``."""
+
+    def of(metric: str) -> str:
+        return metric if nodes is None else node_scope.selector(metric, nodes)
+
+    return {metric: f"max by ({keys}) ({of(metric)})" for metric, keys in _TOPOLOGY_KEYS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyChangesPlan:
+    """Per node, how many of its topology series appeared or vanished over the last ``since``
+    (a GPU gone, a cell read differently, an agent restarted on other hardware; a node gone
+    too): the nodes whose kept matrix may no longer be theirs. A steady fleet answers
+    nothing, so the check costs next to nothing to transfer each run."""
+
+    since: timedelta = timedelta(minutes=5)
+
+    def queries(self) -> dict[str, str]:
+        offset = _duration(self.since)
+        parts = []
+        for metric, keys in _TOPOLOGY_KEYS.items():
+            now, then = f"max by ({keys}) ({metric})", f"max by ({keys}) ({metric} offset {offset})"
+            parts += [f"({now} unless {then})", f"({then} unless {now})"]
+        changed = f"count by (node) ({' or '.join(parts)})"
+        return {names.GPU_TOPOLOGY_CHANGES: changed} | prometheus.freshness_queries()
 
 
 def _at_least(query: str, minimum: float) -> str:
