@@ -158,7 +158,7 @@ class AuditReader:
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
         series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
-        return frozenset(v for labels, _ in series for k in keys if (v := labels.get(k)))
+        return frozenset(v for sample in series for k in keys if (v := sample.labels.get(k)))
 
 
 def _presence_query() -> str:

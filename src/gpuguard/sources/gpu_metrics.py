@@ -243,12 +243,7 @@ class GpuMetricsSource:
             response = self._client.get(self._url, params=params)
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
-        series = prometheus.parse_answer(name, response.status_code, response.content, "vector")
-        return [
-            fleet.MetricSample(name, labels, value, when)
-            for labels, points in series
-            for when, value in points
-        ]
+        return prometheus.parse_answer(name, response.status_code, response.content, "vector")
 
 
 # ---- folding samples into windows -----------------------------------------------------------

@@ -9,8 +9,7 @@ Errors are ``SourceError`` (``NotFoundError`` for a node that does not exist) th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from dataclasses import replace
 
 import httpx
 from lightkube import Client
@@ -19,7 +18,7 @@ from lightkube.resources.core_v1 import Node
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys, decisions, fleet, jobs, onboarding
+from gpuguard.model import annotation_keys, decisions, jobs, onboarding
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kubernetes, prometheus, return_facts
 
@@ -108,14 +107,4 @@ def check_statuses(
     except httpx.HTTPError as e:
         raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
     series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
-    return return_facts.conformance(_samples(series))
-
-
-def _samples(
-    series: Iterable[tuple[dict[str, str], list[tuple[datetime, float]]]],
-) -> list[fleet.MetricSample]:
-    return [
-        fleet.MetricSample(names.CHECK_STATUS, labels, value, when)
-        for labels, points in series
-        for when, value in points
-    ]
+    return return_facts.conformance([replace(s, name=names.CHECK_STATUS) for s in series])
