@@ -93,12 +93,12 @@ def test_range_queries_and_buildinfo_answer_as_prometheus_does(cluster: live.Liv
     params = {"query": xid, "start": str(now - 0.05), "end": str(now),
               "step": "25ms"}
     answer = httpx.get(f"{cluster.prometheus}/api/v1/query_range", params=params)
-    ((_, points),) = [
-        series for series in prometheus.parse_answer("xid", answer.status_code, answer.content,
+    points = [
+        sample for sample in prometheus.parse_answer("xid", answer.status_code, answer.content,
                                                      "matrix")
-        if series[0].get("Hostname") == "gpu-node-b" and series[0].get("gpu") == "4"
+        if sample.labels.get("Hostname") == "gpu-node-b" and sample.labels.get("gpu") == "4"
     ]
-    assert [value for _, value in points] == [79.0, 79.0, 79.0]
+    assert [sample.value for sample in points] == [79.0, 79.0, 79.0]
     info = httpx.get(f"{cluster.prometheus}/api/v1/status/buildinfo").json()
     assert info["status"] == "success"
     assert info["data"]["version"]

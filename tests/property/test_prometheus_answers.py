@@ -46,11 +46,11 @@ def check(status: int, body: bytes) -> None:
     except SourceError as e:
         refused, series = e, []
     assert refused is None or QUERY in str(refused)
-    for labels, points in series:
+    for sample in series:
+        labels, value, when = sample.labels, sample.value, sample.timestamp
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
-        for when, value in points:
-            assert math.isfinite(value)
-            assert datetime(1970, 1, 1, tzinfo=UTC) <= when < datetime(2100, 1, 1, tzinfo=UTC)
+        assert math.isfinite(value)
+        assert datetime(1970, 1, 1, tzinfo=UTC) <= when < datetime(2100, 1, 1, tzinfo=UTC)
 
 
 @given(VECTOR, st.sampled_from([200, 400, 422, 503]))
