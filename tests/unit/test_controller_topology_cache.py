@@ -297,7 +297,7 @@ def test_many_nodes_to_read_are_read_as_the_whole_fleet() -> None:
     world = fleet_world()
     watch = world.cached()
     assert watch.topologies is not None
-    watch.topologies.most_scoped = 1
+    watch.topologies.most_batches = 0
     watch.run(NOW)
     later = NOW + timedelta(minutes=1)
     world.add(matrix("node-c") + held("node-c", "split", 0, 3)

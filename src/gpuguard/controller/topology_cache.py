@@ -8,8 +8,8 @@ for (new nodes, or nodes whose last answer was empty), scoped to them. With ``ch
 nodes whose topology series appeared or vanished over its lookback,
 ``sources.fleet_health.TopologyChangesPlan``) asked each run, a node whose matrix changed is
 forgotten and read again on its own at once; when the runs' checks leave a gap longer than
-that lookback, or more than ``most_scoped`` nodes are to be read on their own, every node is
-read again.
+that lookback, or the nodes to be read on their own need more than ``most_batches`` batches of
+node matchers (``sources.node_scope.MOST_BATCHES``), every node is read again.
 
 Never a stale matrix beyond a bound: a node's answer is kept at most ``2 × refresh`` (a failed
 fleet-wide read is retried every run until then); past it the node's topology is unknown, as if
@@ -27,14 +27,9 @@ from datetime import datetime, timedelta
 from gpuguard.errors import SourceError
 from gpuguard.model import ports
 from gpuguard.policy import topology
+from gpuguard.sources import node_scope
 
 log = logging.getLogger(__name__)
-
-# Past this many nodes to read on their own (~8 batches of node matchers, as
-# ``sources.gpu_metrics.MOST_BATCHES``), the whole fleet's one read costs less: a scale-up, or a
-# Prometheus that lost its recent data and shows every node's topology as new.
-MOST_SCOPED = 800
-
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
@@ -52,7 +47,7 @@ class TopologyCache:
     refresh: timedelta
     changes: ports.MetricsSource | None = None
     changes_cover: timedelta = timedelta(0)  # the lookback of ``changes``' query
-    most_scoped: int = MOST_SCOPED
+    most_batches: int = node_scope.MOST_BATCHES  # past it, the whole fleet is read instead
     _kept: dict[str, _Answer] = field(default_factory=dict)
     _read_every_at: datetime | None = None
     _checked_at: datetime | None = None  # changes up to here are accounted for
@@ -69,7 +64,7 @@ class TopologyCache:
         self._kept = {n: a for n, a in self._kept.items() if at - a.read_at < 2 * self.refresh}
         missing = sorted(wanted - set(self._kept))
         if missing and not read_every:
-            many = len(missing) > self.most_scoped
+            many = len(node_scope.batches(missing, node_scope.MATCHER_CHARS)) > self.most_batches
             if not (many and self._read_every(at, unchecked)):
                 self._read_scoped(at, missing, unchecked)
         return {n: self._kept[n].matrix for n in wanted & self._kept.keys()}

@@ -54,10 +54,6 @@ ACTIVE_GPU_PODS = (
 NODE_GPU_PODS = (
     f"({ACTIVE_GPU_PODS}) or (0 * max by (node) ({names.KSM_NODE_CAPACITY}{{{_GPU}}}))"
 )
-# Candidate nodes asked in more batches than this (about 100 nodes each) are asked as the whole
-# fleet, once, and kept: a fleet without dcgm's pod mapping has every busy node a candidate,
-# and ~42 queries a batch would outgrow the whole fleet's 42.
-MOST_BATCHES = 8
 # dcgm-exporter's own pod (GPU Operator: nvidia-dcgm-exporter-*, Helm chart: dcgm-exporter-*).
 EXPORTER_POD = re.compile(r"dcgm-exporter")
 
@@ -175,7 +171,7 @@ class GpuMetricsSource:
         client: httpx.Client | None = None,
         timeout_s: float = 10.0,
         max_regex_chars: int = node_scope.MATCHER_CHARS,
-        most_batches: int = MOST_BATCHES,
+        most_batches: int = node_scope.MOST_BATCHES,
     ) -> None:
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._plan = plan

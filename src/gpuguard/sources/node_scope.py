@@ -16,6 +16,11 @@ from gpuguard.sources import prometheus
 MATCHER_CHARS = 2_000
 """The longest URL-encoded node regex of one query: three of them (one per node label) keep a
 query's GET URL within the 8 KiB that proxies in front of Prometheus commonly accept."""
+MOST_BATCHES = 8
+"""Nodes that need more batches than this (about 100 nodes each) are read as the whole fleet,
+once, and kept of those nodes: past it, a query per batch outgrows the one whole-fleet read (a
+fleet without dcgm's pod mapping, where every busy node is a phantom candidate; a scale-up, or
+a Prometheus that lost its recent data and shows every node's topology as new)."""
 
 
 def selector(metric: str, nodes: Iterable[str], around: str = "{}", matchers: str = "") -> str:
