@@ -8,31 +8,25 @@ and FAILS under CI, where ``scripts/test`` builds it first.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuguard.sim.control_plane import cluster
+from tests import tools
 from tests.realcluster import helm
 
 pytestmark = pytest.mark.integration
 
 
-def _built() -> Path:
-    try:
-        return cluster.require_built()
-    except cluster.ControlPlaneError as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"{e}; CI must have it (scripts/test builds it)")
-        pytest.skip(str(e))
-
-
 @pytest.fixture(scope="session")
 def bin_dir() -> Path:
     """The pinned build's binaries (kubectl, helm, prometheus, ...)."""
-    return _built()
+    try:
+        return cluster.require_built()
+    except cluster.ControlPlaneError as e:
+        tools.missing(str(e))
 
 
 @pytest.fixture(scope="session")

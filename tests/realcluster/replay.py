@@ -39,7 +39,7 @@ RESOURCES = {
     "Pod": ("/api/v1", "pods", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "Job": ("/apis/batch/v1", "jobs", True),
-    "DeviceTaintRule": ("/apis/resource.k8s.io/v1beta2", "devicetaintrules", False),
+    "DeviceTaintRule": ("/apis/resource.k8s.io/v1", "devicetaintrules", False),
 }
 
 

@@ -44,10 +44,12 @@ class BuildError(GpuguardError):
     """The Go toolchain is missing or a build step failed."""
 
 
-def missing_tools(bin_dir: Path | None = None) -> list[str]:
-    """The pinned tools not yet built into the cache."""
+def missing_tools(
+    bin_dir: Path | None = None, tools: Sequence[Tool] = versions.ALL_TOOLS
+) -> list[str]:
+    """The pinned ``tools`` not yet built into the cache."""
     where = bin_dir or versions.bin_dir()
-    return [tool.name for tool in versions.ALL_TOOLS if not (where / tool.name).is_file()]
+    return [tool.name for tool in tools if not (where / tool.name).is_file()]
 
 
 def build_all(*, force: bool = False, log: Path | None = None) -> dict[str, float]:
@@ -91,15 +93,16 @@ def _build_group(
     if main_go:
         _run([go, "mod", "tidy"], module_dir, env, log)
         (tool,) = tools
-        _run(
-            [go, "build", *_BUILD_FLAGS, "-o", str(bin_dir / tool.name), "."], module_dir, env, log
-        )
-        return
-    out = str(bin_dir) + os.sep
-    _run([go, "build", *_BUILD_FLAGS, "-o", out, *(t.package for t in tools)], module_dir, env, log)
+        target = [str(bin_dir / tool.name), "."]
+    else:
+        target = [str(bin_dir) + os.sep, *(t.package for t in tools)]
+    _run([go, "build", *_build_flags(tools), "-o", *target], module_dir, env, log)
 
 
-_BUILD_FLAGS = ("-trimpath", "-ldflags=-s -w")
+def _build_flags(tools: Sequence[Tool]) -> list[str]:
+    stamps = dict(stamp for tool in tools for stamp in tool.stamps)
+    ldflags = " ".join(["-s", "-w", *(f"-X {name}={value}" for name, value in stamps.items())])
+    return ["-trimpath", f"-ldflags={ldflags}"]
 
 
 def _go_mod(name: str, tools: Sequence[Tool]) -> str:

@@ -148,12 +148,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def require_built(bin_dir: Path | None = None) -> Path:
+def require_built(
+    bin_dir: Path | None = None,
+    tools: Sequence[versions.Tool] = (*versions.KUBERNETES_TOOLS, versions.ETCD_TOOL),
+) -> Path:
     """The pinned build's bin folder; ControlPlaneError naming the missing tools otherwise."""
     from gpuguard.sim.control_plane import build  # the build module shells out to go; lazy
 
     where = bin_dir or versions.bin_dir()
-    missing = build.missing_tools(where)
+    missing = build.missing_tools(where, tools)
     if missing:
         raise ControlPlaneError(
             f"the real control plane is not built ({', '.join(missing)} missing in {where}): "

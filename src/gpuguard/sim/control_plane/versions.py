@@ -20,36 +20,61 @@ HELM = "v4.3.2"
 PROMETHEUS = "v0.316.0"  # Prometheus 3.x: its Go module is tagged v0.3XX for release 3.XX
 
 CACHE_ENV = "GPUGUARD_CONTROL_PLANE_CACHE"
+# Bumped when how the tools are built changes (flags, version stamps), so a cache built the
+# old way is not reused.
+RECIPE = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One binary: its name in bin/, the module it comes from and the package to build."""
+    """One binary: its name in bin/, the module it comes from, the package to build and the
+    version variables its release build stamps (``-X``; unstamped, kube-apiserver reports
+    ``v0.0.0-master`` and kubectl refuses to parse it)."""
 
     name: str
     module: str
     version: str
     package: str
+    stamps: tuple[tuple[str, str], ...] = ()
 
 
-KUBERNETES_TOOLS = (
-    Tool("kube-apiserver", "k8s.io/kubernetes", KUBERNETES, "k8s.io/kubernetes/cmd/kube-apiserver"),
+def _kubernetes_stamps() -> tuple[tuple[str, str], ...]:
+    """What Kubernetes' hack/lib/version.sh stamps into both version packages."""
+    major, minor, _ = KUBERNETES.removeprefix("v").split(".")
+    fields = {
+        "gitVersion": KUBERNETES,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+    }
+    return tuple(
+        (f"{package}.{name}", value)
+        for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for name, value in fields.items()
+    )
+
+
+KUBERNETES_TOOLS = tuple(
     Tool(
-        "kube-controller-manager",
-        "k8s.io/kubernetes",
-        KUBERNETES,
-        "k8s.io/kubernetes/cmd/kube-controller-manager",
-    ),
-    Tool("kube-scheduler", "k8s.io/kubernetes", KUBERNETES, "k8s.io/kubernetes/cmd/kube-scheduler"),
-    Tool("kubectl", "k8s.io/kubernetes", KUBERNETES, "k8s.io/kubernetes/cmd/kubectl"),
+        name, "k8s.io/kubernetes", KUBERNETES, f"k8s.io/kubernetes/cmd/{name}", _kubernetes_stamps()
+    )
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 )
 ETCD_TOOL = Tool("etcd", "go.etcd.io/etcd/server/v3", ETCD, "go.etcd.io/etcd/server/v3")
-HELM_TOOL = Tool("helm", "helm.sh/helm/v4", HELM, "helm.sh/helm/v4/cmd/helm")
+HELM_TOOL = Tool(
+    "helm",
+    "helm.sh/helm/v4",
+    HELM,
+    "helm.sh/helm/v4/cmd/helm",
+    (("helm.sh/helm/v4/internal/version.version", HELM),),
+)
 PROMETHEUS_TOOL = Tool(
     "prometheus",
     "github.com/prometheus/prometheus",
     PROMETHEUS,
     "github.com/prometheus/prometheus/cmd/prometheus",
+    (("github.com/prometheus/common/version.Version", "3." + PROMETHEUS.split(".")[1][1:] + ".0"),),
 )
 ALL_TOOLS = (*KUBERNETES_TOOLS, ETCD_TOOL, HELM_TOOL, PROMETHEUS_TOOL)
 
@@ -64,7 +89,7 @@ def cache_root() -> Path:
 
 def build_key() -> str:
     """A short name for this set of pinned versions (and so the folder its build lives in)."""
-    pinned = "|".join(f"{tool.name}={tool.version}" for tool in ALL_TOOLS)
+    pinned = "|".join(f"{tool.name}={tool.version}" for tool in ALL_TOOLS) + f"|recipe={RECIPE}"
     digest = hashlib.sha256(pinned.encode()).hexdigest()[:12]
     return f"k8s-{KUBERNETES}-{digest}"
 
