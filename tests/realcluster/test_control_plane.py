@@ -4,6 +4,8 @@ gpuguard's chart passes `helm lint` and installs into it with every object admit
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 from gpuguard.sim.control_plane import cluster, versions
@@ -20,30 +22,37 @@ def test_it_serves_the_pinned_release(real_plane: cluster.ControlPlane) -> None:
     assert "devicetaintrules.resource.k8s.io" in resources.stdout.split()
 
 
-def test_the_real_job_controller_ends_a_job_at_its_deadline_and_ttl_deletes_it(
+def test_the_real_job_controller_decides_at_the_deadline_and_fails_the_job_once_its_pod_ends(
     real_plane: cluster.ControlPlane,
 ) -> None:
-    """What the simulator's Job controller models (sim/kubelet.py): no kubelet runs the pod,
-    so only the deadline ends the Job, then the TTL controller deletes it and its pod."""
+    """What the simulator's Job controller models (sim/kubelet.py): at the deadline the Job
+    gets FailureTarget and its pod a deletionTimestamp; with no kubelet to end the pod it stays
+    Terminating and the Job gets no Failed; once the pod is gone (here force-deleted, as a
+    kubelet confirms a kill) the Job fails and the TTL controller deletes it."""
     job = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "deadline", "namespace": "default"},
-        "spec": {"activeDeadlineSeconds": 2, "ttlSecondsAfterFinished": 3, "backoffLimit": 0,
+        "spec": {"activeDeadlineSeconds": 2, "ttlSecondsAfterFinished": 2, "backoffLimit": 0,
                  "template": {"spec": {"restartPolicy": "Never", "nodeName": "nowhere",
                                        "containers": [{"name": "c", "image": "busybox"}]}}},
     }
     real_plane.kubectl("create", "-f", "-", stdin=json.dumps(job))
 
-    seen: list[dict[str, str]] = []
-
-    def failed() -> bool:
+    def conditions() -> list[str]:
         got = real_plane.kubectl("get", "job", "deadline", "-o", "json", check=False)
-        conditions = json.loads(got.stdout or "{}").get("status", {}).get("conditions", [])
-        seen[:] = [c for c in conditions if c["type"] == "Failed"]
-        return bool(seen)
+        found = json.loads(got.stdout or "{}").get("status", {}).get("conditions", [])
+        return [f"{c['type']}/{c['reason']}" for c in found if c["status"] == "True"]
 
-    assert waits.eventually(failed, timeout_s=60, every_s=0.5), "the Job never failed"
-    assert seen[0]["reason"] == "DeadlineExceeded"
+    assert waits.eventually(lambda: bool(conditions()), timeout_s=60, every_s=0.5)
+    assert conditions() == ["FailureTarget/DeadlineExceeded"]
+    pods = json.loads(real_plane.kubectl("get", "pods", "-o", "json").stdout)["items"]
+    assert [bool(p["metadata"].get("deletionTimestamp")) for p in pods] == [True]
+    time.sleep(3)  # no kubelet ends the pod: the Job stays decided but not Failed
+    assert conditions() == ["FailureTarget/DeadlineExceeded"]
+
+    real_plane.kubectl("delete", "pods", "--all", "--grace-period=0", "--force")
+    assert waits.eventually(lambda: "Failed/DeadlineExceeded" in conditions(), timeout_s=60,
+                            every_s=0.5), conditions()
 
     def deleted() -> bool:
         return real_plane.kubectl("get", "job", "deadline", check=False).returncode != 0
@@ -68,8 +77,25 @@ def test_the_chart_installs_and_every_object_is_stored(installed: cluster.Contro
         if namespace:
             args.append(f"--namespace={namespace}")
         assert installed.kubectl(*args).stdout.strip(), obj["metadata"]["name"]
-    status = installed.kubectl("get", "validatingadmissionpolicies", "-o", "json")
-    policies = json.loads(status.stdout)["items"]
-    # The API server type-checked every policy's CEL against the kinds it matches.
-    warnings = {p["metadata"]["name"]: p.get("status", {}).get("typeChecking") for p in policies}
-    assert all(not (w or {}).get("expressionWarnings") for w in warnings.values()), warnings
+    # The API server type-checked every policy's CEL against each kind it matches (the
+    # controller-manager's policy status controller); the only warnings left are named here.
+    policies = json.loads(installed.kubectl("get", "validatingadmissionpolicies", "-o",
+                                            "json").stdout)["items"]
+    warned = {(p["metadata"]["name"], kind)
+              for p in policies
+              for w in (p.get("status", {}).get("typeChecking") or {}).get("expressionWarnings", [])
+              for kind in re.findall(r"Kind=(\w+): ERROR", w["warning"])}
+    assert warned <= KNOWN_TYPE_WARNINGS, warned - KNOWN_TYPE_WARNINGS
+
+
+# (policy, kind): why the type checker's warning is not a defect.
+KNOWN_TYPE_WARNINGS = {
+    # One rule reads Job fields (backoffLimit, parallelism, ...) behind `!variables.isJob ||`;
+    # the checker also types it against the Pods the policy matches, where they do not exist.
+    ("gpuguard-jobs", "Pod"),
+    ("gpuguard-change-jobs", "Pod"),
+    # status.capacity/allocatable are maps of resource.Quantity, which the checker's Node type
+    # leaves out; at run time they compare as values (the admission replay proves the agent's
+    # own condition writes are admitted and a change to them refused).
+    ("gpuguard-node-conditions", "Node"),
+}
