@@ -42,6 +42,13 @@ def real_plane(
 def installed(real_plane: cluster.ControlPlane) -> cluster.ControlPlane:
     """The real control plane with gpuguard's chart installed by Helm (release gpuguard,
     namespace gpuguard, default values) and the prometheus-operator kinds it uses."""
+    install_chart(real_plane)
+    return real_plane
+
+
+def install_chart(plane: cluster.ControlPlane) -> None:
+    """The prometheus-operator kinds the chart uses, then the chart by `helm install`."""
+    real_plane = plane
     real_plane.kubectl("apply", "-f", str(Path(__file__).with_name("crds.yaml")))
     real_plane.kubectl(
         "wait",
@@ -52,4 +59,3 @@ def installed(real_plane: cluster.ControlPlane) -> cluster.ControlPlane:
         "crd/prometheusrules.monitoring.coreos.com",
     )
     helm.install(real_plane)
-    return real_plane

@@ -17,29 +17,34 @@ binding 'NAME' denied request: ..."). A case agrees when cel-python's verdict fo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import glob
 import http.client
 import json
 import re
 import ssl
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuguard.sim.control_plane import cluster
+from tests import chart
 
 Obj = dict[str, Any]
 REPLAY_GROUP = "gpuguard.test:admission-replay"
+PARAMS_SETTLE_S = 1.0
+WARM_UP_S = 30.0
 GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
 _DENIED = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
-# kind -> (API prefix, plural, namespaced)
+# kind -> (plural, namespaced); the group and version are the object's apiVersion
 RESOURCES = {
-    "Node": ("/api/v1", "nodes", False),
-    "Pod": ("/api/v1", "pods", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Job": ("/apis/batch/v1", "jobs", True),
-    "DeviceTaintRule": ("/apis/resource.k8s.io/v1", "devicetaintrules", False),
+    "Node": ("nodes", False),
+    "Pod": ("pods", True),
+    "ConfigMap": ("configmaps", True),
+    "Job": ("jobs", True),
+    "DeviceTaintRule": ("devicetaintrules", False),
 }
 
 
@@ -69,8 +74,27 @@ class Outcome:
     setup_error: str = ""
 
     @property
+    def verdict(self) -> str:
+        """How the server answered: by the case's policy, or before any policy ran."""
+        if self.setup_error:
+            return "unreplayable"
+        if self.case.policy in self.denied_by:
+            return "refused by the policy"
+        if self.status == 422 and "is invalid" in self.message:
+            return "refused by the API's validation"
+        if self.status == 403 and not self.denied_by:
+            return "refused by built-in admission"
+        return "admitted" if self.status < 300 else f"refused otherwise ({self.status})"
+
+    @property
     def agrees(self) -> bool:
-        return not self.setup_error and (self.case.policy in self.denied_by) == self.case.refused
+        """Refused offline and refused by the server (the policy, or the API's own checks
+        before it), or admitted offline and not refused by that policy."""
+        if self.setup_error:
+            return False
+        if self.case.refused:
+            return self.verdict != "admitted"
+        return self.case.policy not in self.denied_by
 
 
 def load(folder: Path) -> list[Case]:
@@ -110,6 +134,8 @@ class Replayer:
         self.plane = plane
         self._context = ssl.create_default_context(cafile=str(plane.ca_cert))
         self._namespaces: set[str] = set()
+        self._runtimes: set[str] = set()
+        self._params_now: Obj | None = None
         self._accounts: set[tuple[str, str]] = set()
         plane.request(
             "POST",
@@ -127,10 +153,26 @@ class Replayer:
             },
         )
 
+    def warm_up(self, cases: list[Case]) -> None:
+        """Wait until each policy refuses one case it must refuse: a policy and its binding
+        take effect on the server a moment after they are stored."""
+        firsts = {c.policy: c for c in reversed(cases) if c.refused}
+        deadline = time.monotonic() + WARM_UP_S
+        for case in firsts.values():
+            while self.replay(case).verdict != "refused by the policy":
+                if time.monotonic() > deadline:
+                    return  # the replay then reports what disagrees
+                time.sleep(0.2)
+
     def replay(self, case: Case) -> Outcome:
+        """Send one case; an outcome whose setup_error says why it could not be sent."""
+        case = _namespaced(case)
         self._prepare(case)
         if case.operation == "CREATE":
             assert case.obj is not None
+            if case.obj["metadata"].get("name"):
+                self._delete(case.obj, None)
+                self._delete(case.obj, GPUGUARD)
             status, body = self._send("POST", _collection(case.obj), case.obj, case)
             return _outcome(case, status, body)
         assert case.old is not None
@@ -141,6 +183,8 @@ class Replayer:
             status, body = self._send("DELETE", _item(case.old), None, case)
             return _outcome(case, status, body)
         assert case.obj is not None
+        if case.obj["metadata"].get("name") != case.old["metadata"]["name"]:
+            return Outcome(case, 0, frozenset(), "", setup_error="the update renames the object")
         new = copy.deepcopy(case.obj)
         new.setdefault("metadata", {})["resourceVersion"] = stored["metadata"]["resourceVersion"]
         new["metadata"]["uid"] = stored["metadata"]["uid"]
@@ -154,6 +198,9 @@ class Replayer:
         for obj in (case.obj, case.old):
             if not obj:
                 continue
+            runtime = _pod_spec(obj).get("runtimeClassName")
+            if runtime:
+                self._runtime_class(runtime)
             namespace = obj.get("metadata", {}).get("namespace")
             if namespace:
                 self._namespace(namespace)
@@ -162,6 +209,17 @@ class Replayer:
                     self._account(namespace, account)
         if case.params is not None:
             self._params(case.params)
+
+    def _runtime_class(self, name: str) -> None:
+        """The RuntimeClass a pod names (the NVIDIA runtime's ``nvidia``, as the GPU Operator
+        installs it): without it the RuntimeClass admission plugin refuses the pod first."""
+        if name not in self._runtimes:
+            self.plane.request(
+                "POST",
+                "/apis/node.k8s.io/v1/runtimeclasses",
+                {"metadata": {"name": name}, "handler": name},
+            )
+            self._runtimes.add(name)
 
     def _namespace(self, name: str) -> None:
         if name not in self._namespaces:
@@ -178,24 +236,38 @@ class Replayer:
             self._accounts.add((namespace, name))
 
     def _params(self, params: Obj) -> None:
-        meta = params["metadata"]
+        """The case's parameter object, as the ConfigMap the chart's binding names (the
+        server reads it through an informer: a changed one is given a moment to arrive)."""
+        if params == self._params_now:
+            return
+        self._params_now = params
+        where = chart.defaults()["changes"]["jobTemplates"]
+        meta = {"namespace": where["namespace"], "name": where["name"]}
         self._namespace(meta["namespace"])
         path = f"/api/v1/namespaces/{meta['namespace']}/configmaps/{meta['name']}"
         status, current = self.plane.request("GET", path)
-        body = {**_creatable(params), "apiVersion": "v1", "kind": "ConfigMap"}
+        body = {**_creatable(params), "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
         if status == 200:
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             self.plane.request("PUT", path, body)
         else:
             self.plane.request("POST", f"/api/v1/namespaces/{meta['namespace']}/configmaps", body)
+        time.sleep(PARAMS_SETTLE_S)
 
     def _store_old(self, old: Obj) -> tuple[Obj, str]:
-        """Store ``old`` afresh (deleting what has its name); the stored object, or an error."""
+        """Store ``old`` (afresh, or over what has its name where the policies forbid
+        deleting it) as the admin or else gpuguard; the stored object, or why it cannot be."""
         body = _creatable(old)
         errors = []
         for user in (None, GPUGUARD):
             self._delete(old, user)
             status, stored = self._request("POST", _collection(old), body, user, {})
+            if status == 409:
+                status, current = self._request("GET", _item(old), None, None, {})
+                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                status, stored = self._request("PUT", _item(old), body, user, {})
+                status = 201 if status == 200 else status
+                del body["metadata"]["resourceVersion"]
             if status == 201:
                 return stored, ""
             errors.append(f"{user or 'admin'}: {status} {_message(stored)}")
@@ -255,6 +327,18 @@ class Replayer:
             return answer.status, raw.decode(errors="replace")
 
 
+def _namespaced(case: Case) -> Case:
+    """A namespaced object the offline test left without a namespace is in the chart's (the
+    policies' bindings match gpuguard's namespace)."""
+
+    def placed(obj: Obj | None) -> Obj | None:
+        if obj is None or not RESOURCES[obj["kind"]][1] or obj["metadata"].get("namespace"):
+            return obj
+        return {**obj, "metadata": {**obj["metadata"], "namespace": chart.NAMESPACE}}
+
+    return dataclasses.replace(case, obj=placed(case.obj), old=placed(case.old))
+
+
 def _account_groups(user: str) -> tuple[str, ...]:
     """The groups the API server gives a service account's own token."""
     parts = user.split(":")
@@ -280,7 +364,9 @@ def _message(body: Any) -> str:
 
 
 def _collection(obj: Obj) -> str:
-    prefix, plural, namespaced = RESOURCES[obj["kind"]]
+    plural, namespaced = RESOURCES[obj["kind"]]
+    version = obj["apiVersion"]
+    prefix = f"/api/{version}" if version == "v1" else f"/apis/{version}"
     if namespaced:
         return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}"
     return f"{prefix}/{plural}"
@@ -298,14 +384,19 @@ def _creatable(obj: Obj) -> Obj:
     return body
 
 
+def _pod_spec(obj: Obj) -> Obj:
+    spec: Obj = obj.get("spec") or {}
+    return spec.get("template", {}).get("spec") or spec if obj["kind"] == "Job" else spec
+
+
 def _template_account(obj: Obj) -> str | None:
     account = obj.get("spec", {}).get("template", {}).get("spec", {}).get("serviceAccountName")
     return str(account) if account else None
 
 
 def _status_only(old: Obj, new: Obj) -> bool:
-    """A change of status alone goes to the status subresource (as the kubelet and agent
-    write it); anything else to the object."""
+    """A change of status alone, or no change at all (a heartbeat), goes to the status
+    subresource (as the kubelet and agent write it); anything else to the object."""
     rest = {k: v for k, v in new.items() if k not in ("status", "metadata")}
     old_rest = {k: v for k, v in old.items() if k not in ("status", "metadata")}
-    return new.get("status") != old.get("status") and rest == old_rest
+    return rest == old_rest and (new.get("status") != old.get("status") or new == old)

@@ -30,11 +30,21 @@ def test_the_real_job_controller_decides_at_the_deadline_and_fails_the_job_once_
     Terminating and the Job gets no Failed; once the pod is gone (here force-deleted, as a
     kubelet confirms a kill) the Job fails and the TTL controller deletes it."""
     job = {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": {"name": "deadline", "namespace": "default"},
-        "spec": {"activeDeadlineSeconds": 2, "ttlSecondsAfterFinished": 2, "backoffLimit": 0,
-                 "template": {"spec": {"restartPolicy": "Never", "nodeName": "nowhere",
-                                       "containers": [{"name": "c", "image": "busybox"}]}}},
+        "spec": {
+            "activeDeadlineSeconds": 2,
+            "ttlSecondsAfterFinished": 2,
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeName": "nowhere",
+                    "containers": [{"name": "c", "image": "busybox"}],
+                }
+            },
+        },
     }
     real_plane.kubectl("create", "-f", "-", stdin=json.dumps(job))
 
@@ -51,8 +61,9 @@ def test_the_real_job_controller_decides_at_the_deadline_and_fails_the_job_once_
     assert conditions() == ["FailureTarget/DeadlineExceeded"]
 
     real_plane.kubectl("delete", "pods", "--all", "--grace-period=0", "--force")
-    assert waits.eventually(lambda: "Failed/DeadlineExceeded" in conditions(), timeout_s=60,
-                            every_s=0.5), conditions()
+    assert waits.eventually(
+        lambda: "Failed/DeadlineExceeded" in conditions(), timeout_s=60, every_s=0.5
+    ), conditions()
 
     def deleted() -> bool:
         return real_plane.kubectl("get", "job", "deadline", check=False).returncode != 0
@@ -79,12 +90,15 @@ def test_the_chart_installs_and_every_object_is_stored(installed: cluster.Contro
         assert installed.kubectl(*args).stdout.strip(), obj["metadata"]["name"]
     # The API server type-checked every policy's CEL against each kind it matches (the
     # controller-manager's policy status controller); the only warnings left are named here.
-    policies = json.loads(installed.kubectl("get", "validatingadmissionpolicies", "-o",
-                                            "json").stdout)["items"]
-    warned = {(p["metadata"]["name"], kind)
-              for p in policies
-              for w in (p.get("status", {}).get("typeChecking") or {}).get("expressionWarnings", [])
-              for kind in re.findall(r"Kind=(\w+): ERROR", w["warning"])}
+    policies = json.loads(
+        installed.kubectl("get", "validatingadmissionpolicies", "-o", "json").stdout
+    )["items"]
+    warned = {
+        (p["metadata"]["name"], kind)
+        for p in policies
+        for w in (p.get("status", {}).get("typeChecking") or {}).get("expressionWarnings", [])
+        for kind in re.findall(r"Kind=(\w+): ERROR", w["warning"])
+    }
     assert warned <= KNOWN_TYPE_WARNINGS, warned - KNOWN_TYPE_WARNINGS
 
 
