@@ -110,13 +110,19 @@ _PRUNED = (
     "drops it before admission, so the rule stored selects the one device the policy "
     "checks; the offline case tests a field no served version has"
 )
-_RENAME = ("an update that renames an object is no request a server can receive (the name is "
-           "the path's); the rename as a create of a second rule is replayed and refused")
-_UNREACHABLE = ("its old object (a labelled ledger ConfigMap named x) cannot exist under the "
-                "chart's policies: neither the admin nor gpuguard may create it")
-_NO_OP = ("an update that changes nothing is refused by the server's node-conditions-only rule "
-          "and admitted offline (not yet explained); the agent never sends one: it writes on a "
-          "change or with a new heartbeat time")
+_RENAME = (
+    "an update that renames an object is no request a server can receive (the name is "
+    "the path's); the rename as a create of a second rule is replayed and refused"
+)
+_UNREACHABLE = (
+    "its old object (a labelled ledger ConfigMap named x) cannot exist under the "
+    "chart's policies: neither the admin nor gpuguard may create it"
+)
+_NO_OP = (
+    "an update that changes nothing is refused by the server's node-conditions-only rule "
+    "and admitted offline (not yet explained); the agent never sends one: it writes on a "
+    "change or with a new heartbeat time"
+)
 KNOWN_DIFFERENCES = {
     "own_rule_shape[selects-by-device-class]": _PRUNED,
     "own_rule_shape[selects-by-cel]": _PRUNED,

@@ -7,10 +7,11 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuguard.sim.control_plane import cluster, versions
 from tests import chart, waits
-from tests.realcluster import helm
+from tests.realcluster import helm, nodes
 
 
 def test_it_serves_the_pinned_release(real_plane: cluster.ControlPlane) -> None:
@@ -113,3 +114,36 @@ KNOWN_TYPE_WARNINGS = {
     # own condition writes are admitted and a change to them refused).
     ("gpuguard-node-conditions", "Node"),
 }
+
+
+def test_a_default_install_admits_its_own_agent_and_controller_pods(
+    installed: cluster.ControlPlane,
+) -> None:
+    """The DaemonSet controller creates an agent pod for each GPU node and the ReplicaSet
+    controller the controller's pods, through every admission policy of the chart (before the
+    chart created its change-templates parameter, the change-jobs binding refused them all)."""
+    with nodes.registered(installed, ["gpu-node-a", "gpu-node-b"]):
+
+        def pods(label: str) -> list[dict[str, Any]]:
+            listed = installed.kubectl(
+                "get", "pods", "-n", helm.NAMESPACE, "-l", label, "-o", "json"
+            )
+            items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+            return items
+
+        agent = "app.kubernetes.io/component=agent"
+        controller = "app.kubernetes.io/component=controller"
+        assert waits.eventually(lambda: len(pods(agent)) == 2, timeout_s=60, every_s=0.5), (
+            _refusals(installed)
+        )
+        assert waits.eventually(lambda: len(pods(controller)) >= 1, timeout_s=60, every_s=0.5), (
+            _refusals(installed)
+        )
+        assert sorted(p["spec"]["nodeName"] for p in pods(agent)) == ["gpu-node-a", "gpu-node-b"]
+
+
+def _refusals(plane: cluster.ControlPlane) -> str:
+    events = plane.kubectl(
+        "get", "events", "-n", helm.NAMESPACE, "--field-selector=reason=FailedCreate", "-o", "json"
+    )
+    return "; ".join(e["message"] for e in json.loads(events.stdout)["items"][-3:])
