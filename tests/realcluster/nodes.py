@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from gpuguard.sim.control_plane import cluster
 
@@ -48,10 +49,15 @@ def gpu_node(name: str, gpus: int = 8) -> dict[str, object]:
 
 
 @contextmanager
-def registered(plane: cluster.ControlPlane, names: Sequence[str]) -> Iterator[None]:
-    """The Nodes created and their Leases renewed until exit (then both deleted)."""
+def registered(
+    plane: cluster.ControlPlane, names: Sequence[str], objects: Sequence[dict[str, Any]] = ()
+) -> Iterator[None]:
+    """The Nodes created (``objects``, e.g. a simulated world's, or plain GPU nodes) and
+    their Leases renewed until exit (then both deleted)."""
+    given = {o["metadata"]["name"]: o for o in objects}
     for name in names:
-        status, body = plane.request("POST", "/api/v1/nodes", gpu_node(name))
+        node = _registrable(given[name]) if name in given else gpu_node(name)
+        status, body = plane.request("POST", "/api/v1/nodes", node)
         assert status == 201, body
     stop = threading.Event()
 
@@ -70,6 +76,18 @@ def registered(plane: cluster.ControlPlane, names: Sequence[str]) -> Iterator[No
         beat.join()
         for name in names:
             plane.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def _registrable(node: dict[str, Any]) -> dict[str, Any]:
+    """A stored Node as a kubelet registers it (no server-set fields)."""
+    metadata = {k: v for k, v in node["metadata"].items() if k in ("name", "labels", "annotations")}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": node.get("spec", {}),
+        "status": node.get("status", {}),
+    }
 
 
 def _renew(plane: cluster.ControlPlane, name: str) -> None:

@@ -1,0 +1,144 @@
+"""gpuguard with its real identity against the real API server: the controller's
+ServiceAccount token (TokenRequest) through the chart's RBAC and every admission policy.
+
+The fleet is the simulator's (``xid79-twice``: GPU 4 of gpu-node-b falls off the bus): its
+exporters scraped by a real Prometheus, its Nodes registered in the real API as their kubelets
+would register them. One ``gpuguard once`` must cordon gpu-node-b and start its evidence Job,
+which the real Job controller turns into a pod (as its own service account, through the
+policies) pinned to gpu-node-b; gpu-node-a is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.sim import clock, live, metrics_server, scenario, store, world
+from gpuguard.sim.control_plane import cluster
+from tests import tools, waits
+from tests.realcluster import helm, nodes
+
+FAULT_AT = timedelta(minutes=3, seconds=59)  # xid79-twice's first Xid 79
+
+
+@pytest.fixture(scope="module")
+def fleet() -> world.World:
+    """xid79-twice just after its first fault, its clock at the wall clock's now."""
+    spec = scenario.load_shipped("xid79-twice")
+    began = datetime.now(UTC).replace(microsecond=0) - FAULT_AT - timedelta(seconds=5)
+    spec = dataclasses.replace(spec, start=began)
+    played = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(began))
+    played.step_to(FAULT_AT + timedelta(seconds=5))
+    return played
+
+
+@pytest.fixture(scope="module")
+def prometheus(fleet: world.World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tools.require("prometheus")
+    with metrics_server.serve(fleet) as exporters:
+        config: dict[str, Any] = {"global": {"scrape_interval": "1s"}}
+        config |= metrics_server.scrape_config(exporters.url, fleet.nodes)
+        with live.prometheus(config, tmp_path_factory.mktemp("prometheus"), "127.0.0.1") as url:
+            yield url
+
+
+def test_the_controllers_own_token_isolates_the_faulty_node_through_the_policies(
+    installed: cluster.ControlPlane, fleet: world.World, prometheus: str
+) -> None:
+    names = [n.name for n in fleet.nodes]
+    # The NVIDIA runtime's RuntimeClass, as the GPU Operator installs it: gpuguard's Jobs run
+    # with it, and the RuntimeClass admission plugin refuses a pod naming one that is absent.
+    installed.request(
+        "POST",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+    )
+    with nodes.registered(installed, names, objects=fleet.store.list("Node")):
+        assert waits.eventually(lambda: _scraped(prometheus, len(names)), timeout_s=30)
+        token = installed.kubectl(
+            "create", "token", "gpuguard", "-n", helm.NAMESPACE, "--duration=1h"
+        ).stdout.strip()
+        config = installed.write_kubeconfig(
+            installed.folder / "gpuguard.kubeconfig", token, "gpuguard"
+        )
+        outputs = [_once(config, prometheus)]  # the tick that isolates
+        node_b = _get(installed, "node", "gpu-node-b")
+        assert node_b["spec"].get("unschedulable") is True, outputs
+        outputs.append(_once(config, prometheus))  # the next starts the evidence Job
+
+        assert any(k.startswith("gpuguard.io/") for k in node_b["metadata"]["annotations"])
+        assert not _get(installed, "node", "gpu-node-a")["spec"].get("unschedulable")
+
+        jobs = _items(installed, "jobs", "-n", helm.NAMESPACE)
+        evidences = [j for j in jobs if "evidence" in j["metadata"]["name"]]
+        assert len(evidences) == 1, str(outputs)[-3000:] + _events(installed)
+        (evidence,) = evidences
+        assert evidence["spec"]["template"]["spec"]["nodeName"] == "gpu-node-b"
+
+        def its_pod() -> bool:
+            pods = _items(
+                installed,
+                "pods",
+                "-n",
+                helm.NAMESPACE,
+                f"-l=job-name={evidence['metadata']['name']}",
+            )
+            return [p["spec"]["nodeName"] for p in pods] == ["gpu-node-b"]
+
+        assert waits.eventually(its_pod, timeout_s=30, every_s=0.5), _events(installed)
+
+
+def _once(config: Path, prometheus: str) -> str:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuguard.cli.main",
+            "once",
+            "--kubeconfig",
+            str(config),
+            "--prometheus-url",
+            prometheus,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _scraped(prometheus: str, targets: int) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?query=up", timeout=2) as answer:
+        result = json.loads(answer.read())["data"]["result"]
+    return len(result) > targets and all(r["value"][1] == "1" for r in result)
+
+
+def _get(plane: cluster.ControlPlane, kind: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(plane.kubectl("get", kind, name, "-o", "json").stdout)
+    return found
+
+
+def _items(plane: cluster.ControlPlane, *args: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(plane.kubectl("get", *args, "-o", "json").stdout)[
+        "items"
+    ]
+    return items
+
+
+def _events(plane: cluster.ControlPlane) -> str:
+    listed = _items(plane, "events", "-n", helm.NAMESPACE)
+    return "; ".join(f"{e['reason']}: {e['message']}" for e in listed[-5:])
