@@ -14,13 +14,17 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import lightkube
 import pytest
 
+from gpuguard.agent import node_status
+from gpuguard.model import node_conditions as nc
 from gpuguard.sim import clock, live, metrics_server, scenario, store, world
 from gpuguard.sim.control_plane import cluster
 from tests import tools, waits
@@ -142,3 +146,66 @@ def _items(plane: cluster.ControlPlane, *args: str) -> list[dict[str, Any]]:
 def _events(plane: cluster.ControlPlane) -> str:
     listed = _items(plane, "events", "-n", helm.NAMESPACE)
     return "; ".join(f"{e['reason']}: {e['message']}" for e in listed[-5:])
+
+
+def test_the_agents_pod_bound_token_writes_its_own_nodes_conditions_and_no_other(
+    installed: cluster.ControlPlane,
+) -> None:
+    """The agent's token is bound to the pod the DaemonSet controller made on gpu-node-b, so
+    the API server puts the node in it (``authentication.kubernetes.io/node-name``): its
+    condition patch (the agent's own writer) lands on gpu-node-b and is refused on
+    gpu-node-a by gpuguard-node-conditions; no impersonation is involved."""
+    with nodes.registered(installed, ["gpu-node-a", "gpu-node-b"]):
+
+        def agent_pod() -> dict[str, Any] | None:
+            pods = _items(
+                installed,
+                "pods",
+                "-n",
+                helm.NAMESPACE,
+                "-l=app.kubernetes.io/component=agent",
+                "--field-selector=spec.nodeName=gpu-node-b",
+            )
+            return pods[0] if pods else None
+
+        assert waits.eventually(lambda: agent_pod() is not None, timeout_s=60, every_s=0.5)
+        pod = agent_pod()
+        assert pod is not None
+        status, answer = installed.request(
+            "POST",
+            f"/api/v1/namespaces/{helm.NAMESPACE}/serviceaccounts/gpuguard-agent/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": 600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod["metadata"]["name"],
+                        "uid": pod["metadata"]["uid"],
+                    },
+                },
+            },
+        )
+        assert status == 201, answer
+        config = installed.write_kubeconfig(
+            installed.folder / "agent.kubeconfig", answer["status"]["token"], "agent"
+        )
+        gone = nc.GpuCondition(
+            nc.GPU_FALLEN_OFF_BUS,
+            "True",
+            nc.GONE_FROM_BUS,
+            "gpu=4 pci=0000:99:00.0 xid=79; GPU has fallen off the bus",
+            datetime.now(UTC).replace(microsecond=0),
+        )
+        patch = node_status.body({gone.type: gone}, time.time())
+        with lightkube.Client(config=lightkube.KubeConfig.from_file(config)) as client:
+            node_status.lightkube_patch(client, "gpu-node-b")(patch)
+            with pytest.raises(node_status.ConditionWriteError, match="gpuguard-node-conditions"):
+                node_status.lightkube_patch(client, "gpu-node-a")(patch)
+        conditions = _get(installed, "node", "gpu-node-b")["status"]["conditions"]
+        assert {(c["type"], c["reason"]) for c in conditions} >= {
+            (nc.GPU_FALLEN_OFF_BUS, nc.GONE_FROM_BUS),
+            ("Ready", "KubeletReady"),
+        }
