@@ -48,14 +48,4 @@ def installed(real_plane: cluster.ControlPlane) -> cluster.ControlPlane:
 
 def install_chart(plane: cluster.ControlPlane) -> None:
     """The prometheus-operator kinds the chart uses, then the chart by `helm install`."""
-    real_plane = plane
-    real_plane.kubectl("apply", "-f", str(Path(__file__).with_name("crds.yaml")))
-    real_plane.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/podmonitors.monitoring.coreos.com",
-        "crd/servicemonitors.monitoring.coreos.com",
-        "crd/prometheusrules.monitoring.coreos.com",
-    )
-    helm.install(real_plane)
+    helm.install(plane)

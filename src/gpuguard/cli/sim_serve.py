@@ -3,10 +3,12 @@ work — point ``kubectl`` and ``gpuguard run`` at the URLs it prints."""
 
 from __future__ import annotations
 
+import enum
 import json
 import signal
 import tempfile
 import threading
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -14,13 +16,19 @@ from typing import Annotated
 import typer
 
 from gpuguard.cli import failures, guard, output, sim
-from gpuguard.demo import live_prometheus
+from gpuguard.demo import job_commands, live_prometheus
 from gpuguard.model import durations
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import live, state
+from gpuguard.sim import live, state, world
+from gpuguard.sim.control_plane import live_plane
 
 _TICK_S = 0.2  # how often the world catches up with the clock
 _MIN_SCALED_HOLD = timedelta(minutes=1)  # two steps of the hold-window query (sources.prometheus)
+
+
+class ControlPlane(enum.StrEnum):
+    SIMULATED = "simulated"
+    REAL = "real"
 
 
 def serve(
@@ -44,6 +52,12 @@ def serve(
         "installed (they answer only gpuguard's queries, with the settings given here).",
     )] = False,
     config: guard.ConfigOpt = None,
+    control_plane: Annotated[ControlPlane, typer.Option(
+        "--control-plane", case_sensitive=False,
+        help="simulated: the simulator's own Kubernetes API (pip-only). real: a real "
+        "kube-apiserver, controller-manager and scheduler with gpuguard's chart installed by "
+        "Helm, built once by `scripts/control-plane build` (a checkout of the repository).",
+    )] = ControlPlane.SIMULATED,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON line with the URLs once ready, then nothing.",
     )] = False,
@@ -69,9 +83,10 @@ def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         emulation = live_prometheus.answers_for(settings, speed)
+        real = _real_plane if control_plane is ControlPlane.REAL else None
         with failures.listening("--port", port), live.serve(
             spec, folder, speed=speed, kube_port=port, with_prometheus=with_prometheus,
-            emulation=emulation, prefer_emulation=sim_prometheus,
+            emulation=emulation, prefer_emulation=sim_prometheus, real=real,
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
             _announce(cluster, spec.name, as_json, settings, config)
@@ -81,6 +96,12 @@ def serve(
                 if stop.wait(_TICK_S):
                     break
                 happened = cluster.catch_up()
+
+
+def _real_plane(played: world.World, folder: Path) -> AbstractContextManager[live.RealPlane]:
+    """The real control plane, its simulated kubelets running Jobs as the demo's do."""
+    assert played.hosts_root is not None
+    return live_plane.serve(played, folder, job_commands.runner(played, played.hosts_root))
 
 
 def _check_dir(folder: Path) -> None:
@@ -111,7 +132,8 @@ def run_command(
         scaled = max(settings.isolation.hold_window / cluster.speed, _MIN_SCALED_HOLD)
         env.append(f"GPUGUARD_ISOLATION__HOLD_WINDOW={durations.format_duration(scaled)}")
     flags = [f"--config {config}"] if config else []
-    flags += [f"--kubeconfig {cluster.kubeconfig}", f"--prometheus-url {cluster.prometheus}"]
+    kubeconfig = cluster.guard_kubeconfig or cluster.kubeconfig  # gpuguard's own, where real
+    flags += [f"--kubeconfig {kubeconfig}", f"--prometheus-url {cluster.prometheus}"]
     return " ".join([*env, "gpuguard run", *flags])
 
 

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,10 +48,31 @@ class Scraped(Protocol):
     def scrape(self) -> None: ...
 
 
+class Synced(Protocol):
+    def sync(self) -> None: ...
+
+
+class RealPlane(Protocol):
+    """What a real control plane gives the live cluster (``control_plane.live_plane``)."""
+
+    @property
+    def server(self) -> str: ...
+    @property
+    def kubeconfig(self) -> Path: ...
+    @property
+    def guard_kubeconfig(self) -> Path: ...
+    @property
+    def bridge(self) -> Synced: ...
+
+
+RealFactory = Callable[[world.World, Path], AbstractContextManager[RealPlane]]
+
+
 # the answers to serve and what to scrape when the world moved, for a world and the lock held
 # while it moves
 Emulation = Callable[[world.World, threading.Lock], tuple[prometheus_api.Answers, Scraped]]
 REAL, SIMULATED = "prometheus", "simulator"  # which Prometheus is served
+PLANE_REAL, PLANE_SIMULATED = "real", "simulated"  # which Kubernetes control plane
 _STEP = timedelta(seconds=15)  # how far the world moves between scrapes of the emulation
 
 SCRAPE_INTERVAL = "1s"  # fresh answers for a demo; a real cluster scrapes every 15-60 s
@@ -73,6 +94,9 @@ class LiveCluster:
     prometheus_kind: str | None = None  # REAL or SIMULATED; None without one
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     scraped: Scraped | None = None  # the emulation, scraped as the world moves
+    control_plane: str = PLANE_SIMULATED  # PLANE_REAL: a real control plane
+    carried: Synced | None = None  # with a real one: the world carried to it after each step
+    guard_kubeconfig: Path | None = None  # with a real one: gpuguard's own identity
 
     def catch_up(self) -> list[state.TimelineEntry]:
         """Step the world to now (times ``speed``, at most to the scenario's end); the
@@ -86,6 +110,8 @@ class LiveCluster:
             else:
                 scraped = self.scraped
                 self.world.run(step=_STEP, until=target, on_step=lambda _: scraped.scrape())
+            if self.carried is not None:
+                self.carried.sync()
         return self.world.timeline[seen:]
 
     @property
@@ -98,6 +124,7 @@ class LiveCluster:
             "prometheus": self.prometheus,
             "prometheus_kind": self.prometheus_kind,
             "kubeconfig": str(self.kubeconfig),
+            "control_plane": self.control_plane,
             "kube_state_metrics": self.metrics.ksm_url,
             "dcgm_exporter": {n.name: self.metrics.dcgm_url(n.name) for n in self.world.nodes},
         }
@@ -123,20 +150,30 @@ def serve(
     with_prometheus: bool = True,
     emulation: Emulation | None = None,
     prefer_emulation: bool = False,
+    real: RealFactory | None = None,
 ) -> Iterator[LiveCluster]:
     """Start everything, yield the live cluster, stop everything on exit. Prometheus: the real
-    one where installed (unless ``prefer_emulation``), else ``emulation``'s answers."""
+    one where installed (unless ``prefer_emulation``), else ``emulation``'s answers.
+    Kubernetes: the simulator's own API, or with ``real`` a real control plane the world is
+    carried to."""
     spec = starting_now(spec)
     objects = store.ObjectStore()
-    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
+    hosts_root = workdir / "hosts" if real is not None else None
+    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start), hosts_root)
     with ExitStack() as stack:
-        api = stack.enter_context(kubeapi.serve(objects, host=host, port=kube_port))
         metrics = stack.enter_context(metrics_server.serve(played, host=host))
-        config_path = workdir / "kubeconfig"
-        config_path.write_text(kubeconfig(api.url, spec.name))
-        cluster = LiveCluster(played, api.url, metrics, None, config_path, speed, 0.0)
-        real = shutil.which("prometheus") is not None and not prefer_emulation
-        if with_prometheus and (real or emulation is None):
+        if real is None:
+            api = stack.enter_context(kubeapi.serve(objects, host=host, port=kube_port))
+            config_path = workdir / "kubeconfig"
+            config_path.write_text(kubeconfig(api.url, spec.name))
+            cluster = LiveCluster(played, api.url, metrics, None, config_path, speed, 0.0)
+        else:
+            plane = stack.enter_context(real(played, workdir))
+            cluster = LiveCluster(played, plane.server, metrics, None, plane.kubeconfig, speed,
+                                  0.0, control_plane=PLANE_REAL, carried=plane.bridge,
+                                  guard_kubeconfig=plane.guard_kubeconfig)
+        installed = shutil.which("prometheus") is not None and not prefer_emulation
+        if with_prometheus and (installed or emulation is None):
             config: dict[str, Any] = {"global": {"scrape_interval": SCRAPE_INTERVAL,
                                  "evaluation_interval": SCRAPE_INTERVAL}}
             config |= metrics_server.scrape_config(metrics.url, played.nodes)

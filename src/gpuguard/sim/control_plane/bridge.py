@@ -1,0 +1,290 @@
+"""The simulated world as the real control plane's nodes: what kubelets and the hardware do,
+and nothing of what the control plane does.
+
+The world keeps its own object store (``sim.store``: what ``sim.mirror`` renders from the
+nodes, and what kube-state-metrics reads); each ``sync`` carries it to the real API server
+the way each party would:
+
+- **the kubelets**: register each Node (capacity, labels), post its status (a strategic merge
+  patch of ``nodes/NAME/status``, so conditions others own — gpuguard's agent's — stay) and
+  renew its Lease in ``kube-node-lease`` while the node is up (a rebooting node's kubelet is
+  silent, and the real node lifecycle controller marks it NotReady and taints it);
+- **the workloads**: the world's Pods (workloads, operator pods) are created once, bound to
+  their node, and their status posted; what the real controllers delete stays deleted;
+- **gpuguard's Jobs**: the real Job controller makes the pods; a node's kubelet runs each pod
+  bound to it (Running, then after ``runtime`` the container's command through ``run`` against
+  that node's host tree, then Succeeded/Failed with the termination message, cut at 4096
+  bytes). A ``job_hang`` pod never ends, and at its deadline stays Terminating until its node
+  restarts (a process stuck in a dead GPU's driver ignores SIGKILL); any other deleted pod is
+  ended at once (the kubelet confirms with a zero grace period);
+- **people and gpuguard**: what they write on a Node (``spec.unschedulable``, taints, labels,
+  annotations) is read back into the world's store, so the world (a device plugin that follows
+  a label, a workload that cannot land on a cordoned node) and kube-state-metrics see it.
+
+Requests go as the admin (the simulator plays several parties; gpuguard itself runs with its
+own ServiceAccount's token).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpuguard.sim import kubelet, state, store, world
+from gpuguard.sim.control_plane import cluster
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+RunCommand = Callable[[state.SimNode, list[str]], tuple[int, str]]
+LEASE_RENEW_S = 5.0
+LEASE_DURATION_S = 40
+PART_OF = "app.kubernetes.io/part-of=gpuguard"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+_NODE_FIELDS_FROM_API = ("unschedulable", "taints")
+
+
+@dataclass
+class Bridge:
+    """Carries one world to one real control plane; call ``sync`` after each world step."""
+
+    played: world.World
+    plane: cluster.ControlPlane
+    run: RunCommand
+    runtime: timedelta = timedelta(seconds=2)  # wall time a gpuguard Job's pod runs
+    _pushed: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    _created: set[tuple[str, str, str]] = field(default_factory=set)
+    _namespaces: set[str] = field(default_factory=set)
+    _renewed: float = 0.0
+    _started: dict[str, float] = field(default_factory=dict)  # pod uid -> wall start
+    _hung: dict[str, str] = field(default_factory=dict)  # pod uid -> boot id it hangs in
+
+    def sync(self) -> None:
+        """One pass: nodes, leases, pods out; people's and gpuguard's node marks in; the
+        kubelets' work on gpuguard's Job pods."""
+        for node in self.played.store.list("Node"):
+            self._push_node(node)
+        if time.monotonic() - self._renewed >= LEASE_RENEW_S:
+            self._renew_leases()
+        for pod in self.played.store.list("Pod"):
+            self._push_pod(pod)
+        self._pull_node_marks()
+        self._run_job_pods()
+
+    # ---- out: what the kubelets post ----------------------------------------------------
+
+    def _push_node(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        key = ("Node", "", name)
+        if key not in self._created:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": node["metadata"].get("labels") or {}},
+            }
+            self._request("POST", "/api/v1/nodes", body, ok=(201, 409))
+            self._created.add(key)
+        status = node.get("status") or {}
+        if self._pushed.get(key) != status:
+            self._request(
+                "PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, content_type=STRATEGIC
+            )
+            self._pushed[key] = copy.deepcopy(status)
+
+    def _renew_leases(self) -> None:
+        self._renewed = time.monotonic()
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        for node in self.played.nodes:
+            if node.down_until is not None:
+                continue  # a rebooting node's kubelet renews nothing
+            spec = {
+                "holderIdentity": node.name,
+                "leaseDurationSeconds": LEASE_DURATION_S,
+                "renewTime": now,
+            }
+            path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node.name}"
+            if (
+                self._request("PATCH", path, {"spec": spec}, content_type=MERGE, ok=(200, 404))
+                == 404
+            ):
+                self._request(
+                    "POST",
+                    path.rsplit("/", 1)[0],
+                    {"metadata": {"name": node.name, "namespace": "kube-node-lease"}, "spec": spec},
+                    ok=(201, 409),
+                )
+
+    def _push_pod(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        if (meta.get("labels") or {}).get("app.kubernetes.io/part-of") == "gpuguard":
+            return  # gpuguard's Job pods are the real Job controller's
+        key = ("Pod", namespace, name)
+        if key not in self._created:
+            self._namespace(namespace)
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    k: v
+                    for k, v in meta.items()
+                    if k in ("name", "namespace", "labels", "annotations")
+                },
+                "spec": pod["spec"],
+            }
+            self._request(
+                "POST", f"/api/v1/namespaces/{namespace}/pods", body, ok=(201, 409, 403, 422)
+            )
+            self._created.add(key)
+        status = pod.get("status") or {}
+        if self._pushed.get(key) != status:
+            self._request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                {"status": status},
+                content_type=STRATEGIC,
+                ok=(200, 404),
+            )
+            self._pushed[key] = copy.deepcopy(status)
+
+    def _namespace(self, name: str) -> None:
+        if name not in self._namespaces:
+            self._request("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, ok=(201, 409))
+            self._namespaces.add(name)
+
+    # ---- in: what people and gpuguard write on Nodes -------------------------------------
+
+    def _pull_node_marks(self) -> None:
+        _, listed = self.plane.request("GET", "/api/v1/nodes")
+        for real in listed.get("items", []) if isinstance(listed, dict) else []:
+            name = real["metadata"]["name"]
+            try:
+                local = self.played.store.get("Node", "", name)
+            except store.StoreNotFound:
+                continue
+            patch = _marks_patch(local, real)
+            if patch:
+                self.played.store.merge_patch("Node", "", name, patch)
+
+    # ---- the kubelets' work on gpuguard's Job pods ---------------------------------------
+
+    def _run_job_pods(self) -> None:
+        _, listed = self.plane.request("GET", f"/api/v1/pods?labelSelector={PART_OF}")
+        for pod in listed.get("items", []) if isinstance(listed, dict) else []:
+            try:
+                node = self.played.node(pod["spec"].get("nodeName", ""))
+            except KeyError:
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                self._end_termination(pod, node)
+            elif (
+                pod.get("status", {}).get("phase") in ("Pending", "Running")
+                and node.down_until is None
+            ):
+                self._kubelet(pod, node)
+
+    def _kubelet(self, pod: Obj, node: state.SimNode) -> None:
+        uid = pod["metadata"]["uid"]
+        if uid not in self._started:
+            self._started[uid] = time.monotonic()
+            kind = (pod["metadata"].get("labels") or {}).get(kubelet.KIND_LABEL, "")
+            if self.played.take_job_hang(node.name, kind):
+                self._hung[uid] = node.boot_id
+            self._status(pod, {"phase": "Running", "startTime": _stamp()})
+            return
+        if (
+            uid in self._hung
+            or time.monotonic() - self._started[uid] < self.runtime.total_seconds()
+        ):
+            return
+        container = pod["spec"]["containers"][0]
+        code, message = self.run(node, list(container.get("command", [])))
+        terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "message": message.encode()[: kubelet.MESSAGE_LIMIT].decode(errors="ignore"),
+            "startedAt": pod["status"].get("startTime") or _stamp(),
+            "finishedAt": _stamp(),
+        }
+        self._status(
+            pod,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": container["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            },
+        )
+
+    def _end_termination(self, pod: Obj, node: state.SimNode) -> None:
+        uid = pod["metadata"]["uid"]
+        if node.down_until is not None or self._hung.get(uid) == node.boot_id:
+            return  # nothing on the node can end it yet
+        meta = pod["metadata"]
+        self._request(
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=0",
+            None,
+            ok=(200, 404),
+        )
+
+    def _status(self, pod: Obj, status: Obj) -> None:
+        meta = pod["metadata"]
+        self._request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            {"status": status},
+            content_type=STRATEGIC,
+            ok=(200, 404),
+        )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        *,
+        content_type: str = "application/json",
+        ok: tuple[int, ...] = (200, 201),
+    ) -> int:
+        status, answer = self.plane.request(method, path, body, content_type=content_type)
+        if status not in ok:
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            log.warning("simulated kubelet: %s %s: %s %s", method, path, status, message)
+        return status
+
+
+def _marks_patch(local: Obj, real: Obj) -> Obj:
+    """The merge patch that gives the world's Node the real one's spec marks, labels and
+    annotations (a key the real Node lacks is removed)."""
+    patch: Obj = {}
+    spec = {
+        f: real.get("spec", {}).get(f)
+        for f in _NODE_FIELDS_FROM_API
+        if real.get("spec", {}).get(f) != local.get("spec", {}).get(f)
+    }
+    if spec:
+        patch["spec"] = spec
+    for part in ("labels", "annotations"):
+        ours, theirs = local["metadata"].get(part) or {}, real["metadata"].get(part) or {}
+        changed = {k: v for k, v in theirs.items() if ours.get(k) != v}
+        changed |= {k: None for k in ours if k not in theirs}
+        if changed:
+            patch.setdefault("metadata", {})[part] = changed
+    return patch
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
