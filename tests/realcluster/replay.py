@@ -19,12 +19,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import glob
-import http.client
 import json
 import re
-import ssl
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +129,6 @@ class Replayer:
 
     def __init__(self, plane: cluster.ControlPlane) -> None:
         self.plane = plane
-        self._context = ssl.create_default_context(cafile=str(plane.ca_cert))
         self._namespaces: set[str] = set()
         self._runtimes: set[str] = set()
         self._params_now: Obj | None = None
@@ -292,39 +288,8 @@ class Replayer:
         user: str | None,
         extra: dict[str, list[str]],
     ) -> tuple[int, Any]:
-        # One header line per group and per extra value, as impersonation reads them (urllib
-        # keeps one value per header name), so the request goes through http.client.
-        headers = [
-            ("Authorization", f"Bearer {self.plane.admin_token}"),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json"),
-        ]
-        if user:
-            headers.append(("Impersonate-User", user))
-            headers += [("Impersonate-Group", g) for g in (*_account_groups(user), REPLAY_GROUP)]
-            headers += [
-                ("Impersonate-Extra-" + urllib.parse.quote(key, safe=""), value)
-                for key, values in extra.items()
-                for value in values
-            ]
-        data = b"" if body is None else json.dumps(body).encode()
-        url = urllib.parse.urlsplit(self.plane.server)
-        connection = http.client.HTTPSConnection(
-            url.hostname or "", url.port, context=self._context, timeout=30
-        )
-        try:
-            connection.putrequest(method, path)
-            for name, value in [*headers, ("Content-Length", str(len(data)))]:
-                connection.putheader(name, value)
-            connection.endheaders(data)
-            answer = connection.getresponse()
-            raw = answer.read()
-        finally:
-            connection.close()
-        try:
-            return answer.status, json.loads(raw or b"null")
-        except ValueError:
-            return answer.status, raw.decode(errors="replace")
+        as_user = (user, *_account_groups(user), REPLAY_GROUP) if user else ()
+        return self.plane.request(method, path, body, as_user=as_user, extra=extra)
 
 
 def _namespaced(case: Case) -> Case:

@@ -1,5 +1,6 @@
-"""gpuguard with its real identity against the real API server: the controller's
-ServiceAccount token (TokenRequest) through the chart's RBAC and every admission policy.
+"""gpuguard with its real identity against the real API server: tokens bound to gpuguard's
+own pods (TokenRequest, as their kubelets request them), through the chart's RBAC and every
+admission policy.
 
 The fleet is the simulator's (``xid79-twice``: GPU 4 of gpu-node-b falls off the bus): its
 exporters scraped by a real Prometheus, its Nodes registered in the real API as their kubelets
@@ -26,7 +27,7 @@ import pytest
 from gpuguard.agent import node_status
 from gpuguard.model import node_conditions as nc
 from gpuguard.sim import clock, live, metrics_server, scenario, store, world
-from gpuguard.sim.control_plane import cluster
+from gpuguard.sim.control_plane import chart, cluster
 from tests import tools, waits
 from tests.realcluster import helm, nodes
 
@@ -67,11 +68,10 @@ def test_the_controllers_own_token_isolates_the_faulty_node_through_the_policies
     )
     with nodes.registered(installed, names, objects=fleet.store.list("Node")):
         assert waits.eventually(lambda: _scraped(prometheus, len(names)), timeout_s=30)
-        token = installed.kubectl(
-            "create", "token", "gpuguard", "-n", helm.NAMESPACE, "--duration=1h"
-        ).stdout.strip()
-        config = installed.write_kubeconfig(
-            installed.folder / "gpuguard.kubeconfig", token, "gpuguard"
+        # gpuguard's token is bound to one of its controller pods (made by the ReplicaSet,
+        # placed by the scheduler), as the kubelet that runs it would request it.
+        config = chart.pod_bound_kubeconfig(
+            installed, "gpuguard", "controller", installed.folder / "gpuguard.kubeconfig"
         )
         outputs = [_once(config, prometheus)]  # the tick that isolates
         node_b = _get(installed, "node", "gpu-node-b")
@@ -151,10 +151,11 @@ def _events(plane: cluster.ControlPlane) -> str:
 def test_the_agents_pod_bound_token_writes_its_own_nodes_conditions_and_no_other(
     installed: cluster.ControlPlane,
 ) -> None:
-    """The agent's token is bound to the pod the DaemonSet controller made on gpu-node-b, so
-    the API server puts the node in it (``authentication.kubernetes.io/node-name``): its
-    condition patch (the agent's own writer) lands on gpu-node-b and is refused on
-    gpu-node-a by gpuguard-node-conditions; no impersonation is involved."""
+    """The agent's token is bound to the pod the DaemonSet controller made on gpu-node-b
+    (requested as that node's kubelet requests it), so the API server puts the node in it
+    (``authentication.kubernetes.io/node-name``): its condition patch (the agent's own
+    writer) lands on gpu-node-b and is refused on gpu-node-a by gpuguard-node-conditions; the
+    agent's requests impersonate nothing."""
     with nodes.registered(installed, ["gpu-node-a", "gpu-node-b"]):
 
         def agent_pod() -> dict[str, Any] | None:
@@ -171,27 +172,8 @@ def test_the_agents_pod_bound_token_writes_its_own_nodes_conditions_and_no_other
         assert waits.eventually(lambda: agent_pod() is not None, timeout_s=60, every_s=0.5)
         pod = agent_pod()
         assert pod is not None
-        status, answer = installed.request(
-            "POST",
-            f"/api/v1/namespaces/{helm.NAMESPACE}/serviceaccounts/gpuguard-agent/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": 600,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": pod["metadata"]["name"],
-                        "uid": pod["metadata"]["uid"],
-                    },
-                },
-            },
-        )
-        assert status == 201, answer
-        config = installed.write_kubeconfig(
-            installed.folder / "agent.kubeconfig", answer["status"]["token"], "agent"
-        )
+        token = installed.pod_bound_token(helm.NAMESPACE, "gpuguard-agent", pod, seconds=600)
+        config = installed.write_kubeconfig(installed.folder / "agent.kubeconfig", token, "agent")
         gone = nc.GpuCondition(
             nc.GPU_FALLEN_OFF_BUS,
             "True",

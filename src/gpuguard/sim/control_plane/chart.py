@@ -7,6 +7,7 @@ real control plane is for a checkout that built it (``scripts/control-plane buil
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -115,10 +116,24 @@ def _crd(kind: str, plural: str) -> dict[str, object]:
     }
 
 
-def service_account_kubeconfig(plane: cluster.ControlPlane, account: str, path: Path) -> Path:
-    """A kubeconfig with a token of ``account`` in gpuguard's namespace (TokenRequest, 24 h):
-    gpuguard's own identity, so RBAC and the policies judge what it does."""
-    token = plane.kubectl(
-        "create", "token", account, f"--namespace={NAMESPACE}", "--duration=24h"
-    ).stdout.strip()
-    return plane.write_kubeconfig(path, token, account)
+def pod_bound_kubeconfig(
+    plane: cluster.ControlPlane, account: str, component: str, path: Path, timeout_s: float = 60.0
+) -> Path:
+    """A kubeconfig with a token of ``account`` bound to one of the chart's ``component``
+    pods once the scheduler has placed it (gpuguard's own identity: RBAC and the policies
+    judge what it does, and gpuguard-identity requires the pod's claims in the token)."""
+    deadline = time.monotonic() + timeout_s
+    selector = f"app.kubernetes.io/component={component}"
+    while True:
+        _, listed = plane.request(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}"
+        )
+        placed = [p for p in listed.get("items", []) if p["spec"].get("nodeName")]
+        if placed:
+            token = plane.pod_bound_token(NAMESPACE, account, placed[0])
+            return plane.write_kubeconfig(path, token, account)
+        if time.monotonic() > deadline:
+            raise cluster.ControlPlaneError(
+                f"no {component} pod of gpuguard's was placed on a node in {timeout_s:.0f}s"
+            )
+        time.sleep(0.2)

@@ -20,6 +20,7 @@ reverse order on exit. The flags follow what controller-runtime's envtest passes
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
@@ -28,6 +29,7 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -94,33 +96,79 @@ class ControlPlane:
         body: Any = None,
         token: str | None = None,
         content_type: str = "application/json",
+        as_user: tuple[str, ...] = (),
+        extra: dict[str, list[str]] | None = None,
     ) -> tuple[int, Any]:
-        """One HTTP request to the API server; the status and the decoded JSON body."""
-        data = (
-            None
-            if body is None
-            else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        """One HTTP request to the API server; the status and the decoded JSON body.
+        ``as_user``: the user and groups to impersonate (the admin may), with ``extra``
+        attributes (one header line per group and per value, as impersonation reads them:
+        http.client, since urllib keeps one value per header name)."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = [
+            ("Authorization", f"Bearer {token or self.admin_token}"),
+            ("Content-Type", content_type),
+            ("Accept", "application/json"),
+        ]
+        if as_user:
+            headers.append(("Impersonate-User", as_user[0]))
+            headers += [("Impersonate-Group", group) for group in as_user[1:]]
+            headers += [
+                ("Impersonate-Extra-" + urllib.parse.quote(key, safe=""), value)
+                for key, values in (extra or {}).items()
+                for value in values
+            ]
+        url = urllib.parse.urlsplit(self.server)
+        connection = http.client.HTTPSConnection(
+            url.hostname or "",
+            url.port,
+            timeout=30,
+            context=ssl.create_default_context(cafile=str(self.ca_cert)),
         )
-        req = urllib.request.Request(
-            self.server + path,
-            data=data,
-            method=method,
-            headers={
-                "Authorization": f"Bearer {token or self.admin_token}",
-                "Content-Type": content_type,
-                "Accept": "application/json",
-            },
-        )
-        context = ssl.create_default_context(cafile=str(self.ca_cert))
         try:
-            with urllib.request.urlopen(req, context=context, timeout=30) as answer:
-                return answer.status, json.loads(answer.read() or b"null")
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                return e.code, json.loads(raw)
-            except ValueError:
-                return e.code, raw.decode(errors="replace")
+            connection.putrequest(method, path)
+            for name, value in [*headers, ("Content-Length", str(len(data or b"")))]:
+                connection.putheader(name, value)
+            connection.endheaders(data)
+            answer = connection.getresponse()
+            raw = answer.read()
+        finally:
+            connection.close()
+        try:
+            return answer.status, json.loads(raw or b"null")
+        except ValueError:
+            return answer.status, raw.decode(errors="replace")
+
+    def pod_bound_token(
+        self, namespace: str, account: str, pod: dict[str, Any], seconds: int = 86400
+    ) -> str:
+        """A token of ``account`` bound to ``pod``, requested as its node's kubelet requests
+        it (the API server puts the pod's name, uid and node in it; NodeRestriction lets a
+        kubelet ask only for the pods on its node)."""
+        node = pod["spec"]["nodeName"]
+        status, answer = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": seconds,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod["metadata"]["name"],
+                        "uid": pod["metadata"]["uid"],
+                    },
+                },
+            },
+            as_user=(f"system:node:{node}", "system:nodes", "system:authenticated"),
+        )
+        if status != 201:
+            raise ControlPlaneError(
+                f"token for {namespace}/{account} bound to pod "
+                f"{pod['metadata']['name']}: {status} {answer}"
+            )
+        return str(answer["status"]["token"])
 
 
 def kubeconfig(server: str, ca_cert: Path, token: str, name: str) -> str:

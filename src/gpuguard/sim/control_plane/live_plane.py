@@ -36,5 +36,7 @@ def serve(played: world.World, folder: Path, run: bridge.RunCommand) -> Iterator
         )
         carried = bridge.Bridge(played, plane, run)
         carried.sync()
-        guard = chart.service_account_kubeconfig(plane, "gpuguard", folder / "gpuguard.kubeconfig")
+        guard = chart.pod_bound_kubeconfig(
+            plane, "gpuguard", "controller", folder / "gpuguard.kubeconfig"
+        )
         yield RealParts(plane.server, plane.kubeconfig, guard, carried)
