@@ -342,13 +342,19 @@ def test_json_patch_applies_and_a_failed_test_refuses_it_whole(
     assert "x" not in (sim_api.store.get("Node", "", "gpu-1")["metadata"]["labels"])
 
 
-def test_server_side_apply_is_refused_with_415(sim_api: SimApi, raw: httpx.Client) -> None:
-    add_node(sim_api.store, "gpu-1")
+def test_server_side_apply_creates_owns_and_conflicts(raw: httpx.Client) -> None:
+    path = "/api/v1/namespaces/gpuguard/configmaps/applied"
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {k: v}\n"
+    apply = {"Content-Type": "application/apply-patch+yaml"}
 
-    answer = raw.patch("/api/v1/nodes/gpu-1?fieldManager=me", content="spec: {}",
-                       headers={"Content-Type": "application/apply-patch+yaml"})
+    created = raw.patch(f"{path}?fieldManager=one", content=config, headers=apply)
+    taken = raw.patch(f"{path}?fieldManager=two", content=config.replace("k: v", "k: w"),
+                      headers=apply)
 
-    assert (answer.status_code, answer.json()["message"]) == (415, "415: Unsupported Media Type")
+    assert created.status_code == 201
+    assert created.json()["metadata"]["managedFields"][0]["operation"] == "Apply"
+    assert (taken.status_code, taken.json()["message"]) == (
+        409, 'Apply failed with 1 conflict: conflict with "one": .data.k')
 
 
 def test_an_error_after_a_watch_on_the_same_connection_is_answered(

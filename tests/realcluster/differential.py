@@ -3,7 +3,8 @@
 ``Api`` is one server behind one HTTP client (the same ``User-Agent`` for both, so both
 record the same field manager); ``normal`` turns an answer into what a client may rely on:
 server-generated values (uids, resourceVersion numbers, timestamps, a Table's ages) become
-placeholders, a continue token is decoded with its resourceVersion replaced, so two servers
+placeholders, a continue token is decoded with its resourceVersion replaced, a Status's
+causes are sorted (the real server lists an apply's conflicts in no set order), so two servers
 that behave alike give equal transcripts. A sequence (``tests/realcluster/
 test_api_differential.py``) is run once against each; its transcript is a list of
 (step, observation) pairs compared step by step.
@@ -138,6 +139,8 @@ def normal(value: Any) -> Any:
             out[key] = token(inner)
         elif key == "rows" and isinstance(inner, list):
             out[key] = [_row(row) for row in inner]
+        elif key == "causes" and isinstance(inner, list):  # the real server's order is a
+            out[key] = sorted(normal(inner), key=repr)  # Go map's: any order
         else:
             out[key] = normal(inner)
     return out

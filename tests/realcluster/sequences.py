@@ -307,6 +307,17 @@ def server_side_apply(api: Api, ns: str) -> None:
     fewer = {**config, "data": {"j": "w"}}
     api.see("a dropped field is removed", _applied(api.call(
         "PATCH", f"{path}?fieldManager=one", fewer, content_type=APPLY)))
+    api.call("PATCH", f"{path}?fieldManager=editor", {"data": {"j": "edited"}},
+             content_type=MERGE)
+    api.ask("an update's field conflicts too", "PATCH", f"{path}?fieldManager=one", fewer,
+            content_type=APPLY)
+    both = {**config, "data": {"j": "3", "k": "3"}, "metadata": {"name": "applied"}}
+    api.ask("two owners conflict", "PATCH", f"{path}?fieldManager=three", both,
+            content_type=APPLY)
+    api.see("yaml, forced", _applied(api.call(
+        "PATCH", f"{path}?fieldManager=three&force=true",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {j: '3', k: '3'}\n",
+        content_type=APPLY)))
 
 
 def _applied(answer: tuple[int, Any]) -> Any:

@@ -34,12 +34,7 @@ COMPACTED_FLAGS = (
     "--etcd-compaction-interval=2s",
     "--watch-cache-sizes=leases.coordination.k8s.io#0",
 )
-_SSA = ("server-side apply (application/apply-patch+yaml) is not served: 415; gpuguard and the"
-        " simulated world write by merge and strategic merge patch only")
 KNOWN: dict[tuple[str, str], str] = {
-    ("list_errors", "garbage continue token"):
-        "same 400 BadRequest; the message quotes the decoder's error, Go's encoding/json there,"
-        " Python's here",
     ("watch_expired", "watch from a compacted resourceVersion"):
         "same ERROR event and 410 Expired; etcd's message here (the Lease watch cache is off to"
         " provoke it), the watch cache's 'too old resource version: N (M)' in the simulator,"
@@ -50,10 +45,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("status_subresource", "patch on status: status only"):
         "managedFields own an associative list (Node conditions, listType=map) whole in the"
         " simulator, item by item (k:{\"type\":...}) on a real server",
-    ("server_side_apply", "apply creates"): _SSA,
-    ("server_side_apply", "a second applier conflicts"): _SSA,
-    ("server_side_apply", "forced"): _SSA,
-    ("server_side_apply", "a dropped field is removed"): _SSA,
 }
 """(sequence, step) -> why the simulator answers it otherwise (docs/design.md, "The simulator
 held to a real API server"). Each must still differ: a fixed one leaves the table."""

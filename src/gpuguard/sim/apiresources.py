@@ -199,7 +199,7 @@ def qualified(resource: ResourceType) -> str:
 
 def _message(error: store.StoreError, target: Target | None) -> str:
     name = error.name or (target.name if target else "") or ""
-    if target is None or not name:
+    if target is None or not name or isinstance(error, store.StoreApplyConflict):
         return str(error)
     if isinstance(error, store.StoreNotFound):
         return f'{qualified(target.resource)} "{name}" not found'
@@ -215,6 +215,8 @@ def _message(error: store.StoreError, target: Target | None) -> str:
 def _details(error: store.StoreError, target: Target | None) -> dict[str, Any] | None:
     if isinstance(error, RequestRefused):
         return error.details
+    if isinstance(error, store.StoreApplyConflict):
+        return {"causes": list(error.causes)}
     name = error.name or (target.name if target else "") or ""
     if target is None or not name:
         return None

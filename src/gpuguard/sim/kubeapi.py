@@ -1,12 +1,13 @@
 """A Kubernetes-API-compatible HTTP server over the simulator's ObjectStore.
 
-It speaks enough of the real API (get, list, create, merge-patch, strategic-merge-patch,
-replace, delete and watch of Nodes, Pods, ConfigMaps, Events, Jobs and Leases, with
-label/field selectors, paged lists (``sim.paging``), watch bookmarks, resourceVersion
-preconditions and ``Status`` errors; and ``GET /version``) that the real ``lightkube``
-clients, sync and async, and ``kubectl`` work against it unchanged over loopback — so
-gpuguard's adapters are tested against the wire protocol, not against a mock of their own
-making. It counts what it serves (``traffic()``), for benchmarks.
+It speaks enough of the real API (get, list, create, merge, strategic merge and JSON patch,
+server-side apply, replace, delete and watch of Nodes, Pods, ConfigMaps, Events, Jobs and
+Leases, with label/field selectors, paged lists (``sim.paging``), watch bookmarks,
+resourceVersion preconditions and ``Status`` errors; and ``GET /version``) that the real
+``lightkube`` clients, sync and async, and ``kubectl`` work against it unchanged over
+loopback — so gpuguard's adapters are tested against the wire protocol, not against a mock of
+their own making; ``tests/realcluster/test_api_differential.py`` holds it to a real
+kube-apiserver. It counts what it serves (``traffic()``), for benchmarks.
 
 Objects go out as JSON serialized once per stored version (``ObjectStore.encoded``): a list
 or watch of 100,000 pods joins bytes instead of copying and encoding every object each time.
@@ -17,6 +18,7 @@ Start it with ``serve(store)``; point lightkube at it with ``lightkube_config(se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -30,6 +32,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
+
+import yaml
 
 from gpuguard.sim import (
     apiaudit,
@@ -61,8 +65,8 @@ BOOKMARK_INTERVAL_S = 60.0
 _MERGE_PATCH = "application/merge-patch+json"
 _STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
-_APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply: not served (415)
-_PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH, _JSON_PATCH)
+_APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (sim.server_side_apply)
+_PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH, _JSON_PATCH, _APPLY_PATCH)
 _PATCH_REFUSED = "the server rejected our request due to an error in our request"
 _COMPACT = (",", ":")  # the API server writes compact JSON
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -593,9 +597,30 @@ def _patch(r: _Request) -> Reply:
         raise RequestRefused(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
     if r.content_type == _JSON_PATCH:
         return 200, r.target.resource.decorate(_json_patched(r))
+    if r.content_type == _APPLY_PATCH:
+        return _applied(r)
     updated = r.store.merge_patch(*r.key, _checked_body(r), scope=_scope(r.target),
                                   manager=r.manager, strategic=r.content_type == _STRATEGIC_PATCH)
     return 200, r.target.resource.decorate(updated)
+
+
+def _applied(r: _Request) -> Reply:
+    """A server-side apply (``sim.server_side_apply``): 201 when it created the object."""
+    if r.target.subresource is not None:
+        raise RequestRefused(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    try:
+        config = yaml.safe_load(r.body)
+    except yaml.YAMLError as e:
+        raise RequestRefused(400, "BadRequest", f"error decoding YAML: {e}") from e
+    config = _checked_body(dataclasses.replace(r, body=config))
+    given = config.get("metadata", {}).get("name")
+    if given not in (None, r.target.name):
+        message = (f"the name of the object ({given}) does not match the name on the URL"
+                   f" ({r.target.name})")
+        raise RequestRefused(400, "BadRequest", message)
+    obj, created = r.store.apply(*r.key, config, manager=r.manager,
+                                 force=r.query.get("force") == "true")
+    return (201 if created else 200), r.target.resource.decorate(obj)
 
 
 def _json_patched(r: _Request) -> store.Obj:
@@ -640,7 +665,7 @@ _VERBS: dict[tuple[str, bool, bool], Verb] = {
 
 
 def _body(raw: bytes, content_type: str) -> Any:
-    """The request's body: JSON, or the text of a server-side apply (YAML, not served)."""
+    """The request's body: JSON, or the text of a server-side apply (YAML: ``_applied``)."""
     return raw.decode(errors="replace") if content_type == _APPLY_PATCH else _json(raw)
 
 

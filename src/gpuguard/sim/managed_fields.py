@@ -9,9 +9,9 @@ wrote with their current value keep their owners. A write to ``/status`` is its 
 entry with ``subresource: status`` and owns only status; any other owns all but status.
 Ownership is kept per field in ``fieldsV1``'s nested ``f:<name>`` form; a manager that owns
 nothing is dropped. See https://kubernetes.io/docs/reference/using-api/server-side-apply/
-("Field management", "Conflicts" for Update operations). Not modelled: associative lists
-(``listType=map``, owned item by item as ``k:{...}`` there; whole lists here) and Apply
-operations (server-side apply is not served: see docs/design.md).
+("Field management", "Conflicts" for Update operations). ``Apply`` entries are written by
+``sim.server_side_apply``. Not modelled: associative lists (``listType=map``, owned item by
+item as ``k:{...}`` there; whole lists here), named in docs/design.md.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def manager_of(query: dict[str, str], user_agent: str | None) -> str:
     return query.get("fieldManager") or (user_agent or "unknown").split("/", 1)[0]
 
 
+Key = tuple[str, str, str]  # (manager, operation, subresource): one managedFields entry
+UPDATE, APPLY = "Update", "Apply"
+
+
 def record(before: Obj | None, after: Obj, manager: str, api_version: str, at: str, *,
            subresource: str = "") -> None:
     """Update ``after``'s ``metadata.managedFields`` for ``manager``'s write over ``before``
@@ -44,17 +48,35 @@ def record(before: Obj | None, after: Obj, manager: str, api_version: str, at: s
     new = dict(_nodes(after, subresource))
     changed = {p for p, v in new.items() if old.get(p, _MISSING) != v}
     removed = set(old) - set(new)
-    entries = (before or {}).get("metadata", {}).get("managedFields", [])
-    owned = _owned(entries)
+    owned = owned_fields(before or {})
     for paths in owned.values():
         paths.difference_update(changed | removed)
-    owned.setdefault((manager, subresource), set()).update(changed)
-    times = {(e["manager"], e.get("subresource", "")): e.get("time", at) for e in entries}
-    times[(manager, subresource)] = at
+    owned.setdefault((manager, UPDATE, subresource), set()).update(changed)
+    write(after, owned, {(manager, UPDATE, subresource): at}, before, api_version)
+
+
+def owned_fields(obj: Obj) -> dict[Key, set[Path]]:
+    """Each managedFields entry's fields (a map's own ``.`` as the map's path)."""
+    owned: dict[Key, set[Path]] = {}
+    for entry in obj.get("metadata", {}).get("managedFields", []):
+        owned.setdefault(_key(entry), set()).update(_paths(entry.get("fieldsV1", {}), ()))
+    return owned
+
+
+def write(after: Obj, owned: dict[Key, set[Path]], stamped: dict[Key, str],
+          before: Obj | None, api_version: str) -> None:
+    """Set ``after``'s managedFields to ``owned`` (entries that own nothing dropped), each
+    entry's time from ``stamped`` (the writers now) or as it was in ``before``."""
+    entries = (before or {}).get("metadata", {}).get("managedFields", [])
+    times = {_key(e): e.get("time", "") for e in entries} | stamped
     after.setdefault("metadata", {})["managedFields"] = [
-        _entry(name, sub, api_version, times[(name, sub)], paths)
-        for (name, sub), paths in owned.items() if paths
+        _entry(key, api_version, times.get(key, ""), paths)
+        for key, paths in owned.items() if paths
     ]  # fmt: skip
+
+
+def _key(entry: Obj) -> Key:
+    return entry["manager"], entry.get("operation", UPDATE), entry.get("subresource", "")
 
 
 def _zero(created: Obj) -> Obj:
@@ -64,8 +86,9 @@ def _zero(created: Obj) -> Obj:
     return {top: {} for top in ("spec", "status") if isinstance(created.get(top), dict)}
 
 
-def _entry(manager: str, subresource: str, api_version: str, at: str, paths: set[Path]) -> Obj:
-    entry = {"manager": manager, "operation": "Update", "apiVersion": api_version, "time": at,
+def _entry(key: Key, api_version: str, at: str, paths: set[Path]) -> Obj:
+    manager, operation, subresource = key
+    entry = {"manager": manager, "operation": operation, "apiVersion": api_version, "time": at,
              "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(paths)}
     if subresource:
         entry["subresource"] = subresource
@@ -74,25 +97,29 @@ def _entry(manager: str, subresource: str, api_version: str, at: str, paths: set
 
 def owners(obj: Obj, path: Path) -> set[str]:
     """The managers owning the field at ``path`` (e.g. ``("metadata", "annotations", key)``)."""
-    return {name for (name, _), paths in
-            _owned(obj.get("metadata", {}).get("managedFields", [])).items()
-            if path in paths}  # fmt: skip
+    return {manager for (manager, _, _), paths in owned_fields(obj).items() if path in paths}
 
 
 _MISSING = object()
 
 
-def _nodes(obj: Obj, subresource: str) -> Iterator[tuple[Path, Any]]:
-    """Every field a write in ``subresource`` may own, maps as ``_MAP`` (lists are atomic)."""
+def tracked(obj: Obj, subresource: str = "") -> Iterator[tuple[Path, Any]]:
+    """The top-level (and metadata) fields a write in ``subresource`` may own, with their
+    values: all but apiVersion, kind and the server's metadata; status only in ``/status``."""
     for top, value in obj.items():
         if top in _NOT_TRACKED or (top == STATUS) != (subresource == STATUS):
             continue
         if top == "metadata":
-            for key, inner in (value or {}).items():
-                if key not in SERVER_OWNED:
-                    yield from _walk(inner, ("metadata", key))
+            yield from ((("metadata", key), inner) for key, inner in (value or {}).items()
+                        if key not in SERVER_OWNED)  # fmt: skip
         else:
-            yield from _walk(value, (top,))
+            yield (top,), value
+
+
+def _nodes(obj: Obj, subresource: str) -> Iterator[tuple[Path, Any]]:
+    """Every field a write in ``subresource`` may own, maps as ``_MAP`` (lists are atomic)."""
+    for path, value in tracked(obj, subresource):
+        yield from _walk(value, path)
 
 
 def _walk(value: Any, path: Path) -> Iterator[tuple[Path, Any]]:
@@ -102,14 +129,6 @@ def _walk(value: Any, path: Path) -> Iterator[tuple[Path, Any]]:
             yield from _walk(inner, (*path, key))
     else:
         yield path, value
-
-
-def _owned(entries: list[Obj]) -> dict[tuple[str, str], set[Path]]:
-    owned: dict[tuple[str, str], set[Path]] = {}
-    for entry in entries:
-        key = (entry["manager"], entry.get("subresource", ""))
-        owned.setdefault(key, set()).update(_paths(entry.get("fieldsV1", {}), ()))
-    return owned
 
 
 def _paths(tree: Obj, prefix: Path) -> Iterator[Path]:

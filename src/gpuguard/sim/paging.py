@@ -84,9 +84,12 @@ def decode(token: str, namespace: str | None, across_namespaces: bool) -> Contin
     (``continue key is not valid: ...``) for anything else."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        body = json.loads(raw)
     except (binascii.Error, ValueError) as e:
         raise TokenInvalid(f"continue key is not valid: {e}") from e
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise TokenInvalid(f"continue key is not valid: {_json_error(raw, e)}") from e
     if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
         version = body.get("v") if isinstance(body, dict) else body
         raise TokenInvalid(
@@ -100,6 +103,17 @@ def decode(token: str, namespace: str | None, across_namespaces: bool) -> Contin
         raise TokenInvalid(f"continue key is not valid: encoded start key empty"
                            f" (version {TOKEN_VERSION})")
     return Continue(rv, _start_key(start, namespace, across_namespaces))
+
+
+def _json_error(raw: bytes, error: ValueError) -> str:
+    """What Go's ``encoding/json`` says of a token that does not start as JSON (the API
+    server's decoder: ``invalid character 'i' looking for beginning of value``)."""
+    stripped = raw.lstrip(b" \t\r\n")
+    if stripped and chr(stripped[0]) not in '{["-0123456789tfn':
+        char = chr(stripped[0])
+        quoted = f"'{char}'" if char.isprintable() else repr(char)
+        return f"invalid character {quoted} looking for beginning of value"
+    return str(error)
 
 
 def _start_key(start: str, namespace: str | None, across_namespaces: bool) -> Key:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar, cast
 
 from gpuguard import errors
 from gpuguard.model import timestamps
-from gpuguard.sim import managed_fields, strategic_merge
+from gpuguard.sim import managed_fields, server_side_apply, strategic_merge
 
 Obj = dict[str, Any]
 _T = TypeVar("_T")
@@ -91,6 +91,10 @@ class StoreConflict(StoreError, errors.ConflictError):
 class StoreNotFound(StoreError, errors.NotFoundError):
     status = 404
     reason = "NotFound"
+
+
+class StoreApplyConflict(StoreConflict):
+    """A server-side apply that would take fields other managers own (``causes``: which)."""
 
 
 class StoreAlreadyExists(StoreError):
@@ -343,6 +347,25 @@ class ObjectStore:
             current = self._current(kind, namespace, name)
             updated = _within_scope(current, change(current), scope)
             return self._update((kind, namespace, name), current, updated, manager, scope)
+
+    def apply(self, kind: str, namespace: str, name: str, config: Obj, *, manager: str,
+              force: bool) -> tuple[Obj, bool]:
+        """Server-side apply ``config`` as ``manager`` (``sim.server_side_apply``): the object,
+        created (True) or updated; StoreApplyConflict when it would take others' fields."""
+        with self._lock:
+            live = self._objects.get((kind, namespace, name))
+            api_version = str(config.get("apiVersion", "v1"))
+            try:
+                result = server_side_apply.apply(live, config, manager, force=force,
+                                                 api_version=api_version,
+                                                 at=format_timestamp(self._now()))
+            except server_side_apply.ApplyConflict as e:
+                message, causes = server_side_apply.conflict_message(e.conflicts)
+                raise StoreApplyConflict(message, causes=tuple(causes)) from e
+            if live is None:
+                return self.create(kind, namespace, {**result, "metadata": {
+                    **result.get("metadata", {}), "name": name}}), True
+            return self.replace(kind, namespace, name, result, scope=Scope.MAIN), False
 
     def replace(
         self,
