@@ -2,7 +2,7 @@
 
 ``Api`` is one server behind one HTTP client (the same ``User-Agent`` for both, so both
 record the same field manager); ``normal`` turns an answer into what a client may rely on:
-server-generated values (uids, resourceVersion numbers, timestamps, a Table's ages) become
+server-generated values (uids, resourceVersion numbers, timestamps) become
 placeholders, a continue token is decoded with its resourceVersion replaced, a Status's
 causes are sorted (the real server lists an apply's conflicts in no set order), so two servers
 that behave alike give equal transcripts. A sequence (``tests/realcluster/
@@ -137,8 +137,6 @@ def normal(value: Any) -> Any:
             out[key] = _PLACEHOLDERS[key]
         elif key == "continue" and isinstance(inner, str) and inner:
             out[key] = token(inner)
-        elif key == "rows" and isinstance(inner, list):
-            out[key] = [_row(row) for row in inner]
         elif key == "causes" and isinstance(inner, list):  # the real server's order is a
             out[key] = sorted(normal(inner), key=repr)  # Go map's: any order
         else:
@@ -152,12 +150,6 @@ def token(raw: str) -> dict[str, Any]:
     if body.get("rv") != -1:
         body["rv"] = "<rv>"
     return dict(body)
-
-
-def _row(row: dict[str, Any]) -> dict[str, Any]:
-    """A Table row with its ages (the last cell of every printer here) a placeholder."""
-    cells = list(row.get("cells", []))
-    return {**normal(row), "cells": [*cells[:-1], "<age>"] if cells else []}
 
 
 def names(answer: Any) -> list[str]:

@@ -280,6 +280,26 @@ def managed_fields(api: Api, ns: str) -> None:
     api.call("PATCH", f"{_cms(ns)}/m?fieldManager=other", {"metadata": {"annotations": None}},
              content_type=MERGE)
     api.see("a map removed", _managed(api.call("GET", f"{_cms(ns)}/m")[1]))
+    _managed_lists(api, ns)
+
+
+def _managed_lists(api: Api, ns: str) -> None:
+    """Items of a set (finalizers) and of a keyed list (Node conditions) are owned one by
+    one; an object created owning nothing is not tracked by later updates."""
+    set_list = {"metadata": {"name": "f", "finalizers": ["a.example.com/x"]}}
+    api.see("a set's items", _managed(api.call("POST", _cms(ns), set_list)[1]))
+    api.call("PATCH", f"{_cms(ns)}/f", {"metadata": {"finalizers": None}}, content_type=MERGE)
+    node = f"/api/v1/nodes/{ns}-node"
+    api.call("POST", "/api/v1/nodes", _node(f"{ns}-node"))
+    added = {"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "m",
+             "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    patched = api.call("PATCH", f"{node}/status?fieldManager=agent",
+                       {"status": {"conditions": [added]}}, content_type=STRATEGIC)[1]
+    api.see("a keyed list's new item", _managed(patched))
+    api.call("POST", _cms(ns), {"metadata": {"name": "bare"}})
+    bare = api.call("PATCH", f"{_cms(ns)}/bare", {"data": {"a": "1"}}, content_type=MERGE)[1]
+    api.see("created owning nothing, then written", _managed(bare))
 
 
 def _managed(obj: Any) -> Any:
@@ -314,6 +334,11 @@ def server_side_apply(api: Api, ns: str) -> None:
     both = {**config, "data": {"j": "3", "k": "3"}, "metadata": {"name": "applied"}}
     api.ask("two owners conflict", "PATCH", f"{path}?fieldManager=three", both,
             content_type=APPLY)
+    listed = {**config, "metadata": {"name": "listed", "finalizers": ["a.example.com/x"]}}
+    api.see("a list applied", _applied(api.call(
+        "PATCH", f"{_cms(ns)}/listed?fieldManager=one", listed, content_type=APPLY)))
+    api.call("PATCH", f"{_cms(ns)}/listed", {"metadata": {"finalizers": None}},
+             content_type=MERGE)
     api.see("yaml, forced", _applied(api.call(
         "PATCH", f"{path}?fieldManager=three&force=true",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {j: '3', k: '3'}\n",
@@ -348,7 +373,8 @@ def _table(answer: tuple[int, Any]) -> Any:
         return code, body
     columns = [(c["name"], c["type"], c["format"], c["priority"])
                for c in body["columnDefinitions"]]  # fmt: skip
-    rows = [(row["cells"][:-1] if columns[-1][0] == "Age" else row["cells"],
+    ages = [i for i, c in enumerate(columns) if c[0] == "Age"]  # the clock's, not the server's
+    rows = [([("<age>" if i in ages else cell) for i, cell in enumerate(row["cells"])],
              row["object"]["kind"], sorted(row["object"]["metadata"])) for row in body["rows"]]
     return code, body["kind"], body["apiVersion"], body["metadata"], columns, rows
 

@@ -42,9 +42,15 @@ KNOWN: dict[tuple[str, str], str] = {
     ("status_subresource", "a node created through the API"):
         "the TaintNodesByCondition admission plugin (node.kubernetes.io/not-ready on a Node"
         " created through the API) is not modelled: the world registers Nodes as kubelets do",
-    ("status_subresource", "patch on status: status only"):
-        "managedFields own an associative list (Node conditions, listType=map) whole in the"
-        " simulator, item by item (k:{\"type\":...}) on a real server",
+    ("server_side_apply", "a list applied"):
+        "server-side apply owns and merges a list whole in the simulator, a set's or keyed"
+        " list's items one by one on a real server (v:\"...\", k:{...}); gpuguard applies"
+        " nothing, and its Update writes own list items as the real server does",
+    ("managed_fields", "created owning nothing, then written"):
+        "a real server does not track Update writes to an object that has no managedFields;"
+        " the simulator does: its world creates objects without managedFields (as kubelets and"
+        " controllers would create them with theirs), and gpuguard's writes to them must be"
+        " tracked",
 }
 """(sequence, step) -> why the simulator answers it otherwise (docs/design.md, "The simulator
 held to a real API server"). Each must still differ: a fixed one leaves the table."""

@@ -8,16 +8,20 @@ removed from every other manager's set, and a removed field is owned by nobody. 
 wrote with their current value keep their owners. A write to ``/status`` is its manager's
 entry with ``subresource: status`` and owns only status; any other owns all but status.
 Ownership is kept per field in ``fieldsV1``'s nested ``f:<name>`` form; a manager that owns
-nothing is dropped. See https://kubernetes.io/docs/reference/using-api/server-side-apply/
-("Field management", "Conflicts" for Update operations). ``Apply`` entries are written by
-``sim.server_side_apply``. Not modelled: associative lists (``listType=map``, owned item by
-item as ``k:{...}`` there; whole lists here), named in docs/design.md.
+nothing is dropped. The items of a mergeable list (``sim.strategic_merge.merge_keys``: the
+API's ``listType=map``/``set``) are owned one by one, as ``k:{"type":"Ready"}`` and
+``v:"a/b"``. See https://kubernetes.io/docs/reference/using-api/server-side-apply/ ("Field
+management", "Conflicts" for Update operations). ``Apply`` entries are written by
+``sim.server_side_apply``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
+
+from gpuguard.sim import strategic_merge
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -25,6 +29,7 @@ SERVER_OWNED = {"managedFields", "resourceVersion", "uid", "creationTimestamp", 
                 "name", "namespace"}  # fmt: skip
 STATUS = "status"  # the subresource whose writes own status (and only status)
 _MAP = object()  # a map's own node in a field set (``.`` in ``fieldsV1``)
+_ITEM = "\x00"  # marks a path part that is a list item (``k:{...}``/``v:...``), not a field
 _NOT_TRACKED = ("apiVersion", "kind")
 
 
@@ -38,14 +43,16 @@ UPDATE, APPLY = "Update", "Apply"
 
 
 def record(before: Obj | None, after: Obj, manager: str, api_version: str, at: str, *,
-           subresource: str = "") -> None:
+           subresource: str = "", kind: str = "") -> None:
     """Update ``after``'s ``metadata.managedFields`` for ``manager``'s write over ``before``
     (``subresource`` "status": a write to ``/status``, which owns status fields only; any
     other write owns every field but status). As structured-merge-diff's ``Updater.Update``:
     the fields the write added or changed move to its manager, and every other manager loses
-    those and the ones it removed; a map the write created is owned too (``.``)."""
-    old = dict(_nodes(before or _zero(after), subresource))
-    new = dict(_nodes(after, subresource))
+    those and the ones it removed; a map the write created is owned too (``.``). ``kind``'s
+    mergeable lists are owned item by item (``k:{"type":"Ready"}``, ``v:"a/b"``)."""
+    keys = strategic_merge.merge_keys(kind)
+    old = dict(_nodes(before or _zero(after), subresource, keys))
+    new = dict(_nodes(after, subresource, keys))
     changed = {p for p, v in new.items() if old.get(p, _MISSING) != v}
     removed = set(old) - set(new)
     owned = owned_fields(before or {})
@@ -116,19 +123,32 @@ def tracked(obj: Obj, subresource: str = "") -> Iterator[tuple[Path, Any]]:
             yield (top,), value
 
 
-def _nodes(obj: Obj, subresource: str) -> Iterator[tuple[Path, Any]]:
-    """Every field a write in ``subresource`` may own, maps as ``_MAP`` (lists are atomic)."""
+def _nodes(obj: Obj, subresource: str, keys: dict[Path, str]) -> Iterator[tuple[Path, Any]]:
+    """Every field a write in ``subresource`` may own, maps and keyed lists as ``_MAP``, their
+    items by key (other lists are atomic: one field)."""
     for path, value in tracked(obj, subresource):
-        yield from _walk(value, path)
+        yield from _walk(value, path, keys)
 
 
-def _walk(value: Any, path: Path) -> Iterator[tuple[Path, Any]]:
+def _walk(value: Any, path: Path, keys: dict[Path, str]) -> Iterator[tuple[Path, Any]]:
+    key = keys.get(tuple(p for p in path if not p.startswith(_ITEM)))
     if isinstance(value, dict):
         yield path, _MAP
-        for key, inner in value.items():
-            yield from _walk(inner, (*path, key))
+        for name, inner in value.items():
+            yield from _walk(inner, (*path, name), keys)
+    elif isinstance(value, list) and key is not None:
+        yield path, _MAP
+        for item in value:
+            if key == strategic_merge.PRIMITIVE:
+                yield (*path, f"{_ITEM}v:{_json(item)}"), item
+            elif isinstance(item, dict) and key in item:
+                yield from _walk(item, (*path, f"{_ITEM}k:{_json({key: item[key]})}"), keys)
     else:
         yield path, value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _paths(tree: Obj, prefix: Path) -> Iterator[Path]:
@@ -139,6 +159,8 @@ def _paths(tree: Obj, prefix: Path) -> Iterator[Path]:
             yield prefix
         elif key.startswith("f:"):
             yield from _paths(inner, (*prefix, key[2:]))
+        elif key.startswith(("k:", "v:")):
+            yield from _paths(inner, (*prefix, _ITEM + key))
 
 
 def _fields_v1(paths: set[Path]) -> Obj:
@@ -148,14 +170,19 @@ def _fields_v1(paths: set[Path]) -> Obj:
     for path in sorted(paths):
         node = tree
         for part in path:
-            node = node.setdefault(f"f:{part}", {})
+            node = node.setdefault(_member(part), {})
     for path in paths:
         node = tree
         for part in path:
-            node = node[f"f:{part}"]
+            node = node[_member(part)]
         if node:
             node["."] = {}
     return _sorted(tree)
+
+
+def _member(part: str) -> str:
+    """A path part as ``fieldsV1`` names it: ``f:<field>``, or a list item's ``k:``/``v:``."""
+    return part.removeprefix(_ITEM) if part.startswith(_ITEM) else f"f:{part}"
 
 
 def _sorted(tree: Obj) -> Obj:

@@ -7,8 +7,9 @@ and left out now, unless another manager owns it too. Setting a field to a value
 the one another manager set is a conflict (409, every conflicting field named) unless the
 applier forces (``force=true``), which takes the fields from their owners
 (https://kubernetes.io/docs/reference/using-api/server-side-apply/, "Conflicts",
-"Field management"; structured-merge-diff ``Updater.Apply``). Associative lists
-(``listType=map``) are applied whole here, as in ``sim.managed_fields``.
+"Field management"; structured-merge-diff ``Updater.Apply``). A list is applied whole here:
+a real server merges and owns the items of a ``listType=map`` list one by one (gpuguard
+applies none; ``sim.managed_fields`` owns such items one by one for Update writes).
 """
 
 from __future__ import annotations

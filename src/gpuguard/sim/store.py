@@ -300,7 +300,7 @@ class ObjectStore:
             self._fill_server_fields(metadata, kind, namespace, name)
             validate_name(kind, name)
             validate_limits(kind, stored)
-            self._manage(None, stored, manager, Scope.MAIN)
+            self._manage(kind, None, stored, manager, Scope.MAIN)
             self._write(key, stored, ChangeType.ADDED)
             return clone(stored)
 
@@ -451,11 +451,11 @@ class ObjectStore:
         if stored.get("spec") != current.get("spec") and "generation" in metadata:
             metadata["generation"] = int(metadata.get("generation", 0)) + 1
         validate_limits(key[0], stored)
-        self._manage(current, stored, manager, scope)
+        self._manage(key[0], current, stored, manager, scope)
         self._write(key, stored, ChangeType.MODIFIED, previous=current)
         return clone(stored)
 
-    def _manage(self, current: Obj | None, stored: Obj, manager: str | None,
+    def _manage(self, kind: str, current: Obj | None, stored: Obj, manager: str | None,
                 scope: Scope) -> None:
         """Record ``manager``'s write in ``managedFields``; the world's own writes (manager
         None) are not API requests and record nothing."""
@@ -464,7 +464,7 @@ class ObjectStore:
             when = format_timestamp(self._now())
             subresource = managed_fields.STATUS if scope is Scope.STATUS else ""
             managed_fields.record(current, stored, manager, api_version, when,
-                                  subresource=subresource)
+                                  subresource=subresource, kind=kind)
 
     def _write(
         self, key: tuple[str, str, str], obj: Obj, change: ChangeType, previous: Obj | None = None

@@ -70,11 +70,17 @@ class PatchInvalid(errors.InputError):
     """The patch breaks a strategic-merge rule (a list item without its merge key...)."""
 
 
+def merge_keys(kind: str) -> dict[Path, str]:
+    """``kind``'s mergeable lists (field paths, list items not counted) and their merge keys
+    (``PRIMITIVE``: a set of scalars). The same lists are ``listType=map``/``set`` in the
+    API's schema, which is how managedFields own their items (``sim.managed_fields``)."""
+    return {**_META, **MERGE_KEYS.get(kind, {})}
+
+
 def apply(kind: str, target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """``target`` with the strategic merge ``patch`` applied (a new object; neither input
     changes). Lists that ``kind`` declares mergeable merge by key; others are replaced."""
-    keys = {**_META, **MERGE_KEYS.get(kind, {})}
-    return _merge_map(dict(target), patch, (), keys)
+    return _merge_map(dict(target), patch, (), merge_keys(kind))
 
 
 def _merge_map(target: dict[str, Any], patch: Mapping[str, Any], path: Path,
