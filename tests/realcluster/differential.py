@@ -81,8 +81,14 @@ class Api:
     def watch(self, path: str, during: Callable[[], None] | None = None) -> list[dict[str, Any]]:
         """The events of a watch (its query must end it: ``timeoutSeconds``), while
         ``during`` runs on another thread once the stream is open."""
+        return self.watch_as(path, "application/json", during)
+
+    def watch_as(self, path: str, accept: str, during: Callable[[], None] | None = None
+                 ) -> list[dict[str, Any]]:
+        """``watch`` with ``Accept: accept`` (e.g. ``TABLE``)."""
         events: list[dict[str, Any]] = []
-        with self.client.stream("GET", path, timeout=_STREAM_GRACE_S + _timeout(path)) as answer:
+        with self.client.stream("GET", path, timeout=_STREAM_GRACE_S + _timeout(path),
+                                headers={"Accept": accept}) as answer:
             if answer.status_code != 200:
                 return [{"type": f"HTTP {answer.status_code}",
                          "object": json.loads(answer.read())}]  # fmt: skip

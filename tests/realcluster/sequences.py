@@ -97,7 +97,10 @@ def list_errors(api: Api, ns: str) -> None:
     api.ask("continue with a resourceVersion", "GET",
             f"{_cms(ns)}?limit=1&continue={token}&resourceVersion=5")
     api.ask("limit not a number", "GET", f"{_cms(ns)}?limit=x")
-    api.ask("unknown field selector", "GET", f"{_cms(ns)}?fieldSelector=spec.nope%3D1")
+    for plural, path in (("configmaps", _cms(ns)), ("nodes", "/api/v1/nodes"),
+                         ("jobs", f"/apis/batch/v1/namespaces/{ns}/jobs"),
+                         ("leases", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases")):
+        api.ask(f"unknown field selector on {plural}", "GET", f"{path}?fieldSelector=spec.nope%3D1")
 
 
 def expired_continue(api: Api, ns: str) -> None:
@@ -172,6 +175,38 @@ def watch_selector(api: Api, ns: str) -> None:
 
     path = f"{_cms(ns)}?watch=true&labelSelector=tier%3Deven&timeoutSeconds=2&resourceVersion={rv}"
     api.see("leave, enter, delete", events(api.watch(path, relabel)))
+
+
+def watch_tables(api: Api, ns: str) -> None:
+    """``kubectl get -w``: a watch asking for Tables gets one-row Tables, the column
+    definitions in the first event only (apiserver ``endpoints/handlers/watch.go``)."""
+    _seed(api, ns, 2)
+
+    def change() -> None:
+        time.sleep(0.3)
+        api.call("PATCH", f"{_cms(ns)}/cm-a", {"data": {"x": "1"}}, content_type=MERGE)
+
+    raw = api.watch_as(f"{_cms(ns)}?watch=true&timeoutSeconds=2", TABLE, change)
+    api.see("table events", [(e["type"], e["object"]["kind"], "columnDefinitions" in e["object"],
+                              bool(e["object"].get("columnDefinitions")),
+                              [r["cells"][:-1] for r in e["object"]["rows"]]) for e in raw])
+
+
+def jobs(api: Api, ns: str) -> None:
+    """A Job keeps a ``generation`` (1, then +1 for a spec change, not for a status write),
+    and its DELETE answers the Job, not a Status."""
+    api.make_namespace(api, ns)
+    path = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+    job = {"metadata": {"name": "j"}, "spec": {"suspend": True, "template": template}}
+    api.see("created", api.call("POST", path, job)[1]["metadata"].get("generation"))
+    status = {"status": {"conditions": [{"type": "Suspended", "status": "True"}]}}
+    after = api.call("PATCH", f"{path}/j/status", status, content_type=MERGE)[1]
+    api.see("a status write", (after["metadata"].get("generation"), _conditions(after)))
+    after = api.call("PATCH", f"{path}/j", {"spec": {"parallelism": 2}}, content_type=MERGE)[1]
+    api.see("a spec change", (after["metadata"].get("generation"), after["spec"]["parallelism"]))
+    code, deleted = api.call("DELETE", f"{path}/j")
+    api.see("delete", (code, deleted.get("kind"), deleted["metadata"].get("name")))
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -403,5 +438,5 @@ def errors(api: Api, ns: str) -> None:
 SEQUENCES: tuple[Sequence, ...] = (
     paged_list, paged_list_selected, list_errors, expired_continue, watch_expired,
     watch_bookmarks, watch_selector, patches, status_subresource, managed_fields,
-    server_side_apply, tables, errors,
+    server_side_apply, tables, errors, watch_tables, jobs,
 )  # fmt: skip

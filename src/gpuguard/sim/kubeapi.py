@@ -859,11 +859,12 @@ class _Watch:
 
     def _as_table(self, obj: store.Obj) -> store.Obj:
         """A one-row Table (``Accept: ...;as=Table``, what ``kubectl get -w`` sends); as the
-        API server does, only the first event carries the column definitions (kubernetes
-        apiserver ``endpoints/handlers/watch.go``: headers on the first object only)."""
+        API server does, only the first event carries the column definitions, the later ones
+        null (kubernetes apiserver ``endpoints/handlers/watch.go``: headers on the first
+        object only)."""
         table = tables.table(self._target.resource, self._target.resource.decorate(obj))
-        if self._columns_sent:
-            del table["columnDefinitions"]
+        if self._columns_sent:  # null, not left out: as the API server writes it
+            table["columnDefinitions"] = None
         self._columns_sent = True
         return table
 
