@@ -18,6 +18,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+from gpuguard import errors
 from gpuguard.sim import managed_fields
 from gpuguard.sim.managed_fields import APPLY, UPDATE, Key, Path
 
@@ -25,7 +26,7 @@ Obj = dict[str, Any]
 _MISSING = object()
 
 
-class ApplyConflict(Exception):
+class ApplyConflict(errors.ConflictError):
     """Fields the applier would change that other managers own: (manager entry, path)."""
 
     def __init__(self, conflicts: list[tuple[Key, Path]]) -> None:
