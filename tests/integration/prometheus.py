@@ -8,7 +8,9 @@ blocks with a long retention, so queries can look days into (simulated) past. Te
 stops the process and closes its log and HTTP client (warnings are errors in this suite).
 
 Missing binaries skip the test locally but fail it in CI (``CI`` set), where scripts/test
-installs them (``tests.tools.require``, the one rule for external programs).
+installs them (``tests.tools.require``, the one rule for external programs). ``binary``
+picks the server: Debian's 2.42 (``DEBIAN``) or the Prometheus 3.x of the control-plane
+build (``V3``, ``tests.tools.require_built``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ KEEP_HEAD = "--storage.tsdb.min-block-duration=100000d"
 # How long a wait on scrapes or queries may take: generous, since a loaded 2-core CI machine
 # delays scrapes and their commits by seconds; a passing test returns as soon as it holds.
 WAIT_S = 60.0
+
+
+DEBIAN, V3 = "2.42", "3.x"
+VERSIONS = (DEBIAN, V3)
+
+
+def binary(version: str) -> str:
+    """The ``prometheus`` of ``version`` (``DEBIAN`` or ``V3``); skip or fail when missing."""
+    if version == V3:
+        return tools.require_built("prometheus")
+    return tools.require("prometheus")
 
 
 def free_port() -> int:
@@ -141,14 +154,16 @@ def running(
     attempts: int = 3,
     receive_remote_write: bool = False,
     keep_head: bool = False,
+    version: str = DEBIAN,
 ) -> Iterator[Prometheus]:
-    """Start Prometheus with ``config`` on a free loopback port, storing into ``data_dir``;
-    ``receive_remote_write`` opens ``/api/v1/write`` (``tests.integration.remote_write``);
-    ``keep_head`` keeps every sample in the in-memory head (``KEEP_HEAD``).
+    """Start Prometheus ``version`` with ``config`` on a free loopback port, storing into
+    ``data_dir``; ``receive_remote_write`` opens ``/api/v1/write``
+    (``tests.integration.remote_write``); ``keep_head`` keeps every sample in the in-memory
+    head (``KEEP_HEAD``).
 
     A port taken between choosing and binding makes Prometheus exit; that is retried.
     """
-    binary = tools.require("prometheus")
+    server = binary(version)
     data_dir.mkdir(parents=True, exist_ok=True)
     config_path = data_dir.parent / f"{data_dir.name}-prometheus.yml"
     config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
@@ -156,7 +171,7 @@ def running(
         with ExitStack() as stack:
             prom = stack.enter_context(
                 _process(
-                    binary, config_path, data_dir, retention, free_port(),
+                    server, config_path, data_dir, retention, free_port(),
                     receive_remote_write, keep_head,
                 )
             )

@@ -197,16 +197,18 @@ def push(prom: prometheus.Prometheus, series: Iterable[Series]) -> int:
 
 @contextmanager
 def served(
-    recorder: history.HistoryRecorder, workdir: Path, *, ooo_window: str = "30d"
+    recorder: history.HistoryRecorder, workdir: Path, *, ooo_window: str = "30d",
+    version: str = prometheus.DEBIAN,
 ) -> Iterator[prometheus.Prometheus]:
-    """A fresh Prometheus (no scrapes) holding ``recorder``'s history with staleness markers;
-    samples older than ``ooo_window`` would be refused as out of bounds."""
+    """A fresh Prometheus ``version`` (no scrapes) holding ``recorder``'s history with
+    staleness markers; samples older than ``ooo_window`` would be refused as out of bounds."""
     config = {
         "global": {"scrape_interval": "1m"},
         "storage": {"tsdb": {"out_of_order_time_window": ooo_window}},
     }
     with prometheus.running(
-        config, workdir / "tsdb", retention="3650d", receive_remote_write=True, keep_head=True
+        config, workdir / "tsdb", retention="3650d", receive_remote_write=True, keep_head=True,
+        version=version,
     ) as prom:
         push(prom, with_staleness(recorder))
         yield prom

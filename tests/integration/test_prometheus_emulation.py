@@ -9,19 +9,23 @@ where nodes run it, gpuguard's agent — the demo's ``NodeAgents``); while the s
 Prometheus is down nothing is recorded. All scenarios go into ONE history, each 26 h after the
 one before (beyond the 24 h lookback, so none reads another), remote-written with the
 staleness markers a scraping Prometheus writes (``tests.integration.remote_write``) into one
-Debian Prometheus (2.42). Both then answer at sampled instants: every 30 s tick around each event
-(its first 3 minutes and the hold window's end), every 5 minutes between, and 13 s after every
-fourth of those ticks (off the step grid). Answers are compared per series — or both refuse
-(fail closed). An instant inside an outage is one the real server could not have answered:
-there the emulation must refuse.
+Debian Prometheus (2.42), and again into one Prometheus 3.x (the control-plane build's,
+``scripts/control-plane build``: what a guard on a current Prometheus reads; of its changed
+defaults, left-open range selectors matter here — ``test_the_plans_ranges_answer_alike...``
+— while UTF-8 names and the ``le``/``quantile`` normalisation of scraped classic histograms
+meet no query of the plans). Both then answer at sampled instants: every 30 s tick around
+each event (its first 3 minutes and the hold window's end), every 5 minutes between, and 13 s
+after every fourth of those ticks (off the step grid). Answers are compared per series — or
+both refuse (fail closed). An instant inside an outage is one the real server could not have
+answered: there the emulation must refuse.
 
 The zero-gauge case has an exporter that answers 0 for a GPU without an Xid and a short Xid
 lookback, so the plan's ``> 0`` filters (today, a lookback ago) and its pods query meet zeros.
 
 Both are fed the same scrapes, stamped when they read the world, so they must agree exactly.
 The hold window's subquery has the range ``model.subquery`` gives it, whose steps are the same
-on Prometheus 2.x (tested here: a step at exactly ``t - range`` is in) and 3.x (it is out);
-``tests/unit/test_sim_prometheus_view.py`` holds the emulation to both.
+on Prometheus 2.x (a step at exactly ``t - range`` is in) and 3.x (it is out), both tested
+here; ``tests/unit/test_sim_prometheus_view.py`` holds the emulation to both semantics.
 """
 
 from __future__ import annotations
@@ -39,14 +43,14 @@ import pytest
 from gpuguard.catalog import gpu_models
 from gpuguard.demo import agents, findings
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, series
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import interconnect, phantom
 from gpuguard.sim import clock, exposition, history, prometheus_view, scenario, store, world
 from gpuguard.sources import fleet_health, gpu_metrics, gpu_pods
 from gpuguard.sources import prometheus as source
-from tests.integration import remote_write
+from tests.integration import prometheus, remote_write
 
 pytestmark = pytest.mark.integration
 
@@ -286,16 +290,23 @@ def play(
     return played
 
 
-@pytest.fixture(scope="module")
-def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Played], str]]:
-    """Every case played into one history, remote-written into one Prometheus (its URL)."""
+@pytest.fixture(scope="module", params=prometheus.VERSIONS)
+def fed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[list[Played], str]]:
+    """Every case played into one history, remote-written into one Prometheus of each
+    version (its URL): Debian's 2.42 and the control-plane build's 3.x."""
+    version: str = request.param
+    prometheus.binary(version)  # skip (or fail under CI) before playing every case
     tmp = tmp_path_factory.mktemp("emulation")
     now = datetime.now(UTC).replace(microsecond=0)
     base = now - timedelta(days=2) - APART * len(CASES)
     base -= timedelta(seconds=base.timestamp() % TICK.total_seconds())
     recorder = history.HistoryRecorder(fleet_health=True)
     plays = [play(case, base + APART * i, recorder, tmp / "hosts") for i, case in enumerate(CASES)]
-    with remote_write.served(recorder, tmp) as prom:
+    with remote_write.served(recorder, tmp, version=version) as prom:
+        built = prom.api("status/buildinfo")["version"]
+        assert built.startswith("3." if version == prometheus.V3 else "2.42."), built
         yield plays, prom.url
 
 
@@ -402,3 +413,24 @@ def test_zero_gauges_are_not_answered_but_the_pods_on_those_gpus_are(
     assert gauge == [("gpu-node-a", "2", 13.0)]
     assert [gpu for gpu, _ in pods] == ["0", "1"]
     assert len({pod for _, pod in pods}) == 1
+
+
+def test_the_plans_ranges_answer_alike_where_a_plain_range_does_not(
+    fed: tuple[list[Played], str],
+) -> None:
+    """Prometheus 3 made range selectors left-open: at a scrape instant ``t``, ``x[10m]``
+    holds the sample at exactly ``t - 10m`` on 2.x and not on 3.x (41 scrapes every 15 s, or
+    40). The guard's ranges (``model.subquery.promql_range``: half a second longer) hold it on
+    both, which is why the emulation answers both versions alike."""
+    plays, url = fed
+    at = (plays[0].origin + timedelta(minutes=15)).timestamp()
+    with httpx.Client(base_url=url) as client:
+        version = client.get("/api/v1/status/buildinfo").json()["data"]["version"]
+
+        def scrapes(window: str) -> float:
+            answer = client.get("/api/v1/query", params={
+                "query": f"max(count_over_time({history.UP}[{window}]))", "time": at}).json()
+            return float(answer["data"]["result"][0]["value"][1])
+
+        plain, guards = scrapes("10m"), scrapes(subquery.promql_range(timedelta(minutes=10)))
+    assert (plain, guards) == ((40.0 if version.startswith("3.") else 41.0), 41.0), version

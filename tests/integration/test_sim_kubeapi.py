@@ -154,7 +154,8 @@ def test_list_response_carries_kinds_and_the_resource_version(
     assert body["kind"] == "NodeList"
     assert body["apiVersion"] == "v1"
     assert body["metadata"]["resourceVersion"] == str(sim_api.store.resource_version)
-    assert [(i["kind"], i["apiVersion"]) for i in body["items"]] == [("Node", "v1")]
+    # the items are bare, as the API server lists them: the list names their kind
+    assert [sorted(i) for i in body["items"]] == [["metadata", "spec"]]
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -320,14 +321,53 @@ def test_delete_removes_the_object(sim_api: SimApi, client: lightkube.Client) ->
     assert sim_api.store.list("Node") == []
 
 
-def test_json_patch_is_refused_with_415(sim_api: SimApi, client: lightkube.Client) -> None:
+def test_json_patch_applies_and_a_failed_test_refuses_it_whole(
+    sim_api: SimApi, client: lightkube.Client
+) -> None:
     add_node(sim_api.store, "gpu-1")
-    json_patch = [{"op": "add", "path": "/spec/unschedulable", "value": True}]
+    cordon = [{"op": "add", "path": "/spec/unschedulable", "value": True},
+              {"op": "add", "path": "/metadata/labels/a~1b", "value": "c"}]
+    refused = [{"op": "add", "path": "/metadata/labels/x", "value": "y"},
+               {"op": "test", "path": "/spec/unschedulable", "value": False}]
 
+    patched = client.patch(Node, "gpu-1", cordon, patch_type=PatchType.JSON)
     with pytest.raises(lightkube.ApiError) as caught:
-        client.patch(Node, "gpu-1", json_patch, patch_type=PatchType.JSON)
+        client.patch(Node, "gpu-1", refused, patch_type=PatchType.JSON)
 
-    assert caught.value.status.code == 415
+    assert patched.spec is not None
+    assert patched.spec.unschedulable is True
+    assert patched.metadata is not None
+    assert patched.metadata.labels == {"a/b": "c"}
+    assert caught.value.status.code == 422
+    assert "x" not in (sim_api.store.get("Node", "", "gpu-1")["metadata"]["labels"])
+
+
+def test_server_side_apply_creates_owns_and_conflicts(raw: httpx.Client) -> None:
+    path = "/api/v1/namespaces/gpuguard/configmaps/applied"
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {k: v}\n"
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+
+    created = raw.patch(f"{path}?fieldManager=one", content=config, headers=apply)
+    taken = raw.patch(f"{path}?fieldManager=two", content=config.replace("k: v", "k: w"),
+                      headers=apply)
+
+    assert created.status_code == 201
+    assert created.json()["metadata"]["managedFields"][0]["operation"] == "Apply"
+    assert (taken.status_code, taken.json()["message"]) == (
+        409, 'Apply failed with 1 conflict: conflict with "one": .data.k')
+
+
+def test_an_error_after_a_watch_on_the_same_connection_is_answered(
+    sim_api: SimApi, raw: httpx.Client
+) -> None:
+    """A kept-alive connection that streamed a watch answers its next request's error with a
+    Status, not a dropped connection."""
+    with raw.stream("GET", "/api/v1/nodes", params={"watch": "1", "timeoutSeconds": "1"}) as w:
+        list(w.iter_lines())
+
+    missing = raw.get("/api/v1/nodes/none")
+
+    assert (missing.status_code, missing.json()["message"]) == (404, 'nodes "none" not found')
 
 
 @pytest.mark.parametrize(
@@ -436,7 +476,8 @@ def test_a_node_leaving_the_label_selection_is_seen_as_deleted(
     events = client.watch(Node, labels={"pool": "serving"}, resource_version=rv)
     event_type, node = next(events)
 
-    assert (event_type, node.metadata.labels) == ("DELETED", {"pool": "repair"})
+    # the node as the watch last selected it, as the real watch cache sends it
+    assert (event_type, node.metadata.labels) == ("DELETED", {"pool": "serving"})
 
 
 def test_watch_from_a_compacted_resource_version_is_410_gone(serve_store: ServeStore) -> None:

@@ -52,19 +52,20 @@ def test_create_fills_server_metadata_from_the_given_clock() -> None:
     node = s.create("Node", "", NODE)
 
     assert node["metadata"]["creationTimestamp"] == "2026-09-01T12:30:00Z"
-    assert node["metadata"]["generation"] == 1
+    assert "generation" not in node["metadata"]  # a Node has none, as on a real API server
     assert node["metadata"]["uid"]
     assert "namespace" not in node["metadata"]
 
 
 def test_generation_counts_spec_changes_only(s: store.ObjectStore) -> None:
-    s.create("Node", "", NODE)
+    s.create("Job", "gpuguard", {**NODE, "spec": {"parallelism": 1}})
 
-    relabelled = s.merge_patch("Node", "", "gpu-1", {"metadata": {"labels": {"pool": "b"}}})
-    cordoned = s.merge_patch("Node", "", "gpu-1", {"spec": {"unschedulable": True}})
+    relabelled = s.merge_patch("Job", "gpuguard", "gpu-1", {"metadata": {"labels": {"pool": "b"}}})
+    suspended = s.merge_patch("Job", "gpuguard", "gpu-1", {"spec": {"suspend": True}})
 
     assert relabelled["metadata"]["generation"] == 1
-    assert cordoned["metadata"]["generation"] == 2
+    assert suspended["metadata"]["generation"] == 2
+    assert "generation" not in s.create("Node", "", NODE)["metadata"]
 
 
 def test_replace_keeps_identity_fields(s: store.ObjectStore) -> None:

@@ -23,9 +23,11 @@ def test_containers_and_their_env_merge_by_name() -> None:
 
     merged = strategic_merge.apply("Pod", POD, patch)
 
+    # an item the server did not have goes before the server-only ones (``mergeSortedSlice``;
+    # held to a real API server in tests/realcluster/test_api_differential.py)
     assert merged["spec"]["containers"] == [
         {"name": "main", "image": "trainer:2",
-         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+         "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]},
         {"name": "sidecar", "image": "log:1"},
     ]
     assert POD["spec"]["containers"][0]["image"] == "trainer:1"  # the input is not changed
@@ -45,7 +47,7 @@ def test_pod_conditions_merge_by_type_and_patch_delete_removes_one() -> None:
 
     merged = strategic_merge.apply("Pod", POD, patch)
 
-    assert [c["type"] for c in merged["status"]["conditions"]] == ["Ready", "DisruptionTarget"]
+    assert [c["type"] for c in merged["status"]["conditions"]] == ["DisruptionTarget", "Ready"]
 
 
 def test_finalizers_are_a_set_and_delete_from_primitive_list_removes_one() -> None:
@@ -55,7 +57,7 @@ def test_finalizers_are_a_set_and_delete_from_primitive_list_removes_one() -> No
         "Pod", added, {"metadata": {"$deleteFromPrimitiveList/finalizers": [keep]}}
     )
 
-    assert added["metadata"]["finalizers"] == ["a.example.com/keep", "b"]
+    assert added["metadata"]["finalizers"] == ["b", "a.example.com/keep"]  # the patch's order
     assert removed["metadata"]["finalizers"] == ["b"]
 
 
@@ -99,6 +101,6 @@ def test_the_store_keeps_the_status_scope_and_checks_the_precondition() -> None:
     updated = s.merge_patch("Node", "", "n", patch, scope=store.Scope.STATUS, strategic=True)
 
     assert updated["spec"] == {}
-    assert [c["type"] for c in updated["status"]["conditions"]] == ["Ready", "GpuFallenOffBus"]
+    assert [c["type"] for c in updated["status"]["conditions"]] == ["GpuFallenOffBus", "Ready"]
     with pytest.raises(store.StoreConflict):
         s.merge_patch("Node", "", "n", patch, scope=store.Scope.STATUS, strategic=True)

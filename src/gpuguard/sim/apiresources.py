@@ -40,6 +40,7 @@ class ResourceType:
     has_status: bool = False
     extra_fields: frozenset[str] = frozenset()
     create_subresources: frozenset[str] = frozenset()  # POST-only, e.g. pods/eviction
+    returns_deleted: bool = False  # DELETE answers the object, not a Status (``deleted_status``)
 
     @property
     def api_version(self) -> str:
@@ -66,35 +67,41 @@ RESOURCES = (
                  has_status=True, extra_fields=frozenset({"spec.unschedulable"})),
     ResourceType("Pod",       "",                    "v1", "pods", namespaced=True,
                  has_status=True, extra_fields=_POD_FIELDS,
-                 create_subresources=frozenset({"eviction"})),
+                 create_subresources=frozenset({"eviction"}), returns_deleted=True),
     ResourceType("ConfigMap", "",                    "v1", "configmaps", namespaced=True),
     ResourceType("Event",     "",                    "v1", "events", namespaced=True,
                  extra_fields=_EVENT_FIELDS),
     ResourceType("Job",       "batch",               "v1", "jobs", namespaced=True,
-                 has_status=True, extra_fields=frozenset({"status.successful"})),
+                 has_status=True, extra_fields=frozenset({"status.successful"}),
+                 returns_deleted=True),
     ResourceType("Lease",     "coordination.k8s.io", "v1", "leases", namespaced=True),
     ResourceType("PodDisruptionBudget", "policy",    "v1", "poddisruptionbudgets",
                  namespaced=True, has_status=True),
     ResourceType("ResourceSlice", "resource.k8s.io", "v1", "resourceslices",
                  namespaced=False, extra_fields=frozenset({"spec.driver", "spec.nodeName",
-                                                           "spec.pool.name"})),
+                                                           "spec.pool.name"}),
+                 returns_deleted=True),
     ResourceType("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules",
-                 namespaced=False, has_status=True),
+                 namespaced=False, has_status=True, returns_deleted=True),
     # the beta of Kubernetes 1.36 (DRADeviceTaintRules gate), the same fields as v1
     ResourceType("DeviceTaintRule", "resource.k8s.io", "v1beta2", "devicetaintrules",
-                 namespaced=False, has_status=True),
+                 namespaced=False, has_status=True, returns_deleted=True),
 )
 # fmt: on
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 
 
 class RequestRefused(store.StoreError):
-    """A request the API refuses before it reaches the store (bad path, verb, body...)."""
+    """A request the API refuses before it reaches the store (bad path, verb, body...).
+    ``details``: the ``Status`` details it is answered with (None: no ``details`` key, as
+    ``NewBadRequest`` answers; ``{}`` as a generic server response)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.details = details
 
 
 class ListExpired(RequestRefused):
@@ -155,24 +162,93 @@ def _target(resource: ResourceType, namespace: str | None, rest: list[str], path
 
 
 def status_body(error: store.StoreError, target: Target | None = None) -> dict[str, Any]:
-    """The ``Status`` object the real API answers a failed request with."""
+    """The ``Status`` object the real API answers a failed request with: the message and
+    details of ``apimachinery/pkg/api/errors`` (``NewNotFound``, ``NewAlreadyExists``,
+    ``NewConflict``, ``NewInvalid`` name the object; ``NewBadRequest`` and
+    ``NewResourceExpired`` carry no details)."""
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": str(error),
+        "message": _message(error, target),
         "reason": error.reason,
         "code": error.status,
     }
     if isinstance(error, ListExpired):
         body["metadata"] = {"continue": error.continue_token}
-    if target is not None:
-        details = {"kind": target.resource.plural, "name": target.name}
-        body["details"] = {k: v for k, v in details.items() if v}
+    details = _details(error, target)
+    if details is not None:
+        body["details"] = details
     return body
 
 
+def deleted_status(target: Target, uid: str) -> dict[str, Any]:
+    """What a DELETE of a kind that does not answer the deleted object answers (the generic
+    registry's ``ReturnDeletedObject`` false: every kind here but Pods, Jobs and the DRA
+    kinds)."""
+    details = {**_object_details(target, target.name or ""), "uid": uid}
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}  # fmt: skip
+
+
+def qualified(resource: ResourceType) -> str:
+    """``plural.group`` (``plural`` in the core group), as the API's messages name a kind."""
+    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+
+
+def _message(error: store.StoreError, target: Target | None) -> str:
+    name = error.name or (target.name if target else "") or ""
+    if target is None or not name or isinstance(error, store.StoreApplyConflict):
+        return str(error)
+    if isinstance(error, store.StoreNotFound):
+        return f'{qualified(target.resource)} "{name}" not found'
+    if isinstance(error, store.StoreAlreadyExists):
+        return f'{qualified(target.resource)} "{name}" already exists'
+    if isinstance(error, store.StoreConflict):
+        return (f'Operation cannot be fulfilled on {qualified(target.resource)} "{name}": the'
+                " object has been modified; please apply your changes to the latest version"
+                " and try again")  # fmt: skip
+    return str(error)
+
+
+def _details(error: store.StoreError, target: Target | None) -> dict[str, Any] | None:
+    if isinstance(error, RequestRefused):
+        return error.details
+    if isinstance(error, store.StoreApplyConflict):
+        return {"causes": list(error.causes)}
+    name = error.name or (target.name if target else "") or ""
+    if target is None or not name:
+        return None
+    if isinstance(error, store.StoreUnprocessable):
+        details = _object_details(target, name)
+        return {**details, "kind": target.resource.kind, "causes": list(error.causes)}
+    if isinstance(error, store.StoreNotFound | store.StoreAlreadyExists | store.StoreConflict):
+        return _object_details(target, name)
+    return None
+
+
+def _object_details(target: Target, name: str) -> dict[str, Any]:
+    group = {"group": target.resource.group} if target.resource.group else {}
+    return {"name": name, **group, "kind": target.resource.plural}
+
+
+def unsupported_field(resource: ResourceType, label: str) -> str:
+    """The API server's message for a field selector ``label`` it does not know for
+    ``resource``: each kind's field-label conversion words it its own way (core kinds with
+    their own labels in ``pkg/apis/core/v1/conversion.go``, batch in ``batch/v1``, DRA with
+    ``runtime.DefaultMetaV1FieldSelectorConversion``'s kind, the rest by the default)."""
+    if resource.kind in ("Node", "Pod", "Event"):
+        return f"field label not supported: {label}"
+    if resource.kind == "Job":
+        return f'field label "{label}" not supported for Job'
+    if resource.kind == "ResourceSlice":
+        return (f"field label not supported for {resource.api_version}, Kind={resource.kind}:"
+                f" {label}")  # fmt: skip
+    return f'"{label}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+
+
 def _not_found(path: str) -> RequestRefused:
-    message = f"the server could not find the requested resource ({path})"
-    return RequestRefused(404, "NotFound", message)
+    """An unknown path: ``NewGenericServerResponse`` 404, ``details`` empty."""
+    return RequestRefused(404, "NotFound", "the server could not find the requested resource",
+                          details={})

@@ -1,12 +1,13 @@
 """A Kubernetes-API-compatible HTTP server over the simulator's ObjectStore.
 
-It speaks enough of the real API (get, list, create, merge-patch, strategic-merge-patch,
-replace, delete and watch of Nodes, Pods, ConfigMaps, Events, Jobs and Leases, with
-label/field selectors, paged lists (``sim.paging``), watch bookmarks, resourceVersion
-preconditions and ``Status`` errors; and ``GET /version``) that the real ``lightkube``
-clients, sync and async, and ``kubectl`` work against it unchanged over loopback — so
-gpuguard's adapters are tested against the wire protocol, not against a mock of their own
-making. It counts what it serves (``traffic()``), for benchmarks.
+It speaks enough of the real API (get, list, create, merge, strategic merge and JSON patch,
+server-side apply, replace, delete and watch of Nodes, Pods, ConfigMaps, Events, Jobs and
+Leases, with label/field selectors, paged lists (``sim.paging``), watch bookmarks,
+resourceVersion preconditions and ``Status`` errors; and ``GET /version``) that the real
+``lightkube`` clients, sync and async, and ``kubectl`` work against it unchanged over
+loopback — so gpuguard's adapters are tested against the wire protocol, not against a mock of
+their own making; ``tests/realcluster/test_api_differential.py`` holds it to a real
+kube-apiserver. It counts what it serves (``traffic()``), for benchmarks.
 
 Objects go out as JSON serialized once per stored version (``ObjectStore.encoded``): a list
 or watch of 100,000 pods joins bytes instead of copying and encoding every object each time.
@@ -17,6 +18,7 @@ Start it with ``serve(store)``; point lightkube at it with ``lightkube_config(se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -31,11 +33,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+import yaml
+
 from gpuguard.sim import (
     apiaudit,
     apiresources,
     discovery,
     eviction,
+    json_patch,
     kube_objects,
     managed_fields,
     paging,
@@ -59,7 +64,10 @@ BOOKMARK_INTERVAL_S = 60.0
 (kubernetes ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go``: a minute)."""
 _MERGE_PATCH = "application/merge-patch+json"
 _STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-_PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH)
+_JSON_PATCH = "application/json-patch+json"
+_APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (sim.server_side_apply)
+_PATCH_TYPES = (_MERGE_PATCH, _STRATEGIC_PATCH, _JSON_PATCH, _APPLY_PATCH)
+_PATCH_REFUSED = "the server rejected our request due to an error in our request"
 _COMPACT = (",", ":")  # the API server writes compact JSON
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _PRE_TIMEOUT_BOOKMARK_S = 2.0
@@ -307,6 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("DELETE")
 
     def _serve(self, method: str) -> None:
+        self.streaming = False  # a watch earlier on this kept-alive connection has ended
         raw_body = self._read_body()  # always drained, so the connection stays usable
         target: Target | None = None
         url = urlsplit(self.path)
@@ -335,7 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
             manager = managed_fields.manager_of(query, self.headers.get("User-Agent"))
             as_table = method == "GET" and tables.wanted(self.headers.get("Accept") or "")
             request = _Request(
-                self.server.store, target, query, _json(raw_body), content_type, manager,
+                self.server.store, target, query, _body(raw_body, content_type), content_type,
+                manager,
                 as_table,
             )
             code, body = _verb(method, target)(request)
@@ -485,7 +495,7 @@ def _list(r: _Request) -> Reply:
     head = {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": metadata}
     if r.as_table:
         return 200, {**head, "items": [kind.decorate(o) for o in page.objects]}
-    items = b",".join(_encoded(r.store, kind, o) for o in page.objects)
+    items = b",".join(_listed(r.store, kind, o) for o in page.objects)
     opening = json.dumps(head, separators=_COMPACT).encode()[:-1]
     return 200, opening + b',"items":[' + items + b"]}"
 
@@ -517,7 +527,7 @@ def _list_snapshot(r: _Request, across: bool) -> tuple[paging.Key | None, store.
     try:
         return resume.start, r.store.snapshot(kind, namespace, at)
     except store.StoreGone as e:
-        remainder = paging.encode(resume.start, paging.INCONSISTENT, across)
+        remainder = paging.encode(resume.start, paging.INCONSISTENT, across, rooted=False)
         raise apiresources.ListExpired(paging.EXPIRED_MESSAGE, remainder) from e
 
 
@@ -527,11 +537,10 @@ def _limit(query: Query) -> int | None:
         return None
     try:
         limit = int(raw)
-    except ValueError as e:
-        raise RequestRefused(400, "BadRequest", f"limit {raw!r} is not an integer") from e
-    if limit < 0:
-        raise RequestRefused(400, "BadRequest", f"limit {limit} must not be negative")
-    return limit or None
+    except ValueError as e:  # the server's words: Go's strconv error
+        message = f'strconv.ParseInt: parsing "{raw}": invalid syntax'
+        raise RequestRefused(400, "BadRequest", message) from e
+    return limit if limit > 0 else None  # 0 and negative: no limit, as the API server reads it
 
 
 def _encoded(object_store: store.ObjectStore, kind: apiresources.ResourceType,
@@ -539,6 +548,15 @@ def _encoded(object_store: store.ObjectStore, kind: apiresources.ResourceType,
     """The object as served (kind and apiVersion set), serialized once per stored version."""
     return object_store.encoded(kind.kind, obj, kind.api_version, lambda o: json.dumps(
         kind.decorate(o), separators=_COMPACT).encode())
+
+
+def _listed(object_store: store.ObjectStore, kind: apiresources.ResourceType,
+            obj: store.Obj) -> bytes:
+    """A list's item: without kind and apiVersion, which the list carries (the API server
+    encodes a list's items bare); serialized once per stored version."""
+    return object_store.encoded(kind.kind, obj, "item", lambda o: json.dumps(
+        {k: v for k, v in o.items() if k not in ("kind", "apiVersion")},
+        separators=_COMPACT).encode())
 
 
 def _get(r: _Request) -> Reply:
@@ -550,7 +568,8 @@ def _create(r: _Request) -> Reply:
     namespace = r.target.namespace or ""
     given = obj.get("metadata", {}).get("namespace")
     if r.target.resource.namespaced and given not in (None, namespace):
-        message = f"the namespace of the object ({given}) does not match the request ({namespace})"
+        message = ("the namespace of the provided object does not match the namespace sent on"
+                   " the request")
         raise RequestRefused(400, "BadRequest", message)
     metadata = {k: v for k, v in obj.get("metadata", {}).items() if k not in _SERVER_FIELDS}
     created = r.store.create(
@@ -563,28 +582,63 @@ def _replace(r: _Request) -> Reply:
     obj = _checked_body(r)
     given = obj.get("metadata", {}).get("name")
     if given != r.target.name:
-        message = f"the name of the object ({given}) does not match the URL ({r.target.name})"
+        message = (f"the name of the object ({given}) does not match the name on the URL"
+                   f" ({r.target.name})")
         raise RequestRefused(400, "BadRequest", message)
     updated = r.store.replace(*r.key, obj, scope=_scope(r.target), manager=r.manager)
     return 200, r.target.resource.decorate(updated)
 
 
 def _patch(r: _Request) -> Reply:
-    """A JSON merge patch (RFC 7386: lists replaced) or a strategic merge patch (lists with a
-    merge key merged by it, ``sim.strategic_merge``)."""
+    """A JSON merge patch (RFC 7386: lists replaced), a strategic merge patch (lists with a
+    merge key merged by it, ``sim.strategic_merge``) or a JSON patch (RFC 6902,
+    ``sim.json_patch``); another type is a 415 with the server's bare message."""
     if r.content_type not in _PATCH_TYPES:
-        message = (
-            f"the body of the request was in an unknown format ({r.content_type});"
-            f" accepted: {', '.join(_PATCH_TYPES)}"
-        )
-        raise RequestRefused(415, "UnsupportedMediaType", message)
+        raise RequestRefused(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    if r.content_type == _JSON_PATCH:
+        return 200, r.target.resource.decorate(_json_patched(r))
+    if r.content_type == _APPLY_PATCH:
+        return _applied(r)
     updated = r.store.merge_patch(*r.key, _checked_body(r), scope=_scope(r.target),
                                   manager=r.manager, strategic=r.content_type == _STRATEGIC_PATCH)
     return 200, r.target.resource.decorate(updated)
 
 
+def _applied(r: _Request) -> Reply:
+    """A server-side apply (``sim.server_side_apply``): 201 when it created the object."""
+    if r.target.subresource is not None:
+        raise RequestRefused(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    try:
+        config = yaml.safe_load(r.body)
+    except yaml.YAMLError as e:
+        raise RequestRefused(400, "BadRequest", f"error decoding YAML: {e}") from e
+    config = _checked_body(dataclasses.replace(r, body=config))
+    given = config.get("metadata", {}).get("name")
+    if given not in (None, r.target.name):
+        message = (f"the name of the object ({given}) does not match the name on the URL"
+                   f" ({r.target.name})")
+        raise RequestRefused(400, "BadRequest", message)
+    obj, created = r.store.apply(*r.key, config, manager=r.manager,
+                                 force=r.query.get("force") == "true")
+    return (201 if created else 200), r.target.resource.decorate(obj)
+
+
+def _json_patched(r: _Request) -> store.Obj:
+    def change(current: store.Obj) -> store.Obj:
+        try:
+            return json_patch.apply(current, r.body)
+        except json_patch.PatchFailed as e:  # the server's words say nothing of which
+            raise RequestRefused(422, "Invalid", _PATCH_REFUSED, {}) from e
+
+    return r.store.patch_with(*r.key, change, scope=_scope(r.target), manager=r.manager)
+
+
 def _delete(r: _Request) -> Reply:
-    return 200, r.target.resource.decorate(r.store.delete(*r.key))
+    """The deleted object, or a ``Success`` Status for the kinds that answer one."""
+    deleted = r.store.delete(*r.key)
+    if not r.target.resource.returns_deleted:
+        return 200, apiresources.deleted_status(r.target, deleted["metadata"].get("uid", ""))
+    return 200, r.target.resource.decorate(deleted)
 
 
 def _create_subresource(r: _Request) -> Reply:
@@ -608,6 +662,11 @@ _VERBS: dict[tuple[str, bool, bool], Verb] = {
     ("PATCH", True, True): _patch,
     ("POST", True, True): _create_subresource,
 }
+
+
+def _body(raw: bytes, content_type: str) -> Any:
+    """The request's body: JSON, or the text of a server-side apply (YAML: ``_applied``)."""
+    return raw.decode(errors="replace") if content_type == _APPLY_PATCH else _json(raw)
 
 
 def _json(raw: bytes) -> Any:
@@ -647,11 +706,8 @@ def _selectors(
         raise RequestRefused(400, "BadRequest", str(e)) from e
     unsupported = fields.keys - target.resource.field_labels
     if unsupported:
-        raise RequestRefused(
-            400,
-            "BadRequest",
-            f"field label not supported for {target.resource.kind}: {sorted(unsupported)}",
-        )
+        message = apiresources.unsupported_field(target.resource, sorted(unsupported)[0])
+        raise RequestRefused(400, "BadRequest", message)
     return labels, fields
 
 
@@ -666,14 +722,19 @@ def watch_event(
 ) -> tuple[str, store.Obj] | None:
     """The event a watch with these selectors is sent for ``change`` of its kind (None: none):
     a MODIFIED that leaves (enters) the selection is a DELETED (ADDED), as the real API's
-    watch cache reports it."""
+    watch cache reports it; the DELETED carries the object as it was, the last state the
+    watcher selected, at the change's resourceVersion (kubernetes apiserver
+    ``cacher/cache_watcher.go`` ``convertToWatchEvent``)."""
     now = _matches(change.object, labels, fields)
     before = change.previous is not None and _matches(change.previous, labels, fields)
     if change.type is not store.ChangeType.MODIFIED:
         return (change.type.value, change.object) if now else None
     if now:
         return ("MODIFIED" if before else "ADDED", change.object)
-    return ("DELETED", change.object) if before else None
+    if not before or change.previous is None:
+        return None
+    metadata = {**change.previous["metadata"], "resourceVersion": str(change.resource_version)}
+    return ("DELETED", {**change.previous, "metadata": metadata})
 
 
 class _Watch:
@@ -685,7 +746,11 @@ class _Watch:
     older version the history may have lost (https://kubernetes.io/docs/reference/using-api/
     api-concepts/#watch-bookmarks). ``sendInitialEvents=true`` first streams the current
     objects as ADDED, then a BOOKMARK annotated ``k8s.io/initial-events-end: "true"``
-    (https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists).
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists); so does
+    any watch that starts from the current state (no resourceVersion, or 0) and allows
+    bookmarks, as the watch cache answers it. A timed BOOKMARK is sent only once the watch
+    is past the resourceVersion it started from (``cache_watcher.go``: events, bookmarks
+    included, newer than that), so an idle watch gets none.
     """
 
     def __init__(self, handler: _Handler, target: Target, query: Query) -> None:
@@ -694,6 +759,8 @@ class _Watch:
         self._store = handler.server.store
         self._labels, self._fields = _selectors(target, query)
         self._initial_events = query.get("sendInitialEvents") == "true"
+        if self._initial_events:
+            _check_streaming(query)
         self._since = None if self._initial_events else _resource_version(
             query.get("resourceVersion"))
         timeout_s = float(query.get("timeoutSeconds") or 0)
@@ -710,7 +777,8 @@ class _Watch:
         (a client sees a clean end of stream, not a broken connection)."""
         self._handler.start_stream()
         last = self._send_current_state() if self._since is None else self._since
-        if self._initial_events and self._bookmarks:
+        started = last
+        if self._since is None and self._bookmarks:
             self._send_bookmark(last, {_INITIAL_EVENTS_END: "true"})
         while self._should_continue():
             try:
@@ -724,7 +792,7 @@ class _Watch:
                     self._send(*event)
             last = through
             if time.monotonic() >= self._next_bookmark:
-                self._send_bookmark(last)
+                self._timed_bookmark(last, started)
         self._handler.send_chunk(b"")
         if self._handler.server.stopping.is_set():
             self._handler.close_connection = True
@@ -770,6 +838,13 @@ class _Watch:
         self._handler.send_chunk(json.dumps(event, separators=_COMPACT).encode() + b"\n")
         self._next_bookmark = self._next_bookmark_time()
 
+    def _timed_bookmark(self, resource_version: int, started: int) -> None:
+        """The periodic (or pre-timeout) BOOKMARK, if the watch moved past where it began."""
+        if resource_version > started:
+            self._send_bookmark(resource_version)
+        else:
+            self._next_bookmark = self._next_bookmark_time()
+
     def _next_bookmark_time(self) -> float:
         """Every interval, and once 2 s before the watch's timeout so its client can resume
         from there; none after that (kubernetes apiserver ``cacher/cache_watcher.go``
@@ -784,11 +859,12 @@ class _Watch:
 
     def _as_table(self, obj: store.Obj) -> store.Obj:
         """A one-row Table (``Accept: ...;as=Table``, what ``kubectl get -w`` sends); as the
-        API server does, only the first event carries the column definitions (kubernetes
-        apiserver ``endpoints/handlers/watch.go``: headers on the first object only)."""
+        API server does, only the first event carries the column definitions, the later ones
+        null (kubernetes apiserver ``endpoints/handlers/watch.go``: headers on the first
+        object only)."""
         table = tables.table(self._target.resource, self._target.resource.decorate(obj))
-        if self._columns_sent:
-            del table["columnDefinitions"]
+        if self._columns_sent:  # null, not left out: as the API server writes it
+            table["columnDefinitions"] = None
         self._columns_sent = True
         return table
 
@@ -800,6 +876,23 @@ class _Watch:
     def _poll_timeout(self) -> float:
         until = min(self._deadline or math.inf, self._next_bookmark) - time.monotonic()
         return max(0.0, min(_WATCH_POLL_S, until))
+
+
+def _check_streaming(query: Query) -> None:
+    """``sendInitialEvents`` asks for ``resourceVersionMatch=NotOlderThan`` and bookmarks
+    (apimachinery ``ValidateListOptions``); 422 with the server's words otherwise."""
+    for field, wrong, why in (
+        ("resourceVersionMatch", query.get("resourceVersionMatch") != "NotOlderThan",
+         "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        ("allowWatchBookmarks", query.get("allowWatchBookmarks") not in ("true", "1"),
+         "sendInitialEvents requires setting allowWatchBookmarks to true"),
+    ):
+        if wrong:
+            cause = {"reason": "FieldValueForbidden", "message": f"Forbidden: {why}",
+                     "field": field}
+            details = {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [cause]}
+            message = f'ListOptions.meta.k8s.io "" is invalid: {field}: Forbidden: {why}'
+            raise RequestRefused(422, "Invalid", message, details)
 
 
 def _resource_version(raw: str | None) -> int | None:

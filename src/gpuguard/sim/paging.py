@@ -6,8 +6,10 @@ so objects created, changed or deleted meanwhile do not show
 (https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks).
 The token is the real API server's: URL-safe base64 (no padding) of
 ``{"v":"meta.k8s.io/v1","rv":<resourceVersion>,"start":"<key after the last item>"}``, the key
-relative to the list's prefix (``name`` within a namespace or for a cluster-scoped kind,
-``namespace/name`` across namespaces) followed by ``\\x00`` (kubernetes
+relative to the list's prefix (``/name`` within a namespace or for a cluster-scoped kind,
+``/namespace/name`` across namespaces: the watch cache's form, which serves paged lists since
+1.34; the etcd store's, without the leading ``/``, is accepted too and is what a 410's
+token carries) followed by ``\\x00`` (kubernetes
 ``staging/src/k8s.io/apiserver/pkg/storage/continue.go``: ``EncodeContinue``,
 ``DecodeContinue``, ``PrepareContinueToken``). ``rv`` -1 continues from the newest state (the
 token a 410 carries: an inconsistent remainder).
@@ -65,10 +67,13 @@ class Page:
     remaining: int | None
 
 
-def encode(start_key: Key, resource_version: int, across_namespaces: bool) -> str:
-    """The token to continue at ``start_key`` (the last key read and ``\\x00``: the next)."""
+def encode(start_key: Key, resource_version: int, across_namespaces: bool,
+           *, rooted: bool = True) -> str:
+    """The token to continue at ``start_key`` (the last key read and ``\\x00``: the next);
+    ``rooted``: the key with the watch cache's leading ``/`` (False: etcd's, as in a 410)."""
     namespace, name = start_key
     start = f"{namespace}/{name}" if across_namespaces else name
+    start = f"/{start}" if rooted else start
     body = {"v": TOKEN_VERSION, "rv": resource_version, "start": start}
     raw = json.dumps(body, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
@@ -79,9 +84,12 @@ def decode(token: str, namespace: str | None, across_namespaces: bool) -> Contin
     (``continue key is not valid: ...``) for anything else."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        body = json.loads(raw)
     except (binascii.Error, ValueError) as e:
         raise TokenInvalid(f"continue key is not valid: {e}") from e
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise TokenInvalid(f"continue key is not valid: {_json_error(raw, e)}") from e
     if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
         version = body.get("v") if isinstance(body, dict) else body
         raise TokenInvalid(
@@ -97,10 +105,22 @@ def decode(token: str, namespace: str | None, across_namespaces: bool) -> Contin
     return Continue(rv, _start_key(start, namespace, across_namespaces))
 
 
+def _json_error(raw: bytes, error: ValueError) -> str:
+    """What Go's ``encoding/json`` says of a token that does not start as JSON (the API
+    server's decoder: ``invalid character 'i' looking for beginning of value``)."""
+    stripped = raw.lstrip(b" \t\r\n")
+    if stripped and chr(stripped[0]) not in '{["-0123456789tfn':
+        char = chr(stripped[0])
+        quoted = f"'{char}'" if char.isprintable() else repr(char)
+        return f"invalid character {quoted} looking for beginning of value"
+    return str(error)
+
+
 def _start_key(start: str, namespace: str | None, across_namespaces: bool) -> Key:
     rooted = "/" + start.lstrip("/")
     if posixpath.normpath(rooted) != rooted:  # the API server's path-traversal guard
         raise TokenInvalid(f"continue key is not valid: {start}")
+    start = start.removeprefix("/")
     if not across_namespaces:
         return namespace or "", start
     ns, sep, name = start.partition("/")

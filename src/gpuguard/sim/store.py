@@ -24,6 +24,7 @@ import bisect
 import builtins
 import collections
 import dataclasses
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any, TypeVar, cast
 
 from gpuguard import errors
 from gpuguard.model import timestamps
-from gpuguard.sim import managed_fields, strategic_merge
+from gpuguard.sim import managed_fields, server_side_apply, strategic_merge
 
 Obj = dict[str, Any]
 _T = TypeVar("_T")
@@ -46,13 +47,28 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024
 MAX_ANNOTATION_BYTES = 256 * 1024
 """``apimachinery`` ``TotalAnnotationSizeLimitB``: every annotation key and value, 256 KiB."""
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the real API's generateName letters
+GENERATION_KINDS = frozenset({"Pod", "Job", "PodDisruptionBudget", "ResourceSlice",
+                              "DeviceTaintRule"})
+"""Kinds whose registry strategy keeps ``metadata.generation`` (1 on create, +1 on a spec
+change: e.g. ``jobStrategy.PrepareForCreate``); Nodes, ConfigMaps, Leases and Events have
+none (held to a real API server by ``tests/realcluster/test_api_differential.py``)."""
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_SUBDOMAIN_MAX = 253
 
 
 class StoreError(errors.GpuguardError):
-    """Base for store errors; carries the HTTP status and Status reason the API answers with."""
+    """Base for store errors; carries the HTTP status and Status reason the API answers with,
+    the name of the object it is about (``""``: none) and, for a 422, the ``causes`` of the
+    ``Status`` details (``{"reason", "message", "field"}``, as ``field.Error`` gives them)."""
 
     status = 500
     reason = "InternalError"
+
+    def __init__(self, message: str, *, name: str = "",
+                 causes: tuple[dict[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.causes = causes
 
 
 class StoreInvalid(StoreError, errors.InputError):
@@ -75,6 +91,10 @@ class StoreConflict(StoreError, errors.ConflictError):
 class StoreNotFound(StoreError, errors.NotFoundError):
     status = 404
     reason = "NotFound"
+
+
+class StoreApplyConflict(StoreConflict):
+    """A server-side apply that would take fields other managers own (``causes``: which)."""
 
 
 class StoreAlreadyExists(StoreError):
@@ -275,10 +295,12 @@ class ObjectStore:
             name = metadata.get("name") or self._generated_name(kind, metadata)
             key = (kind, namespace, name)
             if key in self._objects:
-                raise StoreAlreadyExists(f'{kind} "{name}" already exists in "{namespace}"')
+                raise StoreAlreadyExists(f'{kind} "{name}" already exists in "{namespace}"',
+                                         name=name)
             self._fill_server_fields(metadata, kind, namespace, name)
+            validate_name(kind, name)
             validate_limits(kind, stored)
-            self._manage(None, stored, manager)
+            self._manage(kind, None, stored, manager, Scope.MAIN)
             self._write(key, stored, ChangeType.ADDED)
             return clone(stored)
 
@@ -307,7 +329,43 @@ class ObjectStore:
             except strategic_merge.PatchInvalid as e:
                 raise StoreInvalid(str(e)) from e
             updated = _within_scope(current, merged, scope)
-            return self._update((kind, namespace, name), current, updated, manager)
+            return self._update((kind, namespace, name), current, updated, manager, scope)
+
+    def patch_with(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Obj],
+        *,
+        scope: Scope = Scope.WHOLE,
+        manager: str | None = None,
+    ) -> Obj:
+        """Write ``change(current)`` (a new object; e.g. a JSON patch applied) in one step,
+        under the store's lock, so no other write comes between the read and the write."""
+        with self._lock:
+            current = self._current(kind, namespace, name)
+            updated = _within_scope(current, change(current), scope)
+            return self._update((kind, namespace, name), current, updated, manager, scope)
+
+    def apply(self, kind: str, namespace: str, name: str, config: Obj, *, manager: str,
+              force: bool) -> tuple[Obj, bool]:
+        """Server-side apply ``config`` as ``manager`` (``sim.server_side_apply``): the object,
+        created (True) or updated; StoreApplyConflict when it would take others' fields."""
+        with self._lock:
+            live = self._objects.get((kind, namespace, name))
+            api_version = str(config.get("apiVersion", "v1"))
+            try:
+                result = server_side_apply.apply(live, config, manager, force=force,
+                                                 api_version=api_version,
+                                                 at=format_timestamp(self._now()))
+            except server_side_apply.ApplyConflict as e:
+                message, causes = server_side_apply.conflict_message(e.conflicts)
+                raise StoreApplyConflict(message, causes=tuple(causes)) from e
+            if live is None:
+                return self.create(kind, namespace, {**result, "metadata": {
+                    **result.get("metadata", {}), "name": name}}), True
+            return self.replace(kind, namespace, name, result, scope=Scope.MAIN), False
 
     def replace(
         self,
@@ -325,7 +383,7 @@ class ObjectStore:
             current = self._current(kind, namespace, name)
             self._check_precondition(current, obj)
             updated = _within_scope(current, obj, scope)
-            return self._update((kind, namespace, name), current, updated, manager)
+            return self._update((kind, namespace, name), current, updated, manager, scope)
 
     def delete(self, kind: str, namespace: str, name: str) -> Obj:
         """Remove the object; returns its last state, at the deletion's resourceVersion."""
@@ -377,10 +435,11 @@ class ObjectStore:
             return self._objects[(kind, namespace, name)]
         except KeyError:
             where = f' in "{namespace}"' if namespace else ""
-            raise StoreNotFound(f'{kind} "{name}" not found{where}') from None
+            raise StoreNotFound(f'{kind} "{name}" not found{where}', name=name) from None
 
     def _update(
-        self, key: tuple[str, str, str], current: Obj, updated: Obj, manager: str | None
+        self, key: tuple[str, str, str], current: Obj, updated: Obj, manager: str | None,
+        scope: Scope = Scope.WHOLE,
     ) -> Obj:
         stored = clone(updated)
         metadata = stored.setdefault("metadata", {})
@@ -389,20 +448,23 @@ class ObjectStore:
                 metadata[field] = current["metadata"][field]
         if "managedFields" in current["metadata"] and not metadata.get("managedFields"):
             metadata["managedFields"] = clone(current["metadata"]["managedFields"])
-        if stored.get("spec") != current.get("spec"):
+        if stored.get("spec") != current.get("spec") and "generation" in metadata:
             metadata["generation"] = int(metadata.get("generation", 0)) + 1
         validate_limits(key[0], stored)
-        self._manage(current, stored, manager)
+        self._manage(key[0], current, stored, manager, scope)
         self._write(key, stored, ChangeType.MODIFIED, previous=current)
         return clone(stored)
 
-    def _manage(self, current: Obj | None, stored: Obj, manager: str | None) -> None:
+    def _manage(self, kind: str, current: Obj | None, stored: Obj, manager: str | None,
+                scope: Scope) -> None:
         """Record ``manager``'s write in ``managedFields``; the world's own writes (manager
         None) are not API requests and record nothing."""
         if manager is not None:
             api_version = str(stored.get("apiVersion", "v1"))
             when = format_timestamp(self._now())
-            managed_fields.record(current, stored, manager, api_version, when)
+            subresource = managed_fields.STATUS if scope is Scope.STATUS else ""
+            managed_fields.record(current, stored, manager, api_version, when,
+                                  subresource=subresource, kind=kind)
 
     def _write(
         self, key: tuple[str, str, str], obj: Obj, change: ChangeType, previous: Obj | None = None
@@ -430,7 +492,8 @@ class ObjectStore:
         if namespace:
             metadata["namespace"] = namespace
         metadata["name"] = name
-        metadata["generation"] = 1
+        if kind in GENERATION_KINDS:
+            metadata["generation"] = 1
         uid_seed = f"{kind}/{namespace}/{name}/{self._rv + 1}"  # reproducible across runs
         metadata.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, uid_seed)))
         metadata.setdefault("creationTimestamp", format_timestamp(self._now()))
@@ -452,8 +515,26 @@ class ObjectStore:
         if wanted is not None and str(wanted) != have:
             raise StoreConflict(
                 "the object has been modified; please apply your changes to the latest version"
-                f" and try again (resourceVersion {wanted} is stale, current {have})"
+                f" and try again (resourceVersion {wanted} is stale, current {have})",
+                name=current["metadata"]["name"],
             )
+
+
+def validate_name(kind: str, name: str) -> None:
+    """A name the API server accepts: a lowercase RFC 1123 subdomain, as every kind here
+    requires (``apimachinery`` ``IsDNS1123Subdomain`` via ``ValidateObjectMeta``); 422 with
+    the server's message otherwise."""
+    if len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(name):
+        return
+    why = (f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case'
+           " alphanumeric characters, '-' or '.', and must start and end with an alphanumeric"
+           " character (e.g. 'example.com', regex used for validation is"
+           f" '{_DNS_SUBDOMAIN.pattern}')")
+    if len(name) > _DNS_SUBDOMAIN_MAX:
+        why = f"Invalid value: \"{name}\": must be no more than {_DNS_SUBDOMAIN_MAX} characters"
+    cause = {"reason": "FieldValueInvalid", "message": why, "field": "metadata.name"}
+    raise StoreUnprocessable(f'{kind} "{name}" is invalid: metadata.name: {why}', name=name,
+                             causes=(cause,))
 
 
 def validate_limits(kind: str, obj: Obj) -> None:
@@ -462,17 +543,18 @@ def validate_limits(kind: str, obj: Obj) -> None:
     name = obj.get("metadata", {}).get("name", "")
     annotations = obj.get("metadata", {}).get("annotations") or {}
     if _total_bytes(annotations) > MAX_ANNOTATION_BYTES:
-        raise StoreUnprocessable(
-            f'{kind} "{name}" is invalid: metadata.annotations: Too long: '
-            f"must have at most {MAX_ANNOTATION_BYTES} bytes"
-        )
+        raise _too_long(kind, name, "metadata.annotations", MAX_ANNOTATION_BYTES)
     if kind == "ConfigMap":
         size = _total_bytes(obj.get("data") or {}) + _total_bytes(obj.get("binaryData") or {})
         if size > MAX_CONFIGMAP_BYTES:
-            raise StoreUnprocessable(
-                f'ConfigMap "{name}" is invalid: []: Too long: '
-                f"must have at most {MAX_CONFIGMAP_BYTES} bytes"
-            )
+            raise _too_long(kind, name, "[]", MAX_CONFIGMAP_BYTES)
+
+
+def _too_long(kind: str, name: str, field: str, limit: int) -> StoreUnprocessable:
+    why = f"Too long: must have at most {limit} bytes"
+    cause = {"reason": "FieldValueTooLong", "message": why, "field": field}
+    return StoreUnprocessable(f'{kind} "{name}" is invalid: {field}: {why}', name=name,
+                              causes=(cause,))
 
 
 def _total_bytes(mapping: dict[str, Any]) -> int:

@@ -70,11 +70,17 @@ class PatchInvalid(errors.InputError):
     """The patch breaks a strategic-merge rule (a list item without its merge key...)."""
 
 
+def merge_keys(kind: str) -> dict[Path, str]:
+    """``kind``'s mergeable lists (field paths, list items not counted) and their merge keys
+    (``PRIMITIVE``: a set of scalars). The same lists are ``listType=map``/``set`` in the
+    API's schema, which is how managedFields own their items (``sim.managed_fields``)."""
+    return {**_META, **MERGE_KEYS.get(kind, {})}
+
+
 def apply(kind: str, target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """``target`` with the strategic merge ``patch`` applied (a new object; neither input
     changes). Lists that ``kind`` declares mergeable merge by key; others are replaced."""
-    keys = {**_META, **MERGE_KEYS.get(kind, {})}
-    return _merge_map(dict(target), patch, (), keys)
+    return _merge_map(dict(target), patch, (), merge_keys(kind))
 
 
 def _merge_map(target: dict[str, Any], patch: Mapping[str, Any], path: Path,
@@ -128,7 +134,8 @@ def _merge_list(current: list[Any], patch: list[Any], path: Path,
                 if not isinstance(i, Mapping) or _DIRECTIVE not in i]
     key = keys[path]
     if key == PRIMITIVE:
-        return current + [copy.deepcopy(v) for v in patch if v not in current]
+        merged = current + [copy.deepcopy(v) for v in patch if v not in current]
+        return _server_order(merged, patch, current, lambda item: item)
     result = list(current)
     for item in patch:
         if not isinstance(item, Mapping) or key not in item:
@@ -142,7 +149,34 @@ def _merge_list(current: list[Any], patch: list[Any], path: Path,
             result.append(_merge_map({}, item, path, keys))
         else:
             result[at] = _merge_map(dict(result[at]), item, path, keys)
-    return result
+    deleted = {i.get(key) for i in patch
+               if isinstance(i, Mapping) and i.get(_DIRECTIVE) == "delete"}
+    kept = [i for i in current if not (isinstance(i, Mapping) and i.get(key) in deleted)]
+    merged = [i for i in patch if isinstance(i, Mapping) and _DIRECTIVE not in i]
+    return _server_order(result, merged, kept, lambda item: item.get(key))
+
+
+def _server_order(merged: list[Any], patch: list[Any], server: list[Any],
+                  identity: Any) -> list[Any]:
+    """The merged list in the API server's order (``strategicpatch`` ``mergeSlice``, then
+    ``normalizeElementOrder``/``mergeSortedSlice``): the patch's items in the patch's order,
+    the server-only items in the server's, interleaved by their places in the server's list;
+    a patch item that the server did not have goes before the server-only items left."""
+    patch_ids = [identity(i) for i in patch]
+    server_ids = [identity(i) for i in server]
+    in_patch = sorted((m for m in merged if identity(m) in patch_ids),
+                      key=lambda m: patch_ids.index(identity(m)))
+    server_only = [m for m in merged if identity(m) not in patch_ids]
+    ordered: list[Any] = []
+    while server_only or in_patch:
+        left = server_only[0] if server_only else None
+        right = in_patch[0] if in_patch else None
+        take_left = right is None or (left is not None and identity(left) in server_ids
+                                      and identity(right) in server_ids
+                                      and server_ids.index(identity(left))
+                                      < server_ids.index(identity(right)))
+        ordered.append((server_only if take_left else in_patch).pop(0))
+    return ordered
 
 
 def _ordered(items: list[Any], order: list[Any], key: str | None) -> list[Any]:
