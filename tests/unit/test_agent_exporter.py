@@ -41,7 +41,7 @@ def test_xid79_counted_with_node_gpu_uuid_pci_xid_labels(
 ) -> None:
     c = collector(gpu_index)
     count(c, [kernel_lines.gpu_at(PCI, UUID), kernel_lines.xid(PCI, 79)])
-    labels = {"gpu": gpu, "uuid": UUID, "pci": PCI, "xid": "79"}
+    labels = {"gpu": gpu, "uuid": UUID, "pci": PCI, "xid": "79", "rule": ""}
     assert value(c, names.XID_TOTAL, **labels) == 1
     assert value(c, names.AGENT_KERNEL_LINES_TOTAL) == 2
 
@@ -63,14 +63,16 @@ def test_xid154_exports_only_the_last_recovery_action_per_gpu() -> None:
     card = {"pci": PCI, "uuid": ""}
     assert value(c, names.XID154_RECOVERY_ACTION, **card, action="node-reboot-required") == 1
     assert value(c, names.XID154_RECOVERY_ACTION, **card, action="gpu-reset-required") is None
-    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="154") == 2
+    card_154 = {"gpu": "", "uuid": "", "pci": PCI, "xid": "154"}
+    assert value(c, names.XID_TOTAL, **card_154, rule="xid154:reset") == 1
+    assert value(c, names.XID_TOTAL, **card_154, rule="xid154:reboot") == 1
 
 
 def test_garbage_xid_lines_are_counted_as_malformed_and_lose_nothing_else() -> None:
     c = collector()
     count(c, ["NVRM: Xid (PCI:0000:99:00): banana", "random", kernel_lines.xid(PCI, 48)])
     assert value(c, names.AGENT_MALFORMED_LINES_TOTAL) == 1
-    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="48") == 1
+    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="48", rule="") == 1
 
 
 def cycle(status: decisions.CheckStatus) -> exporter.CheckCycle:
@@ -114,7 +116,7 @@ def test_tally_round_trips_through_its_saved_form() -> None:
     restored.restore(c.tally.as_json())
     assert restored.as_json() == c.tally.as_json()
     restored.count([kernel_lines.xid(PCI, 79)], parse.XidLogParser())  # fresh parser, no GPU at
-    assert restored.xids[("", UUID, PCI, "79")] == 2  # the UUID is remembered across restarts
+    assert restored.xids[("", UUID, PCI, "79", "")] == 2  # the UUID is remembered across restarts
 
 
 def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> None:

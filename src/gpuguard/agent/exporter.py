@@ -1,6 +1,10 @@
 """The agent's metrics: Xid counts from the kernel log, the conformance checks' status and
 the processes holding each GPU (``agent.gpu_processes``).
 
+Each Xid line is judged on its own (``catalog.events``): the ``rule`` label names the event or
+promotion rule it matched (``""`` when its code's class applies), so the controller classes an
+NVLink5 line that NVIDIA's decode calls IGNORE apart from one that needs a GPU reset.
+
 ``Tally`` holds what the agent has counted since it was first installed on the node; it is
 saved with the kernel-log position (``agent.position``) and restored at start, so
 ``gpuguard_xid_total`` never goes down across agent restarts. ``AgentCollector`` renders the
@@ -16,6 +20,7 @@ card in any case.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from gpuguard.agent import gpu_processes, podresources, topology
 from gpuguard.agent.checks import nvidia, result
+from gpuguard.catalog import events as event_rules
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
 from gpuguard.model import metric_names as names
@@ -39,9 +45,17 @@ class Writes(Protocol):
     def writes(self) -> Mapping[str, int]: ...
 
 
-XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
+XidKey = tuple[str, str, str, str, str]  # gpu, uuid, pci, xid, rule
 CardKey = tuple[str, str]  # pci, uuid
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+HISTORY_SIZE = 512  # recent Xid occurrences kept for the promotion rules
+
+
+def xid_rows(saved: Mapping[str, Any]) -> list[list[Any]]:
+    """The ``xids`` rows of an ``as_json`` shape as ``[gpu, uuid, pci, xid, rule, count]``;
+    rows saved before the ``rule`` label (five cells) get rule ``""``."""
+    rows = saved.get("xids", [])
+    return [[*row[:4], "", row[4]] if len(row) == 5 else list(row) for row in rows]
 
 
 def _base(name: str) -> str:
@@ -52,8 +66,14 @@ def _base(name: str) -> str:
 class Tally:
     """Counts from the kernel log, safe to read from the scrape thread while it grows."""
 
-    def __init__(self, gpu_index: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        gpu_index: Mapping[str, str] | None = None,
+        rules: event_rules.EventRules | None = None,
+    ) -> None:
         self.gpu_index = dict(gpu_index or {})
+        self.rules = rules if rules is not None else event_rules.packaged_rules()
+        self.history: deque[event_rules.Occurrence] = deque(maxlen=HISTORY_SIZE)
         self.lock = threading.Lock()
         self.xids: dict[XidKey, int] = {}
         self.fallen_off: dict[CardKey, int] = {}
@@ -91,10 +111,22 @@ class Tally:
             self.fallen_off[card] = self.fallen_off.get(card, 0) + 1
             return
         gpu = self.gpu_index.get(uuid) or self.gpu_index.get(address, "")
-        key = (gpu, uuid, address, str(event.xid))
+        key = (gpu, uuid, address, str(event.xid), self._rule_of(event, uuid or address))
         self.xids[key] = self.xids.get(key, 0) + 1
         if event.recovery_action is not None:
             self.recovery[card] = str(event.recovery_action)
+
+    def _rule_of(self, event: xid.KernelEvent, card: str) -> str:
+        """The id of the rule the event matched: a promotion its history fulfils first."""
+        judged = self.rules.judge(event)
+        at = _seconds(event)
+        if at is None:
+            return judged.rule if judged else ""
+        seen = event_rules.occurrence(event, card, at)
+        self.history.append(seen)
+        promoted = self.rules.promotion(tuple(self.history), seen)
+        chosen = promoted or judged
+        return chosen.rule if chosen else ""
 
     def as_json(self) -> dict[str, Any]:
         with self.lock:
@@ -110,13 +142,20 @@ class Tally:
     def restore(self, saved: Mapping[str, Any]) -> None:
         """Continue from counts saved by ``as_json`` (ValueError/TypeError on a bad shape)."""
         with self.lock:
-            self.xids = {(str(g), str(u), str(p), str(x)): int(n)
-                         for g, u, p, x, n in saved.get("xids", [])}
+            self.xids = {(str(g), str(u), str(p), str(x), str(r)): int(n)
+                         for g, u, p, x, r, n in xid_rows(saved)}
             self.fallen_off = {(str(p), str(u)): int(n) for p, u, n in saved.get("fallen_off", [])}
             self.recovery = {(str(p), str(u)): str(a) for p, u, a in saved.get("recovery", [])}
             self.uuid_by_pci = {str(k): str(v) for k, v in saved.get("uuid_by_pci", {}).items()}
             self.lines = int(saved.get("lines", 0))
             self.malformed = int(saved.get("malformed", 0))
+
+
+def _seconds(event: xid.KernelEvent) -> float | None:
+    """The event's time for the promotion windows: its wall time, else its uptime."""
+    if event.timestamp is not None:
+        return event.timestamp.timestamp()
+    return event.uptime_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +216,10 @@ class AgentCollector(Collector):
         node = self.node
         xids = CounterMetricFamily(
             _base(names.XID_TOTAL), "Xid lines in this node's kernel log.",
-            labels=["node", "gpu", "uuid", "pci", "xid"],
+            labels=["node", "gpu", "uuid", "pci", "xid", "rule"],
         )
-        for gpu, uuid, address, code, n in snapshot["xids"]:
-            xids.add_metric([node, gpu, uuid, address, code], n)
+        for gpu, uuid, address, code, rule, n in snapshot["xids"]:
+            xids.add_metric([node, gpu, uuid, address, code, rule], n)
         fallen = CounterMetricFamily(
             _base(names.FALLEN_OFF_BUS_TOTAL), "GPU has fallen off the bus messages.",
             labels=["node", "pci", "uuid"],

@@ -2,8 +2,9 @@
 
 Pure functions over the text after ``NVRM:``: the Xid line (``Xid (PCI:0000:01:00): 31, pid=...,
 name=..., <message>``), the ``GPU at PCI:...: GPU-<uuid>`` line that maps a slot to a card, the
-pieces of the "has fallen off the bus" message, Xid 154's recovery action and Xid 94/95's
-``RST:``/``D-RST:`` flags. Kept apart from the stateful parser so each shape is testable alone.
+pieces of the "has fallen off the bus" message, Xid 154's recovery action, Xid 94/95's
+``RST:``/``D-RST:`` flags and the register blocks of NVLink5 (144-150) and Xid 74 lines. Kept
+apart from the stateful parser so each shape is testable alone.
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ _RECOVERY = re.compile(
 )
 _RESET_FLAG = re.compile(r"(?<![\w-])(?P<flag>RST|D-RST): *(?P<answer>Yes|No)\b", re.IGNORECASE)
 
+# NVLink5: "RLW_REMAP Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 ...)" (gpud PR #1174's
+# kernel lines; NVIDIA's Xid catalog, "XID 144-150 Decode").
+_NVLINK5 = re.compile(
+    r"^(?P<unit>[A-Za-z0-9_/]+)\s+(?P<severity>Fatal|Nonfatal|Non-fatal)\s+XC\d+\s+i\d+\s+"
+    r"Link\s+(?P<link>-?\d{1,3})\s*\((?P<words>0x[0-9a-fA-F]{1,8}(?:\s+0x[0-9a-fA-F]{1,8}){1,7})\)"
+)
+# Xid 74: "NVLink: fatal error detected on link 14(0x100000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)".
+_XID74 = re.compile(
+    r"\blink\s+(?P<link>\d{1,3})\s*\((?P<words>0x[0-9a-fA-F]{1,8}(?:\s*,\s*0x[0-9a-fA-F]{1,8}){0,7})\)",
+    re.IGNORECASE,
+)
+NVLINK5_CODES = frozenset(range(144, 151))
+NVLINK_ERROR_XID = 74
 _UNKNOWN_PROCESS = "<unknown>"
 _ACTIONS_BY_NAME = {
     "none": xid.RecoveryAction.NONE,
@@ -65,6 +79,7 @@ class XidFields:
     process: str | None
     recovery_action: xid.RecoveryAction | None
     reset_flags: tuple[str, ...]
+    detail: xid.EventDetail | None = None
 
 
 def read_xid(text: str) -> XidFields | None:
@@ -86,6 +101,7 @@ def read_xid(text: str) -> XidFields | None:
         process=process,
         recovery_action=recovery_action(message) if code == RECOVERY_ACTION_XID else None,
         reset_flags=reset_flags(message),
+        detail=read_detail(code, message),
     )
 
 
@@ -143,6 +159,21 @@ def reset_flags(message: str) -> tuple[str, ...]:
         for match in _RESET_FLAG.finditer(message)
         if match["answer"].lower() == "yes"
     )
+
+
+def read_detail(code: int, message: str) -> xid.EventDetail | None:
+    """The register block of an NVLink5 (144-150) or Xid 74 message; None for other codes or
+    when the block is missing or cut short."""
+    if code in NVLINK5_CODES:
+        match = _NVLINK5.search(message)
+        if match is None:
+            return None
+        words = tuple(int(w, 16) for w in match["words"].split())
+        return xid.EventDetail(match["unit"], match["severity"], int(match["link"]), words)
+    if code == NVLINK_ERROR_XID and (match := _XID74.search(message)) is not None:
+        words = tuple(int(w.strip(), 16) for w in match["words"].split(","))
+        return xid.EventDetail("", "", int(match["link"]), words)
+    return None
 
 
 def _split_process(rest: str) -> tuple[int | None, str | None, str]:

@@ -45,6 +45,21 @@ class RecoveryAction(StrEnum):
     OTHER = "other"
 
 
+@dataclass(frozen=True, slots=True)
+class EventDetail:
+    """The register block some Xid lines carry, for judging one event rather than its code.
+
+    NVLink5 (Xid 144-150): ``<unit> <Fatal|Nonfatal> XC<n> i<n> Link <n> (0x<intrinfo>
+    0x<error status> ...)``; Xid 74: ``... link <n>(0x<reg0>, 0x<reg1>, ...)``. ``unit`` and
+    ``severity`` are empty for Xid 74; ``link`` is -1 where the driver names no link.
+    """
+
+    unit: str
+    severity: str
+    link: int
+    words: tuple[int, ...]
+
+
 class KernelEventKind(StrEnum):
     XID = "xid"
     FALLEN_OFF_BUS = "fallen_off_bus"
@@ -69,5 +84,6 @@ class KernelEvent:
     uuid: str | None = None
     recovery_action: RecoveryAction | None = None
     reset_flags: tuple[str, ...] = ()
+    detail: EventDetail | None = None
     timestamp: datetime | None = None
     uptime_s: float | None = None

@@ -1,0 +1,212 @@
+"""Per-event Xid rules: NVIDIA's NVLink5 decode, Xid 74 register bits, Xid 94/95 reset flags,
+Xid 154's recovery action, the promotion rules, and a cluster's override of one rule."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from gpuguard.catalog import events
+from gpuguard.catalog import xid as catalog_xid
+from gpuguard.errors import CatalogError
+from gpuguard.kernlog import parse
+from gpuguard.model import xid as xid_model
+
+REPO = Path(__file__).resolve().parents[2]
+DECODE = REPO / "src/gpuguard/catalog/reference/nvlink5_decode.tsv"
+Cls = xid_model.XidClass
+RULES = events.packaged_rules()
+
+
+def one_event(line: str) -> xid_model.KernelEvent:
+    found = list(parse.parse_lines([line]))
+    assert len(found) == 1, line
+    return found[0]
+
+
+def judged(line: str) -> events.Judgement | None:
+    return RULES.judge(one_event(line))
+
+
+def decode_rows() -> list[dict[str, str]]:
+    lines = [x for x in DECODE.read_text(encoding="utf-8").splitlines() if not x.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t"))
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "xid_class"),
+    [
+        pytest.param(
+            "NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 "
+            "(0x00086226 0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
+            "xid149:NETIR_BER_EVENT:0:0x00000001", Cls.INFORMATIONAL,
+            id="gb200-ber-event-is-ignore",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE "
+            "Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
+            "0x00000004)",
+            "xid145:RLW_RXPIPE:0:0x00000008", Cls.INFORMATIONAL,
+            id="gb200-rxpipe-is-ignore",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0019:01:00): 145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 12 "
+            "(0x040988e2 0x00000008 0x00000000 0x00000000 0x00000000 0x00000000)",
+            "xid145:RLW_SRC_TRACK:0:0x00000008", Cls.INFORMATIONAL,
+            id="gb200-src-track-waits-for-xid-154",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+            "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            "xid149:NETIR_LINK_EVT/NETIR_LINK_DOWN:33:0x00000000", Cls.HARDWARE,
+            id="gb200-link-down-peer-is-reset",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 "
+            "(0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            "xid149:NETIR/NETIR_INT:0:0x00000000", Cls.HARDWARE,
+            id="gb200-netir-int-is-reset-not-rxpipe",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:D8:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal "
+            "error detected on link 14(0x100000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+            "xid74:reg0:sympathetic", Cls.INFORMATIONAL,
+            id="xid74-bit20-is-sympathetic",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:D8:00): 74, NVLink: fatal error detected on link 3"
+            "(0x10001, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+            "xid74:reg0:possible-hw", Cls.HARDWARE,
+            id="xid74-bit16-with-bit0-is-hardware",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). "
+            "RST: No, D-RST: No",
+            "xid94:no-reset", Cls.INFORMATIONAL,
+            id="xid94-no-reset-restarts-the-app-only",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). "
+            "RST: Yes, D-RST: No",
+            "xid95:reset", Cls.HARDWARE,
+            id="xid95-rst-yes-is-reset",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x4 (Drain and "
+            "Reset) to 0x0 (None)",
+            "xid154:none", Cls.INFORMATIONAL,
+            id="xid154-back-to-none-is-news",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x4 (Drain and "
+            "Reset) to 0x1 (GPU Reset Required)",
+            "xid154:reset", Cls.HARDWARE,
+            id="xid154-reset-required",
+        ),
+    ],
+)
+def test_each_line_is_judged_by_its_own_rule(line: str, rule: str, xid_class: Cls) -> None:
+    found = judged(line)
+    assert found is not None
+    assert (found.rule, found.xid_class) == (rule, xid_class)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", id="xid79"),
+        pytest.param(
+            "NVRM: Xid (PCI:0018:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 13 (0x0409a0c2",
+            id="nvlink5-block-cut-short",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 "
+            "(0x00086226 0x00000040 0x00000000 0x00000000)",
+            id="nvlink5-status-the-sheet-does-not-list",
+        ),
+    ],
+)
+def test_a_line_no_rule_matches_keeps_its_codes_class(line: str) -> None:
+    assert judged(line) is None
+    assert catalog_xid.packaged_catalog().event_class(one_event(line).xid or 0, "") is (
+        catalog_xid.packaged_catalog().xid_class(one_event(line).xid or 0)
+    )
+
+
+def test_every_row_of_nvidias_decode_sheet_is_a_rule_with_its_class() -> None:
+    rows = decode_rows()
+    nvlink5 = [r for code in range(144, 151) for r in RULES.events.get(code, ())]
+    assert len(nvlink5) == len(rows) == 94
+    not_reset = [r for r in rows if r["immediate"] != "RESET_GPU"]
+    assert len(not_reset) == 53  # 45 IGNORE + 8 XID_154_EVAL: no GPU reset
+    assert sum(r.xid_class is Cls.HARDWARE for r in nvlink5) == 41
+
+
+def test_each_sheet_row_matches_a_line_built_from_it_and_gets_its_action() -> None:
+    for row in decode_rows():
+        pattern = row["intrinfo_v1"].replace("-", "0")
+        line = (
+            f"NVRM: Xid (PCI:0000:04:00): {row['xid']}, {row['unit']} Nonfatal XC0 i0 Link 00 "
+            f"({int(pattern, 2):#010x} {row['error_status']} 0x00000000 0x00000000)"
+        )
+        found = judged(line)
+        assert found is not None, line
+        assert found.action == row["immediate"], line
+
+
+def occurrences(*items: tuple[float, int, str]) -> list[events.Occurrence]:
+    return [events.Occurrence(at=at, card="GPU-a", code=code, location=where)
+            for at, code, where in items]
+
+
+SM = "(GPC 7, TPC 0, SM 1)"
+
+
+@pytest.mark.parametrize(
+    ("history", "promoted"),
+    [
+        pytest.param(occurrences((0, 13, SM), (60, 13, SM), (120, 13, SM)), "xid13-repeat-sm",
+                     id="xid13-three-times-same-sm-is-hardware"),
+        pytest.param(occurrences((0, 13, SM), (60, 13, "(GPC 1, TPC 0, SM 0)"), (120, 13, SM)),
+                     None, id="xid13-different-sms-stay-the-users"),
+        pytest.param(occurrences((0, 13, SM), (60, 13, SM), (90_000, 13, SM)), None,
+                     id="xid13-outside-the-window-stays-the-users"),
+        pytest.param(occurrences((100, 45, "")), "xid45-alone",
+                     id="xid45-alone-restarts-fabric-manager"),
+        pytest.param(occurrences((0, 145, ""), (100, 45, "")), None,
+                     id="xid45-after-another-xid-follows-that-xid"),
+    ],
+)
+def test_promotions(history: list[events.Occurrence], promoted: str | None) -> None:
+    found = RULES.promotion(history, history[-1])
+    assert (found.rule if found else None) == promoted
+
+
+def test_the_agents_occurrence_reads_the_sm_and_link() -> None:
+    event = one_event("NVRM: Xid (PCI:0000:cb:00): 13, Graphics SM Warp Exception on "
+                      "(GPC 7, TPC 0, SM 1): Out Of Range Address")
+    assert events.occurrence(event, "GPU-a", 5.0).location == SM
+
+
+def test_a_cluster_can_change_one_rules_class(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.yaml"
+    path.write_text('events:\n  "xid149:NETIR_BER_EVENT:0:0x00000001": hardware\n')
+    catalog = catalog_xid.load_catalog(path)
+    assert catalog.is_hardware_event(149, "xid149:NETIR_BER_EVENT:0:0x00000001")
+    assert not catalog.is_hardware_event(149, "xid149:NETIR_BER_EVENT:0:0x00000000")
+    assert catalog.is_hardware_event(149, "")  # no rule: the code's class
+
+
+def test_an_override_of_an_unknown_rule_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.yaml"
+    path.write_text('events:\n  "xid149:no-such-rule": hardware\n')
+    with pytest.raises(CatalogError, match="xid149:no-such-rule"):
+        catalog_xid.load_catalog(path)
+
+
+def test_a_broken_rules_file_is_a_catalog_error_naming_it() -> None:
+    with pytest.raises(CatalogError, match=r"rules\.json: events"):
+        events.parse_rules_json('{"about": "", "events": [{"id": ""}], "promotions": []}',
+                                source="rules.json")
