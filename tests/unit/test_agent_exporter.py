@@ -128,3 +128,30 @@ def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> N
     )
     assert exporter.read_gpu_indexes(tmp_path) == {UUID: "4", PCI: "4"}
     assert exporter.read_gpu_indexes(tmp_path / "missing") == {}
+
+
+def test_nvswitch_sxid_lines_are_counted_by_switch_code_and_severity() -> None:
+    c = collector()
+    count(c, [
+        "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Fatal, Link 30 "
+        "LTSSM Fault Up",
+        "[131453.740758] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Data {0x50610002, "
+        "0x10100030}",
+        "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted "
+        "PRIV error (First)",
+        "nvidia-nvswitch0: SXid (PCI:0000:00:00.0): xyz, Fatal error",
+    ])
+    switch = {"pci": "0000:a9:00.0", "sxid": "20034"}
+    assert value(c, names.SXID_TOTAL, **switch, severity="Fatal") == 1
+    assert value(c, names.SXID_TOTAL, **switch, severity="") == 1
+    assert value(c, names.SXID_TOTAL, pci="0000:05:00.0", sxid="12028", severity="Non-fatal") == 1
+    assert value(c, names.AGENT_MALFORMED_LINES_TOTAL) == 1
+    restored = exporter.Tally()
+    restored.restore(c.tally.as_json())
+    assert restored.sxids == c.tally.sxids
+
+
+def test_counts_saved_before_the_rule_label_restore_with_an_empty_rule() -> None:
+    restored = exporter.Tally()
+    restored.restore({"xids": [["", UUID, PCI, "79", 2]]})
+    assert restored.xids == {("", UUID, PCI, "79", ""): 2}

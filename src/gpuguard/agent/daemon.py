@@ -310,7 +310,7 @@ def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]
 def _bus_losses(tally: exporter.Tally) -> int:
     """Xid 79 lines and "fallen off the bus" messages counted so far."""
     snapshot = tally.as_json()
-    xid79 = sum(int(n) for *_, code, n in snapshot["xids"] if str(code) == "79")
+    xid79 = sum(int(n) for *_, code, _, n in exporter.xid_rows(snapshot) if str(code) == "79")
     return xid79 + sum(int(n) for *_, n in snapshot["fallen_off"])
 
 

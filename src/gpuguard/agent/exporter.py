@@ -47,6 +47,7 @@ class Writes(Protocol):
 
 XidKey = tuple[str, str, str, str, str]  # gpu, uuid, pci, xid, rule
 CardKey = tuple[str, str]  # pci, uuid
+SxidKey = tuple[str, str, str]  # NVSwitch pci, sxid, severity
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 HISTORY_SIZE = 512  # recent Xid occurrences kept for the promotion rules
 
@@ -78,6 +79,7 @@ class Tally:
         self.xids: dict[XidKey, int] = {}
         self.fallen_off: dict[CardKey, int] = {}
         self.recovery: dict[CardKey, str] = {}
+        self.sxids: dict[SxidKey, int] = {}
         self.uuid_by_pci: dict[str, str] = {}
         self.lines = 0
         self.malformed = 0
@@ -93,6 +95,8 @@ class Tally:
                     self._record(event)
                 elif parse.NVRM_MARKER in line:
                     self._learn_card(line)
+                elif messages.SXID_MARKER in line:
+                    self._record_sxid(line)
             self.malformed += parser.stats.malformed - malformed_before + unreadable
 
     def _learn_card(self, line: str) -> None:
@@ -116,6 +120,14 @@ class Tally:
         if event.recovery_action is not None:
             self.recovery[card] = str(event.recovery_action)
 
+    def _record_sxid(self, line: str) -> None:
+        fields = messages.read_sxid(line)
+        if fields is None:
+            self.malformed += 1
+            return
+        key = (fields.pci or "", str(fields.code), fields.severity)
+        self.sxids[key] = self.sxids.get(key, 0) + 1
+
     def _rule_of(self, event: xid.KernelEvent, card: str) -> str:
         """The id of the rule the event matched: a promotion its history fulfils first."""
         judged = self.rules.judge(event)
@@ -134,6 +146,7 @@ class Tally:
                 "xids": [[*key, n] for key, n in self.xids.items()],
                 "fallen_off": [[*key, n] for key, n in self.fallen_off.items()],
                 "recovery": [[*key, action] for key, action in self.recovery.items()],
+                "sxids": [[*key, n] for key, n in self.sxids.items()],
                 "uuid_by_pci": dict(self.uuid_by_pci),
                 "lines": self.lines,
                 "malformed": self.malformed,
@@ -146,6 +159,7 @@ class Tally:
                          for g, u, p, x, r, n in xid_rows(saved)}
             self.fallen_off = {(str(p), str(u)): int(n) for p, u, n in saved.get("fallen_off", [])}
             self.recovery = {(str(p), str(u)): str(a) for p, u, a in saved.get("recovery", [])}
+            self.sxids = {(str(p), str(c), str(s)): int(n) for p, c, s, n in saved.get("sxids", [])}
             self.uuid_by_pci = {str(k): str(v) for k, v in saved.get("uuid_by_pci", {}).items()}
             self.lines = int(saved.get("lines", 0))
             self.malformed = int(saved.get("malformed", 0))
@@ -232,6 +246,12 @@ class AgentCollector(Collector):
         )
         for address, uuid, action in snapshot["recovery"]:
             recovery.add_metric([node, address, uuid, action], 1)
+        sxids = CounterMetricFamily(
+            _base(names.SXID_TOTAL), "NVSwitch SXid lines in this node's kernel log.",
+            labels=["node", "pci", "sxid", "severity"],
+        )
+        for address, code, severity, n in snapshot["sxids"]:
+            sxids.add_metric([node, address, code, severity], n)
         lines = CounterMetricFamily(
             _base(names.AGENT_KERNEL_LINES_TOTAL), "Kernel log lines read.", labels=["node"]
         )
@@ -248,7 +268,7 @@ class AgentCollector(Collector):
             labels=["node"],
         )
         readable.add_metric([node], int(self.kernel_log_readable))
-        yield from (xids, fallen, recovery, lines, malformed, readable)
+        yield from (xids, fallen, recovery, sxids, lines, malformed, readable)
 
     def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
         node = self.node

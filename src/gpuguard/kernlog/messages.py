@@ -3,8 +3,9 @@
 Pure functions over the text after ``NVRM:``: the Xid line (``Xid (PCI:0000:01:00): 31, pid=...,
 name=..., <message>``), the ``GPU at PCI:...: GPU-<uuid>`` line that maps a slot to a card, the
 pieces of the "has fallen off the bus" message, Xid 154's recovery action, Xid 94/95's
-``RST:``/``D-RST:`` flags and the register blocks of NVLink5 (144-150) and Xid 74 lines. Kept
-apart from the stateful parser so each shape is testable alone.
+``RST:``/``D-RST:`` flags and the register blocks of NVLink5 (144-150) and Xid 74 lines; and the
+NVSwitch driver's ``SXid`` line (not an ``NVRM:`` message). Kept apart from the stateful parser
+so each shape is testable alone.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ _XID74 = re.compile(
     r"\blink\s+(?P<link>\d{1,3})\s*\((?P<words>0x[0-9a-fA-F]{1,8}(?:\s*,\s*0x[0-9a-fA-F]{1,8}){0,7})\)",
     re.IGNORECASE,
 )
+# NVSwitch: "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress ..."
+# (NVIDIA Fabric Manager user guide, appendix D "NVSwitch SXid errors"; gpud's sxid tests).
+SXID_MARKER = "SXid ("
+_SXID = re.compile(r"SXid \((?P<address>[^()]*)\): *(?P<code>\d{1,6}), *(?P<rest>.*?)\s*$")
+_SXID_SEVERITY = re.compile(r"^(?P<severity>Fatal|Non-fatal)\b", re.IGNORECASE)
 NVLINK5_CODES = frozenset(range(144, 151))
 NVLINK_ERROR_XID = 74
 _UNKNOWN_PROCESS = "<unknown>"
@@ -102,6 +108,32 @@ def read_xid(text: str) -> XidFields | None:
         recovery_action=recovery_action(message) if code == RECOVERY_ACTION_XID else None,
         reset_flags=reset_flags(message),
         detail=read_detail(code, message),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SxidFields:
+    """One NVSwitch ``SXid`` line: the switch's PCI (None if unreadable), the code, the driver's
+    ``Fatal``/``Non-fatal`` word (``""`` when the line has none, e.g. a ``Data {...}`` line)."""
+
+    code: int
+    pci: str | None
+    severity: str
+    message: str
+
+
+def read_sxid(line: str) -> SxidFields | None:
+    """Read an NVSwitch ``SXid (PCI:...): NNNNN, ...`` line anywhere in ``line``; None if none."""
+    match = _SXID.search(line)
+    if match is None:
+        return None
+    rest = match["rest"]
+    severity = _SXID_SEVERITY.match(rest)
+    return SxidFields(
+        code=int(match["code"]),
+        pci=pci.try_normalize_pci(match["address"]),
+        severity=severity["severity"].capitalize() if severity else "",
+        message=rest,
     )
 
 
