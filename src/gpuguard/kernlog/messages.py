@@ -26,7 +26,9 @@ _PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d{1,10})(?:, *name=(?P<name
 _GPU_AT = re.compile(r"^GPU at (?P<address>PCI:\S+?): (?P<uuid>\S+)")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)
 _FALLEN_OFF_START = re.compile(r"^The NVIDIA GPU (?P<address>[0-9a-fA-F:.]+)\s*$")
-_SYSFS_ADDRESS = re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
+# "0000:3b:00.0", or without the domain ("GPU 18:00.0: GPU has fallen off the bus.", gpud's
+# kernel-log tests): the domain is then 0000, as pci.normalize_pci reads it.
+_SYSFS_ADDRESS = re.compile(r"\b(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 _RECOVERY = re.compile(
     r"recovery action changed from .*? to (?P<value>0x[0-9a-fA-F]{1,8}|\d{1,8})? *"
     r"(?:\((?P<name>[^)]*)\))?",
@@ -86,6 +88,7 @@ class XidFields:
     recovery_action: xid.RecoveryAction | None
     reset_flags: tuple[str, ...]
     detail: xid.EventDetail | None = None
+    address: str = ""
 
 
 def read_xid(text: str) -> XidFields | None:
@@ -108,6 +111,7 @@ def read_xid(text: str) -> XidFields | None:
         recovery_action=recovery_action(message) if code == RECOVERY_ACTION_XID else None,
         reset_flags=reset_flags(message),
         detail=read_detail(code, message),
+        address=match["address"].strip(),
     )
 
 
@@ -160,7 +164,8 @@ def says_fallen_off_bus(text: str) -> bool:
 
 
 def address_in(text: str) -> str | None:
-    """The first sysfs-form PCI address (``0000:3b:00.0``) written anywhere in ``text``."""
+    """The first sysfs-form PCI address (``0000:3b:00.0``, or ``3b:00.0`` with domain 0000)
+    written anywhere in ``text``."""
     match = _SYSFS_ADDRESS.search(text)
     return pci.try_normalize_pci(match.group()) if match else None
 

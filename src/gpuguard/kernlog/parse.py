@@ -107,6 +107,7 @@ class XidLogParser:
             recovery_action=fields.recovery_action,
             reset_flags=fields.reset_flags,
             detail=fields.detail,
+            address=fields.address,
             timestamp=stamp.timestamp,
             uptime_s=stamp.uptime_s,
         )

@@ -69,7 +69,9 @@ class KernelEventKind(StrEnum):
 class KernelEvent:
     """One GPU event read from a kernel log.
 
-    ``pci`` is normalised (``0000:01:00.0``) or None when the reporter redacted it;
+    ``pci`` is normalised (``0000:01:00.0``) or None when the reporter redacted it or it is
+    no PCI address; ``address`` keeps the address as the line wrote it (``PCI:0000:01:00``,
+    ``invalid``), so an unreadable one is still shown, never lost;
     ``uuid`` comes from an earlier ``NVRM: GPU at PCI:... GPU-<uuid>`` line of the same stream.
     ``timestamp`` is set only when the line carried an absolute time.
     """
@@ -85,5 +87,6 @@ class KernelEvent:
     recovery_action: RecoveryAction | None = None
     reset_flags: tuple[str, ...] = ()
     detail: EventDetail | None = None
+    address: str = ""
     timestamp: datetime | None = None
     uptime_s: float | None = None
