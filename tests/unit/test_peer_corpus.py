@@ -88,7 +88,8 @@ def _xid_fields(row: dict[str, str]) -> Fields:
         yield "fatal", row["event_type"] == "Fatal", _hardware(event)
 
 
-_DETAIL: tuple[tuple[str, Callable[[str], object], Callable[[xid_model.EventDetail], object]], ...] = (
+Reader = Callable[[xid_model.EventDetail], object]
+_DETAIL: tuple[tuple[str, Callable[[str], object], Reader], ...] = (
     ("unit", str, lambda d: d.unit),
     ("severity", str, lambda d: d.severity),
     ("link", int, lambda d: d.link),
