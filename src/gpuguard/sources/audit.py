@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.actuators import api_errors
+from gpuguard.catalog import dcgm_fields
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
 from gpuguard.model import audit, fleet
 from gpuguard.model import metric_names as names
@@ -35,7 +36,11 @@ NodeClaim = create_global_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaim
 ClusterPolicy = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 SYSTEM_NAMESPACE = "kube-system"
 ADMISSION_REASON = "UnexpectedAdmissionError"
-SERIES_OF_INTEREST = (names.DCGM_XID_LAST, names.DCGM_XID_COUNT, names.XID_TOTAL)
+SERIES_OF_INTEREST = (
+    names.XID_TOTAL,
+    *(field.name for field in dcgm_fields.FIELDS),
+    *sorted(dcgm_fields.ALIASES),
+)
 CORDONED_72H = f"min_over_time({names.KSM_NODE_UNSCHEDULABLE}[72h]) == 1"
 
 Objs = tuple[audit.Obj, ...]
