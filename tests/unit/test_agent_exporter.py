@@ -155,3 +155,12 @@ def test_counts_saved_before_the_rule_label_restore_with_an_empty_rule() -> None
     restored = exporter.Tally()
     restored.restore({"xids": [["", UUID, PCI, "79", 2]]})
     assert restored.xids == {("", UUID, PCI, "79", ""): 2}
+
+
+def test_a_third_xid_13_on_the_same_sm_within_a_day_is_counted_under_its_promotion() -> None:
+    c = collector()
+    sm = "Graphics SM Warp Exception on (GPC 7, TPC 0, SM 1): Out Of Range Address"
+    count(c, [f"[{100 + 60 * i}.000000] {kernel_lines.xid(PCI, 13, sm)}" for i in range(3)])
+    card = {"gpu": "", "uuid": "", "pci": PCI, "xid": "13"}
+    assert value(c, names.XID_TOTAL, **card, rule="") == 2
+    assert value(c, names.XID_TOTAL, **card, rule="xid13-repeat-sm") == 1

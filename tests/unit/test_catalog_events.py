@@ -210,3 +210,18 @@ def test_a_broken_rules_file_is_a_catalog_error_naming_it() -> None:
     with pytest.raises(CatalogError, match=r"rules\.json: events"):
         events.parse_rules_json('{"about": "", "events": [{"id": ""}], "promotions": []}',
                                 source="rules.json")
+
+
+def test_the_reference_transcription_of_the_sheet_agrees_row_by_row() -> None:
+    """xid_catalog.md's copy of the sheet (91 rows) against nvlink5_decode.tsv (94): the three
+    RLW_RXPIPE rows with a second action ("Non-fatal*", then RESET_GPU) are missing there."""
+    reference = (REPO / "src/gpuguard/catalog/reference/xid_catalog.md").read_text("utf-8")
+    start = reference.index("## NVLink5 (Xid 144-150) decode table")
+    lines = reference[start : reference.index("\n## ", start + 1)].splitlines()
+    md = {tuple(c.strip() for c in line.strip("|").split("|")[:6])
+          for line in lines if line.startswith("| 14") or line.startswith("| 150")}
+    tsv = {(r["xid"], r["unit"], r["intrinfo_v1"], r["intrinfo_v2"], r["error_status"],
+            r["immediate"]) for r in decode_rows()}
+    assert md <= tsv
+    assert (len(md), len(tsv - md)) == (91, 3)
+    assert {row[1] for row in tsv - md} == {"RLW_RXPIPE"}
