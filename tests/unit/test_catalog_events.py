@@ -225,3 +225,15 @@ def test_the_reference_transcription_of_the_sheet_agrees_row_by_row() -> None:
     assert md <= tsv
     assert (len(md), len(tsv - md)) == (91, 3)
     assert {row[1] for row in tsv - md} == {"RLW_RXPIPE"}
+
+
+def test_a_kernel_event_is_judged_hardware_by_its_rule() -> None:
+    catalog = catalog_xid.packaged_catalog()
+    benign = one_event("NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link "
+                       "03 (0x00086226 0x00000001 0x00000000 0x00000000)")
+    reset = one_event("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 "
+                      "(0x000fe406 0x00000000 0x00000000 0x00000000)")
+    fell = one_event("NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.")
+    assert [catalog.judges_hardware(e) for e in (benign, reset, fell)] == [False, True, True]
+    assert catalog.has_event_rules(149)
+    assert not catalog.has_event_rules(79)

@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuguard.agent import exporter
+from gpuguard.agent.evidence import kernel
 from gpuguard.catalog import xid as catalog_xid
 from gpuguard.kernlog import parse
-from gpuguard.model import decisions, fleet, settings
+from gpuguard.model import decisions, evidence, fleet, settings
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate, xid_signals
 
@@ -93,3 +94,20 @@ def test_a_reset_class_line_is_a_hardware_fault_held_for_isolation(lines: list[s
     assert signal.evidence.labels["rule"].startswith(f"xid{signal.xid}:")
     (finding,) = xid_findings(samples)
     assert finding.reason is decisions.Reason.HARDWARE_XID_HOLDING
+
+
+@pytest.mark.parametrize(
+    ("lines", "status"),
+    [pytest.param(BENIGN[:4], decisions.CheckStatus.PASS, id="benign-lines-pass"),
+     pytest.param(BENIGN[:4] + RESET, decisions.CheckStatus.FAIL, id="a-reset-line-fails")],
+)
+def test_the_evidence_jobs_hardware_xid_item_judges_each_line(
+    lines: list[str], status: decisions.CheckStatus
+) -> None:
+    events = tuple(parse.parse_lines(lines))
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
+    log = evidence.KernelLogRead("kern.log", "this boot", event_counts=counts)
+    read = kernel.KernelRead(events, log, evidence.EvidenceItem("kernel-log", status, ""))
+    assert kernel.xid_item(read, CATALOG).status is status

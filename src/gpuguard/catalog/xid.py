@@ -177,6 +177,17 @@ class XidCatalog:
     def is_hardware_event(self, code: int, rule: str = "") -> bool:
         return self.event_class(code, rule) is xid_model.XidClass.HARDWARE
 
+    def judges_hardware(self, event: xid_model.KernelEvent) -> bool:
+        """Whether one kernel event is a hardware fault, judged by the rule it matches (no
+        promotions: they need the stream's history); a fall-off message always is."""
+        if event.xid is None:
+            return True
+        judged = self.rules.judge(event) if self.rules is not None else None
+        return self.is_hardware_event(event.xid, judged.rule if judged else "")
+
+    def has_event_rules(self, code: int) -> bool:
+        return self.rules is not None and bool(self.rules.events.get(code))
+
     def entry(self, code: int) -> XidEntry:
         return self.entries.get(code) or unknown_entry(code)
 

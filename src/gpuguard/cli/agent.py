@@ -145,10 +145,10 @@ def agent(
     gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
     in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
     loses an Xid and its counters never go down. Never calls NVML, nor nvidia-smi unless asked
-    (--topology, --gpu-state); every check has a hard timeout. With --topology it also reads nvidia-smi topo -m every 6 h (never
-    while a GPU has fallen off the bus) and serves gpuguard_gpu_link and gpuguard_gpu_numa_node.
-    With --gpu-state each check cycle also reads the GPUs' recovery action and NVLink fabric
-    state (checks gpu-recovery, nvlink-fabric).
+    (--topology, --gpu-state); every check has a hard timeout. With --topology it also reads
+    nvidia-smi topo -m every 6 h (never while a GPU has fallen off the bus) and serves
+    gpuguard_gpu_link and gpuguard_gpu_numa_node. With --gpu-state each check cycle also reads
+    the GPUs' recovery action and NVLink fabric state (checks gpu-recovery, nvlink-fabric).
     By default it also reports what it sees as conditions on its own Node's status, at most
     once a second and only on change (--no-report-conditions: metrics only).
 
