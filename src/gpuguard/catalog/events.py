@@ -192,6 +192,11 @@ class EventRules:
     def rule_ids(self) -> frozenset[str]:
         return frozenset(_classes_by_id(self))
 
+    def actions_of(self, code: int) -> tuple[tuple[str, str], ...]:
+        """(rule id, NVIDIA's action) of every event and promotion rule of ``code``."""
+        events = tuple((r.id, r.action) for r in self.events.get(code, ()))
+        return events + tuple((p.id, p.action) for p in self.promotions.get(code, ()))
+
 
 def _names_unit(rule: EventRule, event: xid_model.KernelEvent) -> bool:
     return isinstance(rule.match, NvLink5Match) and rule.match.names_unit(event)
