@@ -237,3 +237,22 @@ def test_a_kernel_event_is_judged_hardware_by_its_rule() -> None:
     assert [catalog.judges_hardware(e) for e in (benign, reset, fell)] == [False, True, True]
     assert catalog.has_event_rules(149)
     assert not catalog.has_event_rules(79)
+
+
+def test_a_promotion_counts_only_the_event_rules_it_names() -> None:
+    def xid74(at: float, rule: str) -> events.Occurrence:
+        return events.Occurrence(at=at, card="GPU-a", code=74, link=3, rule=rule)
+
+    ecc = [xid74(t, "xid74:reg0:ecc-parity") for t in (0, 60, 120)]
+    found = RULES.promotion(ecc, ecc[-1])
+    assert found is not None
+    assert found.rule == "xid74-ecc-parity-repeat"
+    ignorable = [xid74(t, "xid74:reg0:ignorable") for t in (0, 60, 120)]
+    assert RULES.promotion(ignorable, ignorable[-1]) is None
+
+
+def test_a_promotion_never_lowers_the_lines_own_class() -> None:
+    hardware = events.Judgement("xid94:reset", Cls.HARDWARE, "RESET_GPU", "")
+    user = events.Judgement("p", Cls.USER, "RESTART_FM", "")
+    assert events.worse(user, hardware) is hardware
+    assert events.worse(hardware, None) is hardware

@@ -134,10 +134,9 @@ class Tally:
         at = _seconds(event)
         if at is None:
             return judged.rule if judged else ""
-        seen = event_rules.occurrence(event, card, at)
+        seen = event_rules.occurrence(event, card, at, judged.rule if judged else "")
         self.history.append(seen)
-        promoted = self.rules.promotion(tuple(self.history), seen)
-        chosen = promoted or judged
+        chosen = event_rules.worse(self.rules.promotion(tuple(self.history), seen), judged)
         return chosen.rule if chosen else ""
 
     def as_json(self) -> dict[str, Any]:

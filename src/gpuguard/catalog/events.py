@@ -113,14 +113,16 @@ class EventRule(_Frozen):
 
 class Promotion(_Frozen):
     """``count`` occurrences of ``xid`` within ``window_s`` on one GPU make the last one
-    ``xid_class``; ``same`` narrows to one link or one SM/engine; ``alone`` fires when no
-    other Xid was seen on the node within the window."""
+    ``xid_class``; ``same`` narrows to one link or one SM/engine, ``of_rules`` to occurrences
+    that matched one of those event rules; ``alone`` fires when no other Xid was seen on the
+    node within the window."""
 
     id: str = pydantic.Field(min_length=1)
     xid: int = pydantic.Field(ge=1)
     count: int = pydantic.Field(ge=1)
     window_s: float = pydantic.Field(gt=0)
     same: Literal["link", "location"] | None = None
+    of_rules: tuple[str, ...] = pydantic.Field(default=(), alias="rules")
     alone: bool = False
     xid_class: xid_model.XidClass = pydantic.Field(alias="class")
     action: str
@@ -147,9 +149,12 @@ class Occurrence:
     code: int
     link: int | None = None
     location: str = ""
+    rule: str = ""  # the event rule the occurrence matched, "" for none
 
 
-def occurrence(event: xid_model.KernelEvent, card: str, at: float) -> Occurrence:
+def occurrence(
+    event: xid_model.KernelEvent, card: str, at: float, rule: str = ""
+) -> Occurrence:
     """What a promotion needs to know of ``event`` seen on ``card`` at ``at``."""
     found = _LOCATION.search(event.message)
     return Occurrence(
@@ -158,6 +163,7 @@ def occurrence(event: xid_model.KernelEvent, card: str, at: float) -> Occurrence
         code=event.xid or 0,
         link=event.detail.link if event.detail else None,
         location=found.group() if found else "",
+        rule=rule,
     )
 
 
@@ -198,6 +204,13 @@ class EventRules:
         return events + tuple((p.id, p.action) for p in self.promotions.get(code, ()))
 
 
+def worse(first: Judgement | None, second: Judgement | None) -> Judgement | None:
+    """The more severe of two judgements of one event (the first on a tie)."""
+    if first is None or second is None:
+        return first or second
+    return second if _SEVERITY[second.xid_class] > _SEVERITY[first.xid_class] else first
+
+
 def _names_unit(rule: EventRule, event: xid_model.KernelEvent) -> bool:
     return isinstance(rule.match, NvLink5Match) and rule.match.names_unit(event)
 
@@ -212,6 +225,8 @@ def _fulfils(rule: Promotion, history: Sequence[Occurrence], latest: Occurrence)
     if rule.alone:
         return not any(o.code != rule.xid for o in recent)
     alike = [o for o in recent if o.code == rule.xid and o.card == latest.card]
+    if rule.of_rules:
+        alike = [o for o in alike if o.rule in rule.of_rules]
     if rule.same == "link":
         alike = [o for o in alike if o.link == latest.link]
     elif rule.same == "location":
