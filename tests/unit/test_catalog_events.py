@@ -60,13 +60,13 @@ def decode_rows() -> list[dict[str, str]]:
         pytest.param(
             "NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
             "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-            "xid149:NETIR_LINK_EVT/NETIR_LINK_DOWN:33:0x00000000", Cls.HARDWARE,
+            "xid149:NETIR_LINK_EVT/NETIR_LINK_DOWN:33:any", Cls.HARDWARE,
             id="gb200-link-down-peer-is-reset",
         ),
         pytest.param(
             "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 "
             "(0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-            "xid149:NETIR/NETIR_INT:0:0x00000000", Cls.HARDWARE,
+            "xid149:NETIR/NETIR_INT:0:any", Cls.HARDWARE,
             id="gb200-netir-int-is-reset-not-rxpipe",
         ),
         pytest.param(
@@ -138,18 +138,20 @@ def test_a_line_no_rule_matches_keeps_its_codes_class(line: str) -> None:
 def test_every_row_of_nvidias_decode_sheet_is_a_rule_with_its_class() -> None:
     rows = decode_rows()
     nvlink5 = [r for code in range(144, 151) for r in RULES.events.get(code, ())]
-    assert len(nvlink5) == len(rows) == 94
+    assert len(nvlink5) == len(rows) == 98  # gpud's 94, 3 second actions, MSE Degraded
     not_reset = [r for r in rows if r["immediate"] != "RESET_GPU"]
     assert len(not_reset) == 53  # 45 IGNORE + 8 XID_154_EVAL: no GPU reset
-    assert sum(r.xid_class is Cls.HARDWARE for r in nvlink5) == 41
+    assert sum(r.xid_class is Cls.HARDWARE for r in nvlink5) == 45
 
 
 def test_each_sheet_row_matches_a_line_built_from_it_and_gets_its_action() -> None:
     for row in decode_rows():
         pattern = row["intrinfo_v1"].replace("-", "0")
+        status = "0x00000010" if row["error_status"] == "any" else row["error_status"]
         line = (
-            f"NVRM: Xid (PCI:0000:04:00): {row['xid']}, {row['unit']} Nonfatal XC0 i0 Link 00 "
-            f"({int(pattern, 2):#010x} {row['error_status']} 0x00000000 0x00000000)"
+            f"NVRM: Xid (PCI:0000:04:00): {row['xid']}, {row['unit'].replace(' ', '_')} "
+            "Nonfatal XC0 i0 Link 00 "
+            f"({int(pattern, 2):#010x} {status} 0x00000000 0x00000000)"
         )
         found = judged(line)
         assert found is not None, line
@@ -213,18 +215,68 @@ def test_a_broken_rules_file_is_a_catalog_error_naming_it() -> None:
 
 
 def test_the_reference_transcription_of_the_sheet_agrees_row_by_row() -> None:
-    """xid_catalog.md's copy of the sheet (91 rows) against nvlink5_decode.tsv (94): the three
-    RLW_RXPIPE rows with a second action ("Non-fatal*", then RESET_GPU) are missing there."""
+    """xid_catalog.md's copy of the sheet (91 rows, from gpud) against nvlink5_decode.tsv: the
+    three RLW_RXPIPE rows with a second action ("Non-fatal*") are missing there, and the rows
+    corrected against NVIDIA's page (no error status: "any"; the second actions; MSE Degraded)
+    are not gpud's."""
     reference = (REPO / "src/gpuguard/catalog/reference/xid_catalog.md").read_text("utf-8")
     start = reference.index("## NVLink5 (Xid 144-150) decode table")
     lines = reference[start : reference.index("\n## ", start + 1)].splitlines()
     md = {tuple(c.strip() for c in line.strip("|").split("|")[:6])
           for line in lines if line.startswith("| 14") or line.startswith("| 150")}
-    tsv = {(r["xid"], r["unit"], r["intrinfo_v1"], r["intrinfo_v2"], r["error_status"],
-            r["immediate"]) for r in decode_rows()}
+    gpuds = [r for r in decode_rows() if not r["variant"] and r["unit"] != "MSE Degraded"]
+    tsv = {(r["xid"], r["unit"], r["intrinfo_v1"], r["intrinfo_v2"],
+            r["error_status"].replace("any", "0x00000000"), r["immediate"]) for r in gpuds}
     assert md <= tsv
     assert (len(md), len(tsv - md)) == (91, 3)
     assert {row[1] for row in tsv - md} == {"RLW_RXPIPE"}
+
+
+@pytest.mark.parametrize(
+    ("words", "driver", "rule"),
+    [
+        pytest.param("0x00000004 0x00000001", 580, "xid145:RLW_REMAP:0:0x00000001",
+                     id="v2-layout-from-r575"),
+        pytest.param("0x00000004 0x00000001", 570, "xid145:RLW_REMAP:0:0x00000001",
+                     id="no-v1-rule-matches-so-v2-is-tried"),
+        pytest.param("0x00000082 0x00000001", 570, "xid145:RLW_REMAP:0:0x00000001",
+                     id="v1-layout-before-r575"),
+        pytest.param("0x00000082 0x00000001", None, "xid145:RLW_REMAP:0:0x00000001",
+                     id="unknown-driver-either-layout"),
+    ],
+)
+def test_the_driver_branch_picks_the_layout_first(
+    words: str, driver: int | None, rule: str | None
+) -> None:
+    event = one_event(f"NVRM: Xid (PCI:0000:04:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 00 "
+                      f"({words})")
+    found = RULES.judge(event, driver)
+    assert (found.rule if found else None) == rule
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "xid_class"),
+    [
+        pytest.param("149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x021425c6 0x00000010)",
+                     "xid149:NETIR_LINK_EVT/NETIR_LINK_DOWN:33:any", Cls.HARDWARE,
+                     id="link-down-with-any-status"),
+        pytest.param("149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x026801c6 0x00000002)",
+                     "xid149:NETIR_LINK_EVT/NETIR_LINK_DOWN:38:any", Cls.INFORMATIONAL,
+                     id="link-down-subcode-38-is-ignore"),
+        pytest.param("145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x040984c2 0x00000001)",
+                     "xid145:RLW_RXPIPE:0:0x00000001:action2", Cls.HARDWARE,
+                     id="rxpipe-second-action-is-reset"),
+        pytest.param("145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x040980c2 0x00000001)",
+                     "xid145:RLW_RXPIPE:0:0x00000001", Cls.INFORMATIONAL,
+                     id="rxpipe-first-action-is-ignore"),
+        pytest.param("150, MSE_WATCHDOG Fatal XC0 i0 Link -1 (0x00000000 0xffffffff)",
+                     "xid150:MSE Degraded:0:0xffffffff", Cls.HARDWARE, id="mse-degraded"),
+    ],
+)
+def test_rows_corrected_against_nvidias_page(line: str, rule: str, xid_class: Cls) -> None:
+    found = judged(f"NVRM: Xid (PCI:0000:04:00): {line}")
+    assert found is not None
+    assert (found.rule, found.xid_class) == (rule, xid_class)
 
 
 def test_a_kernel_event_is_judged_hardware_by_its_rule() -> None:
@@ -256,3 +308,29 @@ def test_a_promotion_never_lowers_the_lines_own_class() -> None:
     user = events.Judgement("p", Cls.USER, "RESTART_FM", "")
     assert events.worse(user, hardware) is hardware
     assert events.worse(hardware, None) is hardware
+
+
+@pytest.mark.parametrize(
+    ("registers", "rule", "xid_class"),
+    [
+        pytest.param("0x0, 0x0, 0x41, 0x0, 0x0", "xid74:reg2:ecc-parity", Cls.INFORMATIONAL,
+                     id="third-register-ecc-parity"),
+        pytest.param("0x0, 0x0, 0x0, 0x0, 0x800000", "xid74:reg4:ecc-threshold",
+                     Cls.INFORMATIONAL, id="fifth-register-threshold-continue"),
+        pytest.param("0x0, 0x0, 0x0, 0x40000, 0x0", "xid74:reg3:sympathetic", Cls.INFORMATIONAL,
+                     id="fourth-register-sympathetic"),
+        pytest.param("0x200000, 0x0, 0x1, 0x0, 0x0", "xid74:reg0:marginal-si", Cls.HARDWARE,
+                     id="the-worst-register-wins"),
+    ],
+)
+def test_xid74_registers_beyond_the_first(registers: str, rule: str, xid_class: Cls) -> None:
+    found = judged(f"NVRM: Xid (PCI:0000:D8:00): 74, NVLink: fatal error detected on link 2"
+                   f"({registers}, 0x0, 0x0)")
+    assert found is not None
+    assert (found.rule, found.xid_class) == (rule, xid_class)
+
+
+def test_an_xid74_bit_nvidia_does_not_name_keeps_the_codes_class() -> None:
+    assert judged("NVRM: Xid (PCI:0000:D8:00): 74, NVLink: fatal error detected on link 2"
+                  "(0x4, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)") is None
+

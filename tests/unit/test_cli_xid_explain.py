@@ -145,10 +145,10 @@ def test_a_code_judged_per_line_lists_its_rules_with_the_clusters_classes(tmp_pa
     rules = explained("145", "--overrides", str(overrides))["event_rules"]
     assert isinstance(rules, list)
     by_id = {r["id"]: r["class"] for r in rules}
-    assert len(by_id) == 33
+    assert len(by_id) == 36
     assert by_id["xid145:RLW_CTRL:0:0x80000000"] == "hardware"
     assert by_id["xid145:RLW_REMAP:0:0x00000001"] == "informational"
     assert explained("79")["event_rules"] == []
     exit_code, stdout, _ = run("145")
     assert exit_code == 0
-    assert "33 rule(s) judge each line" in stdout
+    assert "36 rule(s) judge each line" in stdout

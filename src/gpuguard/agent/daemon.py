@@ -95,7 +95,8 @@ class Agent:
         self.config = config
         self._classifier = classifier or _classes(config.xid_overrides)
         saved = position.load(config.state_dir)
-        self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root))
+        self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root),
+                                    driver_major=exporter.read_driver_major(config.root))
         self.cards = gpu_processes.read_cards(config.root)
         self.tally.restore(saved.counts)
         self._saved_position = saved.position

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuguard.agent import gpu_processes, podresources, topology
-from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.checks import hostfs, nvidia, result
 from gpuguard.catalog import events as event_rules
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
@@ -71,9 +71,11 @@ class Tally:
         self,
         gpu_index: Mapping[str, str] | None = None,
         rules: event_rules.EventRules | None = None,
+        driver_major: int | None = None,
     ) -> None:
         self.gpu_index = dict(gpu_index or {})
         self.rules = rules if rules is not None else event_rules.packaged_rules()
+        self.driver_major = driver_major  # picks the NVLink5 layout; None: either
         self.history: deque[event_rules.Occurrence] = deque(maxlen=HISTORY_SIZE)
         self.lock = threading.Lock()
         self.xids: dict[XidKey, int] = {}
@@ -130,7 +132,7 @@ class Tally:
 
     def _rule_of(self, event: xid.KernelEvent, card: str) -> str:
         """The id of the rule the event matched: a promotion its history fulfils first."""
-        judged = self.rules.judge(event)
+        judged = self.rules.judge(event, self.driver_major)
         at = _seconds(event)
         if at is None:
             return judged.rule if judged else ""
@@ -355,6 +357,16 @@ def registry_for(collector: AgentCollector) -> CollectorRegistry:
 
 def exposition(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+def read_driver_major(root: Path) -> int | None:
+    """The loaded nvidia module's major version (``580`` of 580.126.09), None when unknown."""
+    try:
+        version = nvidia.loaded_module_version(root)
+    except (hostfs.HostReadError, OSError):
+        return None
+    head = (version or "").split(".")[0]
+    return int(head) if head.isdigit() else None
 
 
 def read_gpu_indexes(root: Path) -> dict[str, str]:

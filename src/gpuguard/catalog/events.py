@@ -32,6 +32,7 @@ from gpuguard.errors import CatalogError
 from gpuguard.model import xid as xid_model
 
 PACKAGED_RESOURCE = "data/xid_event_rules.json"
+LAYOUT_V2_FROM = 575  # NVIDIA's sheet: interrupt-info layout V1 before R575, V2 from R575 on
 _Rule = TypeVar("_Rule", "EventRule", "Promotion")
 _SEVERITY = {
     xid_model.XidClass.INFORMATIONAL: 0,
@@ -47,18 +48,28 @@ class _Frozen(pydantic.BaseModel):
 
 
 class NvLink5Match(_Frozen):
-    """NVIDIA's decode: the interrupt-info word fits a pattern, the error status is equal."""
+    """NVIDIA's decode: the interrupt-info word fits the pattern of the driver's layout (v1
+    before R575, v2 from R575 on; either when the branch is unknown) and the error status is
+    equal (``None``: the sheet gives none, any status)."""
 
     kind: Literal["nvlink5"]
     unit: str
-    intrinfo: tuple[str, ...]
-    error_status: int
+    intrinfo_v1: str = pydantic.Field(pattern=r"^[01-]{32}$")
+    intrinfo_v2: str = pydantic.Field(pattern=r"^[01-]{32}$")
+    error_status: int | None
 
-    def matches(self, event: xid_model.KernelEvent) -> bool:
+    def matches(self, event: xid_model.KernelEvent, driver_major: int | None = None) -> bool:
         detail = event.detail
-        if detail is None or len(detail.words) < 2 or detail.words[1] != self.error_status:
+        if detail is None or len(detail.words) < 2:
             return False
-        return any(_fits(pattern, detail.words[0]) for pattern in self.intrinfo)
+        if self.error_status is not None and detail.words[1] != self.error_status:
+            return False
+        return any(_fits(pattern, detail.words[0]) for pattern in self._layouts(driver_major))
+
+    def _layouts(self, driver_major: int | None) -> tuple[str, ...]:
+        if driver_major is None:
+            return (self.intrinfo_v1, self.intrinfo_v2)
+        return (self.intrinfo_v2,) if driver_major >= LAYOUT_V2_FROM else (self.intrinfo_v1,)
 
     def names_unit(self, event: xid_model.KernelEvent) -> bool:
         written = set(event.detail.unit.split("/")) if event.detail else set()
@@ -70,7 +81,7 @@ class RegisterBitsMatch(_Frozen):
     index: int = pydantic.Field(ge=0, alias="register")
     bits: tuple[int, ...]
 
-    def matches(self, event: xid_model.KernelEvent) -> bool:
+    def matches(self, event: xid_model.KernelEvent, driver_major: int | None = None) -> bool:
         words = event.detail.words if event.detail else ()
         if self.index >= len(words):
             return False
@@ -81,7 +92,7 @@ class ResetFlagsMatch(_Frozen):
     kind: Literal["reset-flags"]
     flags: tuple[str, ...]
 
-    def matches(self, event: xid_model.KernelEvent) -> bool:
+    def matches(self, event: xid_model.KernelEvent, driver_major: int | None = None) -> bool:
         return sorted(set(event.reset_flags)) == sorted(self.flags)
 
 
@@ -89,7 +100,7 @@ class RecoveryMatch(_Frozen):
     kind: Literal["recovery"]
     actions: tuple[xid_model.RecoveryAction, ...]
 
-    def matches(self, event: xid_model.KernelEvent) -> bool:
+    def matches(self, event: xid_model.KernelEvent, driver_major: int | None = None) -> bool:
         return event.recovery_action in self.actions
 
 
@@ -174,9 +185,17 @@ class EventRules:
     events: Mapping[int, tuple[EventRule, ...]]
     promotions: Mapping[int, tuple[Promotion, ...]]
 
-    def judge(self, event: xid_model.KernelEvent) -> Judgement | None:
-        """The rule ``event`` matches, the most severe when several do; None when none does."""
-        matching = [r for r in self.events.get(event.xid or 0, ()) if r.match.matches(event)]
+    def judge(
+        self, event: xid_model.KernelEvent, driver_major: int | None = None
+    ) -> Judgement | None:
+        """The rule ``event`` matches, the most severe when several do; None when none does.
+        ``driver_major`` (e.g. 580) picks the NVLink5 layout first; a line no rule of that
+        layout matches is tried in the other (a driver's lines are not always of the layout
+        its branch promises); None tries both at once."""
+        rules = self.events.get(event.xid or 0, ())
+        matching = [r for r in rules if r.match.matches(event, driver_major)]
+        if not matching and driver_major is not None:  # the other layout, before the code
+            matching = [r for r in rules if r.match.matches(event)]
         named = [r for r in matching if _names_unit(r, event)]
         chosen = max(named or matching, key=lambda r: _SEVERITY[r.xid_class], default=None)
         if chosen is None:
