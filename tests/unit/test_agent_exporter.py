@@ -164,3 +164,12 @@ def test_a_third_xid_13_on_the_same_sm_within_a_day_is_counted_under_its_promoti
     card = {"gpu": "", "uuid": "", "pci": PCI, "xid": "13"}
     assert value(c, names.XID_TOTAL, **card, rule="") == 2
     assert value(c, names.XID_TOTAL, **card, rule="xid13-repeat-sm") == 1
+
+
+def test_the_driver_branch_is_the_loaded_modules_major_version(tmp_path: Path) -> None:
+    assert exporter.read_driver_major(tmp_path) is None  # no sysfs under the root
+    (tmp_path / "sys/module").mkdir(parents=True)
+    assert exporter.read_driver_major(tmp_path) is None  # no nvidia module loaded
+    (tmp_path / "sys/module/nvidia").mkdir()
+    (tmp_path / "sys/module/nvidia/version").write_text("570.172.08\n")
+    assert exporter.read_driver_major(tmp_path) == 570
