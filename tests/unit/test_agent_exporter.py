@@ -8,6 +8,7 @@ import pytest
 
 from gpuguard.agent import exporter
 from gpuguard.agent.checks import result
+from gpuguard.catalog import xid as catalog_xid
 from gpuguard.kernlog import parse
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
@@ -173,3 +174,20 @@ def test_the_driver_branch_is_the_loaded_modules_major_version(tmp_path: Path) -
     (tmp_path / "sys/module/nvidia").mkdir()
     (tmp_path / "sys/module/nvidia/version").write_text("570.172.08\n")
     assert exporter.read_driver_major(tmp_path) == 570
+
+
+def test_each_counted_rule_says_whether_its_lines_are_hardware_here(tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text('events:\n  "xid94:no-reset": hardware\n')
+    c = collector()
+    c.classes = catalog_xid.load_catalog(overrides)
+    count(c, [
+        kernel_lines.xid(PCI, 149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 "
+                                   "0x00000001 0x00000000 0x00000000)"),
+        kernel_lines.xid(PCI, 94, "Contained: SM (0x1). RST: No, D-RST: No"),
+        kernel_lines.xid(PCI, 79),
+    ])
+    hardware = {"xid149:NETIR_BER_EVENT:0:0x00000001": 0, "xid94:no-reset": 1}
+    for rule, expected in hardware.items():
+        assert value(c, names.XID_RULE_HARDWARE, rule=rule) == expected
+    assert value(c, names.XID_RULE_HARDWARE, rule="") is None  # no rule: the code's class

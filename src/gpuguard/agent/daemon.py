@@ -104,6 +104,7 @@ class Agent:
         self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
+        self.collector.classes = self._classifier
         self.pods = (
             None if config.pod_resources is None
             else podresources.KubeletPodResources(config.pod_resources)

@@ -38,6 +38,12 @@ from gpuguard.model import decisions, xid
 from gpuguard.model import metric_names as names
 
 
+class RuleClasses(Protocol):
+    """What the collector asks of the cluster's Xid classes (``catalog.xid.XidCatalog``)."""
+
+    def is_hardware_event(self, code: int, rule: str) -> bool: ...
+
+
 class Writes(Protocol):
     """What the collector reads of the node-conditions reporter: writes by result."""
 
@@ -202,6 +208,7 @@ class AgentCollector(Collector):
         self.kernel_log_readable = True
         self.topology: topology.TopologyProbe | None = None  # opt-in: gpuguard agent --topology
         self.reporter: Writes | None = None  # node conditions reporting (on by default)
+        self.classes: RuleClasses | None = None  # the cluster's classes, for each rule's class
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -270,6 +277,8 @@ class AgentCollector(Collector):
         )
         readable.add_metric([node], int(self.kernel_log_readable))
         yield from (xids, fallen, recovery, sxids, lines, malformed, readable)
+        if self.classes is not None:
+            yield _rule_hardware(node, snapshot["xids"], self.classes)
 
     def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
         node = self.node
@@ -336,6 +345,20 @@ class AgentCollector(Collector):
         )
         readable.add_metric([self.node], int(found.readable))
         yield from (held, readable)
+
+
+def _rule_hardware(node: str, rows: Iterable[list[Any]], classes: RuleClasses) -> Metric:
+    """1 when a rule the agent has counted makes its lines hardware under the cluster's classes,
+    0 when not: alerts on ``gpuguard_xid_total`` drop the series whose rule says 0."""
+    family = GaugeMetricFamily(
+        names.XID_RULE_HARDWARE,
+        "1 when lines of this per-event Xid rule are hardware faults here, 0 when not.",
+        labels=["node", "rule"],
+    )
+    seen = {(str(code), str(rule)) for *_, code, rule, _ in rows if rule and str(code).isdigit()}
+    for code, rule in sorted(seen):
+        family.add_metric([node, rule], int(classes.is_hardware_event(int(code), rule)))
+    return family
 
 
 def nvml_mismatch(results: Iterable[result.CheckResult]) -> int | None:

@@ -140,8 +140,9 @@ def agent(
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
     Serves gpuguard_xid_total{node,gpu,uuid,pci,xid,rule} (rule: the per-event rule the line
-    matched, docs/xid-events.md), gpuguard_sxid_total, gpuguard_gpu_fallen_off_bus_total,
-    gpuguard_xid154_recovery_action, gpuguard_check_status{check,status} and
+    matched, docs/xid-events.md), gpuguard_xid_rule_hardware, gpuguard_sxid_total,
+    gpuguard_gpu_fallen_off_bus_total, gpuguard_xid154_recovery_action,
+    gpuguard_check_status{check,status} and
     gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
     in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
     loses an Xid and its counters never go down. Never calls NVML, nor nvidia-smi unless asked
