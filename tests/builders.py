@@ -130,3 +130,6 @@ class Classifier:
 
     def is_hardware(self, code: int) -> bool:
         return code not in {13, 31, 43, 45, 68, 109}
+
+    def is_hardware_event(self, code: int, rule: str) -> bool:
+        return self.is_hardware(code)

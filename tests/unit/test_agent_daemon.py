@@ -20,7 +20,7 @@ from tests import waits
 
 PCI = "0000:99:00.0"
 UUID = "GPU-3d1e2f7a-1b2c-4d5e-8f90-123456789abc"
-XID79 = {"node": "gpu-node-b", "gpu": "", "uuid": UUID, "pci": PCI, "xid": "79"}
+XID79 = {"node": "gpu-node-b", "gpu": "", "uuid": UUID, "pci": PCI, "xid": "79", "rule": ""}
 
 
 def no_checks() -> list[result.CheckResult]:

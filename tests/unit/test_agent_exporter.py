@@ -8,6 +8,7 @@ import pytest
 
 from gpuguard.agent import exporter
 from gpuguard.agent.checks import result
+from gpuguard.catalog import xid as catalog_xid
 from gpuguard.kernlog import parse
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
@@ -41,7 +42,7 @@ def test_xid79_counted_with_node_gpu_uuid_pci_xid_labels(
 ) -> None:
     c = collector(gpu_index)
     count(c, [kernel_lines.gpu_at(PCI, UUID), kernel_lines.xid(PCI, 79)])
-    labels = {"gpu": gpu, "uuid": UUID, "pci": PCI, "xid": "79"}
+    labels = {"gpu": gpu, "uuid": UUID, "pci": PCI, "xid": "79", "rule": ""}
     assert value(c, names.XID_TOTAL, **labels) == 1
     assert value(c, names.AGENT_KERNEL_LINES_TOTAL) == 2
 
@@ -63,14 +64,16 @@ def test_xid154_exports_only_the_last_recovery_action_per_gpu() -> None:
     card = {"pci": PCI, "uuid": ""}
     assert value(c, names.XID154_RECOVERY_ACTION, **card, action="node-reboot-required") == 1
     assert value(c, names.XID154_RECOVERY_ACTION, **card, action="gpu-reset-required") is None
-    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="154") == 2
+    card_154 = {"gpu": "", "uuid": "", "pci": PCI, "xid": "154"}
+    assert value(c, names.XID_TOTAL, **card_154, rule="xid154:reset") == 1
+    assert value(c, names.XID_TOTAL, **card_154, rule="xid154:reboot") == 1
 
 
 def test_garbage_xid_lines_are_counted_as_malformed_and_lose_nothing_else() -> None:
     c = collector()
     count(c, ["NVRM: Xid (PCI:0000:99:00): banana", "random", kernel_lines.xid(PCI, 48)])
     assert value(c, names.AGENT_MALFORMED_LINES_TOTAL) == 1
-    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="48") == 1
+    assert value(c, names.XID_TOTAL, gpu="", uuid="", pci=PCI, xid="48", rule="") == 1
 
 
 def cycle(status: decisions.CheckStatus) -> exporter.CheckCycle:
@@ -114,7 +117,7 @@ def test_tally_round_trips_through_its_saved_form() -> None:
     restored.restore(c.tally.as_json())
     assert restored.as_json() == c.tally.as_json()
     restored.count([kernel_lines.xid(PCI, 79)], parse.XidLogParser())  # fresh parser, no GPU at
-    assert restored.xids[("", UUID, PCI, "79")] == 2  # the UUID is remembered across restarts
+    assert restored.xids[("", UUID, PCI, "79", "")] == 2  # the UUID is remembered across restarts
 
 
 def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> None:
@@ -126,3 +129,65 @@ def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> N
     )
     assert exporter.read_gpu_indexes(tmp_path) == {UUID: "4", PCI: "4"}
     assert exporter.read_gpu_indexes(tmp_path / "missing") == {}
+
+
+def test_nvswitch_sxid_lines_are_counted_by_switch_code_and_severity() -> None:
+    c = collector()
+    count(c, [
+        "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Fatal, Link 30 "
+        "LTSSM Fault Up",
+        "[131453.740758] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Data {0x50610002, "
+        "0x10100030}",
+        "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted "
+        "PRIV error (First)",
+        "nvidia-nvswitch0: SXid (PCI:0000:00:00.0): xyz, Fatal error",
+    ])
+    switch = {"pci": "0000:a9:00.0", "sxid": "20034"}
+    assert value(c, names.SXID_TOTAL, **switch, severity="Fatal") == 1
+    assert value(c, names.SXID_TOTAL, **switch, severity="") == 1
+    assert value(c, names.SXID_TOTAL, pci="0000:05:00.0", sxid="12028", severity="Non-fatal") == 1
+    assert value(c, names.AGENT_MALFORMED_LINES_TOTAL) == 1
+    restored = exporter.Tally()
+    restored.restore(c.tally.as_json())
+    assert restored.sxids == c.tally.sxids
+
+
+def test_counts_saved_before_the_rule_label_restore_with_an_empty_rule() -> None:
+    restored = exporter.Tally()
+    restored.restore({"xids": [["", UUID, PCI, "79", 2]]})
+    assert restored.xids == {("", UUID, PCI, "79", ""): 2}
+
+
+def test_a_third_xid_13_on_the_same_sm_within_a_day_is_counted_under_its_promotion() -> None:
+    c = collector()
+    sm = "Graphics SM Warp Exception on (GPC 7, TPC 0, SM 1): Out Of Range Address"
+    count(c, [f"[{100 + 60 * i}.000000] {kernel_lines.xid(PCI, 13, sm)}" for i in range(3)])
+    card = {"gpu": "", "uuid": "", "pci": PCI, "xid": "13"}
+    assert value(c, names.XID_TOTAL, **card, rule="") == 2
+    assert value(c, names.XID_TOTAL, **card, rule="xid13-repeat-sm") == 1
+
+
+def test_the_driver_branch_is_the_loaded_modules_major_version(tmp_path: Path) -> None:
+    assert exporter.read_driver_major(tmp_path) is None  # no sysfs under the root
+    (tmp_path / "sys/module").mkdir(parents=True)
+    assert exporter.read_driver_major(tmp_path) is None  # no nvidia module loaded
+    (tmp_path / "sys/module/nvidia").mkdir()
+    (tmp_path / "sys/module/nvidia/version").write_text("570.172.08\n")
+    assert exporter.read_driver_major(tmp_path) == 570
+
+
+def test_each_counted_rule_says_whether_its_lines_are_hardware_here(tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text('events:\n  "xid94:no-reset": hardware\n')
+    c = collector()
+    c.classes = catalog_xid.load_catalog(overrides)
+    count(c, [
+        kernel_lines.xid(PCI, 149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 "
+                                   "0x00000001 0x00000000 0x00000000)"),
+        kernel_lines.xid(PCI, 94, "Contained: SM (0x1). RST: No, D-RST: No"),
+        kernel_lines.xid(PCI, 79),
+    ])
+    hardware = {"xid149:NETIR_BER_EVENT:0:0x00000001": 0, "xid94:no-reset": 1}
+    for rule, expected in hardware.items():
+        assert value(c, names.XID_RULE_HARDWARE, rule=rule) == expected
+    assert value(c, names.XID_RULE_HARDWARE, rule="") is None  # no rule: the code's class

@@ -113,13 +113,20 @@ def test_undo_reads_the_cards_row_remap_state(
 # ---- the cluster's Xid classes (--xid-overrides, the controller's file) -----------------------
 
 XID13 = "13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
+NVLINK5_IGNORE = ("149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001 "
+                  "0x00000000 0x00000000)")
+NVLINK5_RESET = "149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000)"
 
 
 @pytest.mark.parametrize(("xid", "overrides", "confirmed"), [
     (XID13, None, False),  # packaged: Xid 13 is the application's
     (XID13, "classes:\n  13: hardware\n", True),  # this cluster calls it hardware
     ("48, pid=1, DBE (Double Bit Error) ECC Error", "classes:\n  48: user\n", False),
-], ids=["user-xid-packaged", "user-xid-made-hardware", "hardware-xid-made-user"])
+    (NVLINK5_IGNORE, None, False),  # NVIDIA's decode: IGNORE
+    (NVLINK5_RESET, None, True),  # NVIDIA's decode: RESET_GPU
+    (NVLINK5_IGNORE, 'events:\n  "xid149:NETIR_BER_EVENT:0:0x00000001": hardware\n', True),
+], ids=["user-xid-packaged", "user-xid-made-hardware", "hardware-xid-made-user",
+        "nvlink5-ignore-line", "nvlink5-reset-line", "nvlink5-rule-made-hardware"])
 def test_the_kernel_log_confirms_a_card_in_the_clusters_classes(
     tmp_path: Path, xid: str, overrides: str | None, confirmed: bool
 ) -> None:

@@ -137,3 +137,18 @@ def test_help_teaches_the_override_format_and_gives_examples() -> None:
     assert exit_code == 0
     for fragment in ("classes:", "94: hardware", "gpuguard xid explain 79", "-o json"):
         assert fragment in stdout
+
+
+def test_a_code_judged_per_line_lists_its_rules_with_the_clusters_classes(tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text('events:\n  "xid145:RLW_CTRL:0:0x80000000": hardware\n')
+    rules = explained("145", "--overrides", str(overrides))["event_rules"]
+    assert isinstance(rules, list)
+    by_id = {r["id"]: r["class"] for r in rules}
+    assert len(by_id) == 36
+    assert by_id["xid145:RLW_CTRL:0:0x80000000"] == "hardware"
+    assert by_id["xid145:RLW_REMAP:0:0x00000001"] == "informational"
+    assert explained("79")["event_rules"] == []
+    exit_code, stdout, _ = run("145")
+    assert exit_code == 0
+    assert "36 rule(s) judge each line" in stdout

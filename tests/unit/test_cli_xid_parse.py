@@ -45,6 +45,7 @@ def test_json_lines_carry_every_field_a_consumer_reads() -> None:
         "kind": "xid",
         "xid": 79,
         "pci": "0000:3b:00.0",
+        "address": "PCI:0000:3b:00",
         "uuid": "GPU-11111111-2222-3333-4444-555555555555",
         "pid": 2211,
         "process": "python3",

@@ -676,3 +676,19 @@ def test_a_missing_file_is_an_input_error_naming_it(tmp_path: Path) -> None:
 def test_a_directory_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=re.escape(str(tmp_path))):
         list(scan.scan_file(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("line", "pci", "address"),
+    [
+        pytest.param("NVRM: GPU 18:00.0: GPU has fallen off the bus.", "0000:18:00.0", "",
+                     id="domain-less-bdf-keeps-its-address"),
+        pytest.param("NVRM: Xid (invalid): 79, GPU has fallen off the bus.", None, "invalid",
+                     id="invalid-address-keeps-its-raw-text"),
+        pytest.param("NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception", "0000:01:00.0",
+                     "PCI:0000:01:00", id="address-as-written"),
+    ],
+)
+def test_addresses_are_kept(line: str, pci: str | None, address: str) -> None:
+    (event,) = parse.parse_lines([line])
+    assert (event.pci, event.address) == (pci, address)

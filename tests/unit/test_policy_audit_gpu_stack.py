@@ -19,7 +19,23 @@ def test_gpu_node_without_a_ready_exporter_or_its_series() -> None:
     reporting = {Input.PROM_DCGM_NODES: frozenset({"a", "b"})}
     result = run_rule("DCGM-1", view({N: nodes, P: exporters}, prom_nodes=reporting))
     assert {f.objects[0]: f.evidence.split(":")[0] for f in result.findings} == {
-        "Node/b": "no Ready dcgm-exporter pod", "Node/c": "no dcgm-exporter series in Prometheus"}
+        "Node/b": "no Ready dcgm-exporter pod",
+        "Node/c": "its Ready dcgm-exporter answers with zero GPUs (no series in Prometheus"}
+
+
+def test_dcgm_fields_not_collected_are_named_with_what_goes_blind() -> None:
+    defaults_only = frozenset({"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_UTIL"})
+    findings = run_rule("DCGM-3", view(series=defaults_only)).findings
+    by_field = {f.objects[0]: f.evidence for f in findings}
+    assert "Prometheus/DCGM_FI_DEV_XID_ERRORS" not in by_field
+    pstate = by_field["Prometheus/DCGM_FI_DEV_PSTATE"]
+    assert "not in dcgm-exporter default counters" in pstate
+    assert "phantom" in pstate
+    assert all(f.severity is Severity.MEDIUM for f in findings)
+
+
+def test_dcgm_fields_without_any_dcgm_series_is_not_checked() -> None:
+    assert run_rule("DCGM-3", view(series=frozenset())).status is RuleStatus.NOT_CHECKED
 
 
 def test_dcgm_coverage_with_nothing_to_read_is_not_checked() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from gpuguard.catalog import dcgm_fields
 from gpuguard.model import (
     annotation_keys,
     decisions,
@@ -99,3 +100,18 @@ def test_throttling_or_link_errors_are_not_fit_and_unread_ones_a_warning() -> No
     assert "persistent: mlx5_0" in verdict.reasons()[0]
     assert fitness.link_problems("gpu-2", [finding], [flapping]) == ()
     assert judged(replace(healthy(), links_unread="Prometheus down")).fit
+
+
+def test_telemetry_names_each_dcgm_field_not_collected_and_what_goes_blind() -> None:
+    everything = frozenset(f.name for f in dcgm_fields.FIELDS)
+    defaults = frozenset(f.name for f in dcgm_fields.FIELDS if f.default)
+    checks = {name: fitness.telemetry(present) for name, present in [
+        ("all", everything), ("defaults", defaults), ("none", frozenset()), ("unread", None)]}
+    assert checks["all"].status is CheckStatus.PASS
+    assert checks["defaults"].status is CheckStatus.WARN
+    assert checks["defaults"].detail.startswith("15 not collected: ")
+    assert "DCGM_FI_DEV_PSTATE (blind: phantom-utilization" in checks["defaults"].detail
+    assert checks["none"].detail == "no dcgm-exporter series in Prometheus"
+    assert checks["unread"].status is CheckStatus.WARN
+    verdict = judged(replace(healthy(), dcgm_series=defaults))
+    assert verdict.fit  # a blind check is no fault of the node

@@ -26,6 +26,29 @@ def test_all_sys_matrix_with_tabs_and_nics() -> None:
     assert topo.numa == {0: "0", 1: "0", 2: "0", 3: "0", 4: "1", 5: "1", 6: "1", 7: "1"}
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("rtx4090x8-sys-ansi.txt", id="header-underlined-with-ansi-escapes"),
+        pytest.param("rtx4090x8-sys-wrapped.txt", id="header-wrapped-onto-a-second-line"),
+    ],
+)
+def test_the_same_matrix_read_through_escapes_and_a_wrapped_header(name: str) -> None:
+    assert read(name) == read("rtx4090x8-sys.txt")
+
+
+@pytest.mark.parametrize(
+    ("name", "numa"),
+    [
+        pytest.param("h200x1-ansi-590.txt", "0", id="h200-driver-590-as-piped"),
+        pytest.param("l40sx1-ansi-595.txt", "0", id="l40s-driver-595-as-piped"),
+    ],
+)
+def test_real_underlined_outputs_of_one_gpu(name: str, numa: str) -> None:
+    topo = read(name)
+    assert (topo.gpus, dict(topo.numa), dict(topo.links)) == ((0,), {0: numa}, {})
+
+
 def test_host_bridge_pair_with_the_legend_after_it() -> None:
     topo = read("rtx5090x2-phb.txt")
     assert topo.links == {(0, 1): "PHB"}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gpuguard.agent import exporter
 from gpuguard.model import decisions, faults
 from gpuguard.model import node_conditions as nc
 from gpuguard.policy import xid_signals
@@ -104,7 +105,7 @@ def _fallen_off(seen: Seen, now: datetime) -> nc.GpuCondition:
 def _fallen_off_cards(seen: Seen) -> list[nc.GpuNamed]:
     """The GPUs the kernel said fell off the bus this boot: Xid 79 or the message."""
     found: dict[tuple[str, str], nc.GpuNamed] = {}
-    for gpu, uuid, pci, code, _ in _since_boot(seen, "xids"):
+    for gpu, uuid, pci, code, _, _ in _since_boot(seen, "xids"):
         if code == str(faults.FALLEN_OFF_BUS_XID):
             found.setdefault((pci, uuid), _named(seen, pci, uuid, gpu, faults.FALLEN_OFF_BUS_XID))
     for pci, uuid, _ in _since_boot(seen, "fallen_off"):
@@ -119,8 +120,8 @@ def _hardware_xids(
     named = sorted(
         (
             _named(seen, pci, uuid, gpu, int(code))
-            for gpu, uuid, pci, code, _ in _since_boot(seen, "xids")
-            if code.isdigit() and classifier.is_hardware(int(code))
+            for gpu, uuid, pci, code, rule, _ in _since_boot(seen, "xids")
+            if code.isdigit() and xid_signals.is_hardware(classifier, int(code), rule)
         ),
         key=_order,
     )
@@ -152,12 +153,16 @@ def _driver(status: decisions.CheckStatus, evidence: str, now: datetime) -> nc.G
 
 def _since_boot(seen: Seen, family: str) -> Iterable[list[str]]:
     """Rows of ``family`` whose count grew since this boot's start (the count is last)."""
-    rows = seen.baseline.get(family, [])
+    rows = _rows(seen.baseline, family)
     before = {tuple(str(v) for v in row[:-1]): int(row[-1]) for row in rows}
-    for row in seen.counts.get(family, []):
+    for row in _rows(seen.counts, family):
         key = tuple(str(v) for v in row[:-1])
         if int(row[-1]) > before.get(key, 0):
             yield [*key, str(row[-1])]
+
+
+def _rows(saved: Mapping[str, Any], family: str) -> list[list[Any]]:
+    return exporter.xid_rows(saved) if family == "xids" else list(saved.get(family, []))
 
 
 def _named(seen: Seen, pci: str, uuid: str, gpu: str | None, xid: int) -> nc.GpuNamed:

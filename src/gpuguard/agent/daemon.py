@@ -95,7 +95,8 @@ class Agent:
         self.config = config
         self._classifier = classifier or _classes(config.xid_overrides)
         saved = position.load(config.state_dir)
-        self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root))
+        self.tally = exporter.Tally(exporter.read_gpu_indexes(config.root),
+                                    driver_major=exporter.read_driver_major(config.root))
         self.cards = gpu_processes.read_cards(config.root)
         self.tally.restore(saved.counts)
         self._saved_position = saved.position
@@ -103,6 +104,7 @@ class Agent:
         self.kernel_log_problem: str | None = None
         self.parser = parse.XidLogParser()
         self.collector = exporter.AgentCollector(config.node, self.tally)
+        self.collector.classes = self._classifier
         self.pods = (
             None if config.pod_resources is None
             else podresources.KubeletPodResources(config.pod_resources)
@@ -310,7 +312,7 @@ def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]
 def _bus_losses(tally: exporter.Tally) -> int:
     """Xid 79 lines and "fallen off the bus" messages counted so far."""
     snapshot = tally.as_json()
-    xid79 = sum(int(n) for *_, code, n in snapshot["xids"] if str(code) == "79")
+    xid79 = sum(int(n) for *_, code, _, n in exporter.xid_rows(snapshot) if str(code) == "79")
     return xid79 + sum(int(n) for *_, n in snapshot["fallen_off"])
 
 

@@ -1,6 +1,10 @@
 """The agent's metrics: Xid counts from the kernel log, the conformance checks' status and
 the processes holding each GPU (``agent.gpu_processes``).
 
+Each Xid line is judged on its own (``catalog.events``): the ``rule`` label names the event or
+promotion rule it matched (``""`` when its code's class applies), so the controller classes an
+NVLink5 line that NVIDIA's decode calls IGNORE apart from one that needs a GPU reset.
+
 ``Tally`` holds what the agent has counted since it was first installed on the node; it is
 saved with the kernel-log position (``agent.position``) and restored at start, so
 ``gpuguard_xid_total`` never goes down across agent restarts. ``AgentCollector`` renders the
@@ -16,6 +20,7 @@ card in any case.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +31,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuguard.agent import gpu_processes, podresources, topology
-from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.checks import hostfs, nvidia, result
+from gpuguard.catalog import events as event_rules
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
 from gpuguard.model import metric_names as names
+
+
+class RuleClasses(Protocol):
+    """What the collector asks of the cluster's Xid classes (``catalog.xid.XidCatalog``)."""
+
+    def is_hardware_event(self, code: int, rule: str) -> bool: ...
 
 
 class Writes(Protocol):
@@ -39,9 +51,18 @@ class Writes(Protocol):
     def writes(self) -> Mapping[str, int]: ...
 
 
-XidKey = tuple[str, str, str, str]  # gpu, uuid, pci, xid
+XidKey = tuple[str, str, str, str, str]  # gpu, uuid, pci, xid, rule
 CardKey = tuple[str, str]  # pci, uuid
+SxidKey = tuple[str, str, str]  # NVSwitch pci, sxid, severity
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+HISTORY_SIZE = 512  # recent Xid occurrences kept for the promotion rules
+
+
+def xid_rows(saved: Mapping[str, Any]) -> list[list[Any]]:
+    """The ``xids`` rows of an ``as_json`` shape as ``[gpu, uuid, pci, xid, rule, count]``;
+    rows saved before the ``rule`` label (five cells) get rule ``""``."""
+    rows = saved.get("xids", [])
+    return [[*row[:4], "", row[4]] if len(row) == 5 else list(row) for row in rows]
 
 
 def _base(name: str) -> str:
@@ -52,12 +73,21 @@ def _base(name: str) -> str:
 class Tally:
     """Counts from the kernel log, safe to read from the scrape thread while it grows."""
 
-    def __init__(self, gpu_index: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        gpu_index: Mapping[str, str] | None = None,
+        rules: event_rules.EventRules | None = None,
+        driver_major: int | None = None,
+    ) -> None:
         self.gpu_index = dict(gpu_index or {})
+        self.rules = rules if rules is not None else event_rules.packaged_rules()
+        self.driver_major = driver_major  # picks the NVLink5 layout; None: either
+        self.history: deque[event_rules.Occurrence] = deque(maxlen=HISTORY_SIZE)
         self.lock = threading.Lock()
         self.xids: dict[XidKey, int] = {}
         self.fallen_off: dict[CardKey, int] = {}
         self.recovery: dict[CardKey, str] = {}
+        self.sxids: dict[SxidKey, int] = {}
         self.uuid_by_pci: dict[str, str] = {}
         self.lines = 0
         self.malformed = 0
@@ -73,6 +103,8 @@ class Tally:
                     self._record(event)
                 elif parse.NVRM_MARKER in line:
                     self._learn_card(line)
+                elif messages.SXID_MARKER in line:
+                    self._record_sxid(line)
             self.malformed += parser.stats.malformed - malformed_before + unreadable
 
     def _learn_card(self, line: str) -> None:
@@ -91,10 +123,29 @@ class Tally:
             self.fallen_off[card] = self.fallen_off.get(card, 0) + 1
             return
         gpu = self.gpu_index.get(uuid) or self.gpu_index.get(address, "")
-        key = (gpu, uuid, address, str(event.xid))
+        key = (gpu, uuid, address, str(event.xid), self._rule_of(event, uuid or address))
         self.xids[key] = self.xids.get(key, 0) + 1
         if event.recovery_action is not None:
             self.recovery[card] = str(event.recovery_action)
+
+    def _record_sxid(self, line: str) -> None:
+        fields = messages.read_sxid(line)
+        if fields is None:
+            self.malformed += 1
+            return
+        key = (fields.pci or "", str(fields.code), fields.severity)
+        self.sxids[key] = self.sxids.get(key, 0) + 1
+
+    def _rule_of(self, event: xid.KernelEvent, card: str) -> str:
+        """The id of the rule the event matched: a promotion its history fulfils first."""
+        judged = self.rules.judge(event, self.driver_major)
+        at = _seconds(event)
+        if at is None:
+            return judged.rule if judged else ""
+        seen = event_rules.occurrence(event, card, at, judged.rule if judged else "")
+        self.history.append(seen)
+        chosen = event_rules.worse(self.rules.promotion(tuple(self.history), seen), judged)
+        return chosen.rule if chosen else ""
 
     def as_json(self) -> dict[str, Any]:
         with self.lock:
@@ -102,6 +153,7 @@ class Tally:
                 "xids": [[*key, n] for key, n in self.xids.items()],
                 "fallen_off": [[*key, n] for key, n in self.fallen_off.items()],
                 "recovery": [[*key, action] for key, action in self.recovery.items()],
+                "sxids": [[*key, n] for key, n in self.sxids.items()],
                 "uuid_by_pci": dict(self.uuid_by_pci),
                 "lines": self.lines,
                 "malformed": self.malformed,
@@ -110,13 +162,21 @@ class Tally:
     def restore(self, saved: Mapping[str, Any]) -> None:
         """Continue from counts saved by ``as_json`` (ValueError/TypeError on a bad shape)."""
         with self.lock:
-            self.xids = {(str(g), str(u), str(p), str(x)): int(n)
-                         for g, u, p, x, n in saved.get("xids", [])}
+            self.xids = {(str(g), str(u), str(p), str(x), str(r)): int(n)
+                         for g, u, p, x, r, n in xid_rows(saved)}
             self.fallen_off = {(str(p), str(u)): int(n) for p, u, n in saved.get("fallen_off", [])}
             self.recovery = {(str(p), str(u)): str(a) for p, u, a in saved.get("recovery", [])}
+            self.sxids = {(str(p), str(c), str(s)): int(n) for p, c, s, n in saved.get("sxids", [])}
             self.uuid_by_pci = {str(k): str(v) for k, v in saved.get("uuid_by_pci", {}).items()}
             self.lines = int(saved.get("lines", 0))
             self.malformed = int(saved.get("malformed", 0))
+
+
+def _seconds(event: xid.KernelEvent) -> float | None:
+    """The event's time for the promotion windows: its wall time, else its uptime."""
+    if event.timestamp is not None:
+        return event.timestamp.timestamp()
+    return event.uptime_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +208,7 @@ class AgentCollector(Collector):
         self.kernel_log_readable = True
         self.topology: topology.TopologyProbe | None = None  # opt-in: gpuguard agent --topology
         self.reporter: Writes | None = None  # node conditions reporting (on by default)
+        self.classes: RuleClasses | None = None  # the cluster's classes, for each rule's class
 
     def collect(self) -> Iterator[Metric]:
         yield from self._kernel_log()
@@ -177,10 +238,10 @@ class AgentCollector(Collector):
         node = self.node
         xids = CounterMetricFamily(
             _base(names.XID_TOTAL), "Xid lines in this node's kernel log.",
-            labels=["node", "gpu", "uuid", "pci", "xid"],
+            labels=["node", "gpu", "uuid", "pci", "xid", "rule"],
         )
-        for gpu, uuid, address, code, n in snapshot["xids"]:
-            xids.add_metric([node, gpu, uuid, address, code], n)
+        for gpu, uuid, address, code, rule, n in snapshot["xids"]:
+            xids.add_metric([node, gpu, uuid, address, code, rule], n)
         fallen = CounterMetricFamily(
             _base(names.FALLEN_OFF_BUS_TOTAL), "GPU has fallen off the bus messages.",
             labels=["node", "pci", "uuid"],
@@ -193,6 +254,12 @@ class AgentCollector(Collector):
         )
         for address, uuid, action in snapshot["recovery"]:
             recovery.add_metric([node, address, uuid, action], 1)
+        sxids = CounterMetricFamily(
+            _base(names.SXID_TOTAL), "NVSwitch SXid lines in this node's kernel log.",
+            labels=["node", "pci", "sxid", "severity"],
+        )
+        for address, code, severity, n in snapshot["sxids"]:
+            sxids.add_metric([node, address, code, severity], n)
         lines = CounterMetricFamily(
             _base(names.AGENT_KERNEL_LINES_TOTAL), "Kernel log lines read.", labels=["node"]
         )
@@ -209,7 +276,9 @@ class AgentCollector(Collector):
             labels=["node"],
         )
         readable.add_metric([node], int(self.kernel_log_readable))
-        yield from (xids, fallen, recovery, lines, malformed, readable)
+        yield from (xids, fallen, recovery, sxids, lines, malformed, readable)
+        if self.classes is not None:
+            yield _rule_hardware(node, snapshot["xids"], self.classes)
 
     def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
         node = self.node
@@ -278,6 +347,20 @@ class AgentCollector(Collector):
         yield from (held, readable)
 
 
+def _rule_hardware(node: str, rows: Iterable[list[Any]], classes: RuleClasses) -> Metric:
+    """1 when a rule the agent has counted makes its lines hardware under the cluster's classes,
+    0 when not: alerts on ``gpuguard_xid_total`` drop the series whose rule says 0."""
+    family = GaugeMetricFamily(
+        names.XID_RULE_HARDWARE,
+        "1 when lines of this per-event Xid rule are hardware faults here, 0 when not.",
+        labels=["node", "rule"],
+    )
+    seen = {(str(code), str(rule)) for *_, code, rule, _ in rows if rule and str(code).isdigit()}
+    for code, rule in sorted(seen):
+        family.add_metric([node, rule], int(classes.is_hardware_event(int(code), rule)))
+    return family
+
+
 def nvml_mismatch(results: Iterable[result.CheckResult]) -> int | None:
     """1 when ``nvidia-match`` failed, 0 when it passed, None when it could not tell."""
     for check in results:
@@ -297,6 +380,16 @@ def registry_for(collector: AgentCollector) -> CollectorRegistry:
 
 def exposition(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+def read_driver_major(root: Path) -> int | None:
+    """The loaded nvidia module's major version (``580`` of 580.126.09), None when unknown."""
+    try:
+        version = nvidia.loaded_module_version(root)
+    except (hostfs.HostReadError, OSError):
+        return None
+    head = (version or "").split(".")[0]
+    return int(head) if head.isdigit() else None
 
 
 def read_gpu_indexes(root: Path) -> dict[str, str]:

@@ -177,9 +177,7 @@ def _kernel_faults(root: Path, classes: xid_catalog.XidCatalog) -> tuple[set[str
         events = list(scan.scan_file(path))
     except InputError as e:
         return set(), f"kernel log not read: {e}"
-    return {
-        e.uuid for e in events if e.uuid and (e.xid is None or classes.is_hardware(e.xid))
-    }, ""
+    return {e.uuid for e in events if e.uuid and classes.judges_hardware(e)}, ""
 
 
 class NvidiaSmi:

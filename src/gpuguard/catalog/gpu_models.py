@@ -18,17 +18,16 @@ the burn-in's floor check is UNKNOWN, never PASS.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
-from importlib import resources
 from typing import Self
 
 import pydantic
 
+from gpuguard.catalog import packaged
 from gpuguard.errors import CatalogError
 
 PACKAGED_RESOURCE = "data/gpu_models.json"
@@ -175,12 +174,7 @@ class _TableFile(pydantic.BaseModel):
 
 def parse_table_json(text: str, *, source: str) -> GpuModelTable:
     """Parse and validate a model table; ``source`` names it in errors."""
-    try:
-        parsed = _TableFile.model_validate(json.loads(text))
-    except json.JSONDecodeError as e:
-        raise CatalogError(f"{source}: not valid JSON: {e}") from e
-    except pydantic.ValidationError as e:
-        raise CatalogError(f"{source}: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from e
+    parsed = packaged.parse_json(text, _TableFile, source=source)
     names = [normalise(name) for record in parsed.models for name in record.names]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -192,9 +186,5 @@ def parse_table_json(text: str, *, source: str) -> GpuModelTable:
 @cache
 def load_table() -> GpuModelTable:
     """The table shipped with gpuguard, parsed once per process."""
-    resource = resources.files("gpuguard.catalog").joinpath(PACKAGED_RESOURCE)
-    try:
-        text = resource.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CatalogError(f"cannot read the packaged table {PACKAGED_RESOURCE}: {e}") from e
+    text = packaged.read_text(PACKAGED_RESOURCE, "table")
     return parse_table_json(text, source=PACKAGED_RESOURCE)

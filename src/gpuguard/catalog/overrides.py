@@ -9,6 +9,8 @@ catalog does not list are allowed) to ``user``, ``hardware`` or ``informational`
     classes:
       94: hardware      # contained ECC counts as a hardware fault
       137: user         # NVLink privilege errors are the application's
+    events:             # optional: one event rule's class, by rule id (catalog.events)
+      "xid145:RLW_REMAP:0:0x00000001": hardware
 
 An empty file means no overrides. Anything else -- an unreadable file, a YAML syntax error, a
 top level that is not a mapping, an unknown key, a code that is not an integer in range, a
@@ -57,6 +59,7 @@ class ClassOverrides(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     classes: dict[XidCode, xid_model.XidClass] = pydantic.Field(default_factory=dict)
+    events: dict[str, xid_model.XidClass] = pydantic.Field(default_factory=dict)
 
 
 class _DuplicateKeyRejectingLoader(yaml.SafeLoader):
@@ -78,21 +81,31 @@ class _DuplicateKeyRejectingLoader(yaml.SafeLoader):
 
 def read_class_overrides(path: Path) -> Mapping[int, xid_model.XidClass]:
     """Read and validate an override file; the mapping is code -> class."""
-    return parse_class_overrides(_read_text(path), source=str(path))
+    return read_overrides(path).classes
+
+
+def read_overrides(path: Path) -> ClassOverrides:
+    """Read and validate an override file: code classes and event-rule classes."""
+    return parse_overrides(_read_text(path), source=str(path))
 
 
 def parse_class_overrides(text: str, *, source: str) -> Mapping[int, xid_model.XidClass]:
     """Validate override YAML; ``source`` (usually the file path) names it in errors."""
+    return parse_overrides(text, source=source).classes
+
+
+def parse_overrides(text: str, *, source: str) -> ClassOverrides:
+    """Validate override YAML, both keys; ``source`` names it in errors."""
     document = _load_yaml(text, source=source)
     if document is None:
-        return {}
+        return ClassOverrides()
     if not isinstance(document, dict):
         raise CatalogError(
             f"{source}: top level must be a mapping with the key 'classes', "
             f"got {type(document).__name__}"
         )
     try:
-        return ClassOverrides.model_validate(document).classes
+        return ClassOverrides.model_validate(document)
     except pydantic.ValidationError as e:
         raise CatalogError(f"{source}: {_describe_problems(e)}") from e
 
@@ -130,7 +143,7 @@ def _describe_problem(problem: pydantic_core.ErrorDetails) -> str:
 
 def _plain_message(problem: pydantic_core.ErrorDetails) -> str:
     if problem["type"] == "extra_forbidden":
-        return "unknown key (the only key is 'classes')"
+        return "unknown key (the keys are 'classes' and 'events')"
     if problem["type"] == "dict_type":
         return "expected a mapping of Xid code to class, e.g. '94: hardware'"
     if problem["type"] == "enum":

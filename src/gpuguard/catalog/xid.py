@@ -46,18 +46,18 @@ own (fail closed); a cluster that knows better lists it in its override file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 
 import pydantic
 
+from gpuguard.catalog import events as event_rules
 from gpuguard.catalog import overrides as class_overrides
+from gpuguard.catalog import packaged
 from gpuguard.errors import CatalogError
 from gpuguard.model import decisions
 from gpuguard.model import xid as xid_model
@@ -154,9 +154,39 @@ def unknown_entry(code: int) -> XidEntry:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class XidCatalog:
-    """Every catalogued code's entry, with this cluster's classes applied. Immutable."""
+    """Every catalogued code's entry, with this cluster's classes applied. Immutable.
+
+    ``rules`` judge single events (``catalog.events``); ``rule_classes`` are the cluster's
+    overrides of a rule's class, by rule id.
+    """
 
     entries: Mapping[int, XidEntry]
+    rules: event_rules.EventRules | None = None
+    rule_classes: Mapping[str, xid_model.XidClass] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def event_class(self, code: int, rule: str = "") -> xid_model.XidClass:
+        """The class of one event of ``code`` that matched ``rule`` (a rule or promotion id);
+        the code's class when ``rule`` is empty or names no rule this catalog knows."""
+        if rule in self.rule_classes:
+            return self.rule_classes[rule]
+        packaged = self.rules.rule_class(rule) if self.rules is not None and rule else None
+        return packaged if packaged is not None else self.xid_class(code)
+
+    def is_hardware_event(self, code: int, rule: str = "") -> bool:
+        return self.event_class(code, rule) is xid_model.XidClass.HARDWARE
+
+    def judges_hardware(self, event: xid_model.KernelEvent) -> bool:
+        """Whether one kernel event is a hardware fault, judged by the rule it matches (no
+        promotions: they need the stream's history); a fall-off message always is."""
+        if event.xid is None:
+            return True
+        judged = self.rules.judge(event) if self.rules is not None else None
+        return self.is_hardware_event(event.xid, judged.rule if judged else "")
+
+    def has_event_rules(self, code: int) -> bool:
+        return self.rules is not None and bool(self.rules.events.get(code))
 
     def entry(self, code: int) -> XidEntry:
         return self.entries.get(code) or unknown_entry(code)
@@ -185,7 +215,11 @@ class XidCatalog:
             code: replace(self.entry(code), xid_class=xid_class)
             for code, xid_class in classes.items()
         }
-        return XidCatalog(MappingProxyType({**self.entries, **changed}))
+        return replace(self, entries=MappingProxyType({**self.entries, **changed}))
+
+    def with_rule_classes(self, classes: Mapping[str, xid_model.XidClass]) -> XidCatalog:
+        """A new catalog where each listed rule id gives the given class."""
+        return replace(self, rule_classes=MappingProxyType({**self.rule_classes, **classes}))
 
 
 def load_catalog(overrides: Path | None = None) -> XidCatalog:
@@ -196,7 +230,12 @@ def load_catalog(overrides: Path | None = None) -> XidCatalog:
     base = packaged_catalog()
     if overrides is None:
         return base
-    return base.with_classes(class_overrides.read_class_overrides(overrides))
+    read = class_overrides.read_overrides(overrides)
+    known = base.rules.rule_ids() if base.rules is not None else frozenset()
+    unknown = sorted(set(read.events) - known)
+    if unknown:
+        raise CatalogError(f"{overrides}: events entry {unknown[0]!r}: no such Xid rule")
+    return base.with_classes(read.classes).with_rule_classes(read.events)
 
 
 class _EntryRecord(pydantic.BaseModel):
@@ -237,25 +276,14 @@ class _CatalogFile(pydantic.BaseModel):
 @cache
 def packaged_catalog() -> XidCatalog:
     """The catalog shipped with gpuguard, parsed once per process."""
-    return parse_catalog_json(_read_packaged_text(), source=PACKAGED_RESOURCE)
-
-
-def _read_packaged_text() -> str:
-    resource = resources.files("gpuguard.catalog").joinpath(PACKAGED_RESOURCE)
-    try:
-        return resource.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CatalogError(f"cannot read the packaged Xid catalog {PACKAGED_RESOURCE}: {e}") from e
+    text = packaged.read_text(PACKAGED_RESOURCE, "Xid catalog")
+    parsed = parse_catalog_json(text, source=PACKAGED_RESOURCE)
+    return replace(parsed, rules=event_rules.packaged_rules())
 
 
 def parse_catalog_json(text: str, *, source: str) -> XidCatalog:
     """Parse and validate catalog JSON; ``source`` names it in errors."""
-    try:
-        parsed = _CatalogFile.model_validate(json.loads(text))
-    except json.JSONDecodeError as e:
-        raise CatalogError(f"{source}: not valid JSON: {e}") from e
-    except pydantic.ValidationError as e:
-        raise CatalogError(f"{source}: {_first_problem(e)}") from e
+    parsed = packaged.parse_json(text, _CatalogFile, source=source)
     return _catalog_from_records(parsed.entries, source=source)
 
 
@@ -267,8 +295,3 @@ def _catalog_from_records(records: tuple[_EntryRecord, ...], *, source: str) -> 
         by_code[record.code] = record.to_entry()
     return XidCatalog(MappingProxyType(by_code))
 
-
-def _first_problem(error: pydantic.ValidationError) -> str:
-    problem = error.errors()[0]
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in problem["loc"])
-    return f"{where.lstrip('.') or 'top level'}: {problem['msg']}"

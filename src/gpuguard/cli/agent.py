@@ -19,7 +19,7 @@ import typer
 from gpuguard import errors, metrics_http
 from gpuguard.agent import commands, daemon, journal, node_status, position
 from gpuguard.agent import topology as agent_topology
-from gpuguard.agent.checks import running, settings
+from gpuguard.agent.checks import registry, running, settings
 from gpuguard.cli import check as check_cli
 from gpuguard.cli import failures
 from gpuguard.model import durations
@@ -93,6 +93,12 @@ TopologyOption = Annotated[bool, typer.Option(
     help="Also read the GPU topology (nvidia-smi topo -m) every 6 h, never on a hung driver; "
     "needs nvidia-smi in the container (the NVIDIA runtime class). docs/fleet-health.md",
 )]  # fmt: skip
+GpuStateOption = Annotated[bool, typer.Option(
+    "--gpu-state",
+    help="Also read each GPU's recovery action and NVLink fabric state (nvidia-smi --query-gpu) "
+    "every check cycle, as the checks gpu-recovery and nvlink-fabric: a missed Xid 154 or a "
+    "Fabric Manager failure is seen again; needs the NVIDIA runtime class.",
+)]  # fmt: skip
 XidOverridesOption = Annotated[Path | None, typer.Option(
     help="The cluster's Xid class override file, the controller's controller.xid_overrides "
     "(see `xid explain --help`): GpuHardwareXid follows the same classes as the controller. "
@@ -127,18 +133,23 @@ def agent(
     declared: DeclaredOption = None,
     pod_resources: PodResourcesOption = None,
     topology: TopologyOption = False,
+    gpu_state: GpuStateOption = False,
     xid_overrides: XidOverridesOption = None,
     report_conditions: ReportOption = True,
 ) -> None:
     """Run the node agent: count Xids from the kernel log, run the host checks every interval.
 
-    Serves gpuguard_xid_total{node,gpu,uuid,pci,xid}, gpuguard_gpu_fallen_off_bus_total,
-    gpuguard_xid154_recovery_action, gpuguard_check_status{check,status} and
+    Serves gpuguard_xid_total{node,gpu,uuid,pci,xid,rule} (rule: the per-event rule the line
+    matched, docs/xid-events.md), gpuguard_xid_rule_hardware, gpuguard_sxid_total,
+    gpuguard_gpu_fallen_off_bus_total, gpuguard_xid154_recovery_action,
+    gpuguard_check_status{check,status} and
     gpuguard_nvml_mismatch on /metrics. The read position and the counts are saved together
     in --state-dir after each batch is counted, so a restarted agent neither re-counts nor
-    loses an Xid and its counters never go down. Never calls NVML or nvidia-smi; every check
-    has a hard timeout. With --topology it also reads nvidia-smi topo -m every 6 h (never
-    while a GPU has fallen off the bus) and serves gpuguard_gpu_link and gpuguard_gpu_numa_node.
+    loses an Xid and its counters never go down. Never calls NVML, nor nvidia-smi unless asked
+    (--topology, --gpu-state); every check has a hard timeout. With --topology it also reads
+    nvidia-smi topo -m every 6 h (never while a GPU has fallen off the bus) and serves
+    gpuguard_gpu_link and gpuguard_gpu_numa_node. With --gpu-state each check cycle also reads
+    the GPUs' recovery action and NVLink fabric state (checks gpu-recovery, nvlink-fabric).
     By default it also reports what it sees as conditions on its own Node's status, at most
     once a second and only on change (--no-report-conditions: metrics only).
 
@@ -170,8 +181,9 @@ def agent(
         name, root, state_dir, _interval(check_interval), pod_resources=pod_resources,
         xid_overrides=xid_overrides,
     )
+    extra = registry.GPU_STATE_CHECKS if gpu_state else ()
     run = functools.partial(
-        running.run_checks, root, check_settings, commands.SubprocessRunner(), False
+        running.run_checks, root, check_settings, commands.SubprocessRunner(), False, extra
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:

@@ -50,7 +50,8 @@ def health(
                               (*decision.findings, *result.silent) if decision else (), node)
     problems, unread = _links(prom, result, node, settings)
     facts = fitness.FitnessFacts(found, result.at, said, None if result.ok else result.error,
-                                 view.check_status, view.burnin_jobs, problems, unread)
+                                 view.check_status, view.burnin_jobs, problems, unread,
+                                 _dcgm_series(prom, result, settings))
     required = settings.return_to_pool.require_conformance
     verdict = fitness.verdict(facts, require_conformance=required)
     data: dict[str, Any] = {"node": node, "fit": verdict.fit, "reasons": verdict.reasons(),
@@ -79,6 +80,17 @@ def _links(
     missing = interconnect.unchecked(samples)
     return problems, (f"no series for {', '.join(missing)}" if missing and not problems
                       else None)
+
+
+def _dcgm_series(
+    prom: str, result: tick.TickResult, settings: settings_model.GuardSettings
+) -> frozenset[str] | None:
+    """The DCGM series Prometheus has now, for the telemetry check; None when unread."""
+    try:
+        return audit_source.series_present(prom, result.at,
+                                           settings.prometheus.timeout.total_seconds())
+    except SourceError:
+        return None
 
 
 def _node(

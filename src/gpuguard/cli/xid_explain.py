@@ -70,9 +70,30 @@ def explain(
 
     Exits 2 when CODE is not an integer 1-1000 or the override file is invalid.
     """
-    entry = catalog_xid.load_catalog(overrides).entry(code)
-    if not output.emit(explanation(entry), fmt):
-        output.console.print(_table(entry))
+    catalog = catalog_xid.load_catalog(overrides)
+    entry = catalog.entry(code)
+    rules = event_rules(catalog, code)
+    if not output.emit({**explanation(entry), "event_rules": rules}, fmt):
+        table = _table(entry)
+        if rules:
+            table.add_row("per-event rules", rich.text.Text(_rules_line(rules)))
+        output.console.print(table)
+
+
+def event_rules(catalog: catalog_xid.XidCatalog, code: int) -> list[dict[str, str]]:
+    """The per-event and promotion rules of ``code`` with the class each gives under this
+    cluster's overrides (docs/xid-events.md)."""
+    if catalog.rules is None:
+        return []
+    return [{"id": rule, "class": str(catalog.event_class(code, rule)), "action": action}
+            for rule, action in catalog.rules.actions_of(code)]
+
+
+def _rules_line(rules: list[dict[str, str]]) -> str:
+    classes = sorted({r["class"] for r in rules})
+    counts = ", ".join(f"{sum(r['class'] == c for r in rules)} {c}" for c in classes)
+    return (f"{len(rules)} rule(s) judge each line of this code ({counts}); the line's rule "
+            "decides, see docs/xid-events.md")
 
 
 def explanation(entry: catalog_xid.XidEntry) -> dict[str, object]:

@@ -93,6 +93,7 @@ def event_record(event: xid.KernelEvent) -> dict[str, Any]:
         "kind": event.kind.value,
         "xid": event.xid,
         "pci": event.pci,
+        "address": event.address,
         "uuid": event.uuid,
         "pid": event.pid,
         "process": event.process,

@@ -106,6 +106,8 @@ class XidLogParser:
             uuid=self._uuid_of(fields.pci),
             recovery_action=fields.recovery_action,
             reset_flags=fields.reset_flags,
+            detail=fields.detail,
+            address=fields.address,
             timestamp=stamp.timestamp,
             uptime_s=stamp.uptime_s,
         )

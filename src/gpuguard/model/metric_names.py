@@ -52,8 +52,10 @@ KSM_NODE_TAINT = "kube_node_spec_taint"
 GPU_RESOURCE_LABEL = "nvidia_com_gpu"  # ksm's sanitised form of nvidia.com/gpu
 
 # gpuguard's own
-XID_TOTAL = "gpuguard_xid_total"  # agent: counter per {node,gpu,uuid,pci,xid}
+XID_TOTAL = "gpuguard_xid_total"  # agent: counter per {node,gpu,uuid,pci,xid,rule}
 XID154_RECOVERY_ACTION = "gpuguard_xid154_recovery_action"  # agent: info-style gauge
+SXID_TOTAL = "gpuguard_sxid_total"  # agent: NVSwitch SXid lines per {node,pci,sxid,severity}
+XID_RULE_HARDWARE = "gpuguard_xid_rule_hardware"  # agent: 1/0 per {node,rule} it has counted
 CHECK_STATUS = "gpuguard_check_status"  # agent: 1 for the current {check,status}
 NVML_MISMATCH = "gpuguard_nvml_mismatch"  # agent: 1 when kernel module != NVML library
 TICKS_TOTAL = "gpuguard_ticks_total"

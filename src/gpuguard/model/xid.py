@@ -45,6 +45,21 @@ class RecoveryAction(StrEnum):
     OTHER = "other"
 
 
+@dataclass(frozen=True, slots=True)
+class EventDetail:
+    """The register block some Xid lines carry, for judging one event rather than its code.
+
+    NVLink5 (Xid 144-150): ``<unit> <Fatal|Nonfatal> XC<n> i<n> Link <n> (0x<intrinfo>
+    0x<error status> ...)``; Xid 74: ``... link <n>(0x<reg0>, 0x<reg1>, ...)``. ``unit`` and
+    ``severity`` are empty for Xid 74; ``link`` is -1 where the driver names no link.
+    """
+
+    unit: str
+    severity: str
+    link: int
+    words: tuple[int, ...]
+
+
 class KernelEventKind(StrEnum):
     XID = "xid"
     FALLEN_OFF_BUS = "fallen_off_bus"
@@ -54,7 +69,9 @@ class KernelEventKind(StrEnum):
 class KernelEvent:
     """One GPU event read from a kernel log.
 
-    ``pci`` is normalised (``0000:01:00.0``) or None when the reporter redacted it;
+    ``pci`` is normalised (``0000:01:00.0``) or None when the reporter redacted it or it is
+    no PCI address; ``address`` keeps the address as the line wrote it (``PCI:0000:01:00``,
+    ``invalid``), so an unreadable one is still shown, never lost;
     ``uuid`` comes from an earlier ``NVRM: GPU at PCI:... GPU-<uuid>`` line of the same stream.
     ``timestamp`` is set only when the line carried an absolute time.
     """
@@ -69,5 +86,7 @@ class KernelEvent:
     uuid: str | None = None
     recovery_action: RecoveryAction | None = None
     reset_flags: tuple[str, ...] = ()
+    detail: EventDetail | None = None
+    address: str = ""
     timestamp: datetime | None = None
     uptime_s: float | None = None

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpuguard.catalog import dcgm_fields
 from gpuguard.model import (
     decisions,
     fleet,
@@ -39,6 +40,7 @@ class FitnessFacts:
     burnin_jobs: tuple[onboarding.BurnInJob, ...]
     links: tuple[str, ...] = ()  # throttling and interconnect problems on the node now
     links_unread: str | None = None  # why they could not be read (a WARN, not a pass)
+    dcgm_series: frozenset[str] | None = None  # DCGM series Prometheus has; None: not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +87,23 @@ def verdict(facts: FitnessFacts, *, require_conformance: bool) -> FitnessVerdict
         conformance(facts.check_status, require=require_conformance),
         burnin(facts.burnin_jobs, facts.at),
         links(facts.links, facts.links_unread),
+        telemetry(facts.dcgm_series),
     )
     return FitnessVerdict(facts.node.name, checks)
+
+
+def telemetry(present: frozenset[str] | None) -> Check:
+    """WARN naming each DCGM field gpuguard reads that is not collected, and what goes blind
+    (``catalog.dcgm_fields``); never a FAIL: a blind check is no fault of the node."""
+    if present is None:
+        return Check("telemetry", CheckStatus.WARN, "which DCGM fields are collected: unread")
+    if not any(name.startswith("DCGM_") for name in present):
+        return Check("telemetry", CheckStatus.WARN, "no dcgm-exporter series in Prometheus")
+    missing = dcgm_fields.not_collected(present)
+    if not missing:
+        return Check("telemetry", CheckStatus.PASS, "every DCGM field gpuguard reads is collected")
+    shown = "; ".join(f"{f.name} (blind: {f.blind})" for f in missing)
+    return Check("telemetry", CheckStatus.WARN, f"{len(missing)} not collected: {shown}")
 
 
 def state(node: fleet.Node) -> Check:

@@ -6,7 +6,11 @@ GPUs that are not (docs/fleet-health.md#topology).
 bridge), ``PXB`` (several bridges), ``PHB`` (through a PCIe host bridge), ``NODE`` (between host
 bridges within a NUMA node) or ``SYS`` (across the SMP interconnect between NUMA nodes) — then
 the GPU's ``CPU Affinity``, ``NUMA Affinity`` and (newer drivers) ``GPU NUMA ID`` columns.
-NIC rows and columns and the legend are skipped. Older drivers have no NUMA column.
+NIC rows and columns and the legend are skipped. Older drivers have no NUMA column. Some
+drivers underline the header with ANSI escapes even when piped (``\x1b[4mGPU0 ...\x1b[0m``;
+NVSentinel PR #1220), and a header too wide for the terminal that printed it wraps onto the
+next line(s): escapes are dropped and a header's continuation lines (names only, no ``X``) are
+joined to it.
 
 ``mismatches``: a pod holding several GPUs of a node where some pair of them is not joined by
 NVLink, or where they sit on different NUMA nodes (a ``SYS`` path or different NUMA affinity),
@@ -34,6 +38,7 @@ from gpuguard.model import metric_names as names
 KIND = "topology-mismatch"
 _GPU = re.compile(r"^GPU(\d+)$")
 _NVLINK = re.compile(r"^NV\d+$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PCIE_PATHS = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS"})
 CROSS_NUMA = "SYS"
 
@@ -68,14 +73,15 @@ def is_nvlink(path: str) -> bool:
 
 def parse_topo_matrix(text: str, node: str = "") -> NodeTopology:
     """The GPU part of ``nvidia-smi topo -m``; TopologyError when there is no GPU matrix."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in _ANSI.sub("", text).splitlines() if line.strip()]
     header_at = next((i for i, line in enumerate(lines) if _is_header(line)), None)
     if header_at is None:
         raise TopologyError(f"nvidia-smi topo -m{_on(node)}: no GPU0 header line")
-    columns = _device_columns(lines[header_at])
+    header, rows_at = _header(lines, header_at)
+    columns = _device_columns(header)
     links: dict[tuple[int, int], str] = {}
     numa: dict[int, str] = {}
-    for line in lines[header_at + 1 :]:
+    for line in lines[rows_at:]:
         cells = line.split()
         row = _GPU.match(cells[0]) if cells else None
         if row is None:
@@ -107,9 +113,23 @@ def _is_header(line: str) -> bool:
     return tokens[0] == "GPU0" and (len(tokens) < 2 or tokens[1] != "X")
 
 
-def _device_columns(header: str) -> list[str]:
+def _header(lines: list[str], at: int) -> tuple[list[str], int]:
+    """The header's names, joined across the lines it wrapped onto, and the first row's index:
+    a continuation line has names only, no ``X`` (every device row has its own)."""
+    names = lines[at].split()
+    after = at + 1
+    while after < len(lines) and _names_only(lines[after].split()):
+        names += lines[after].split()
+        after += 1
+    return names, after
+
+
+def _names_only(tokens: list[str]) -> bool:
+    return "X" not in tokens and not any(is_nvlink(t) or t in PCIE_PATHS for t in tokens)
+
+
+def _device_columns(tokens: list[str]) -> list[str]:
     """Column names before ``CPU Affinity`` (GPUs, NICs, mlx devices)."""
-    tokens = header.split()
     end = tokens.index("CPU") if "CPU" in tokens else len(tokens)
     return tokens[:end]
 

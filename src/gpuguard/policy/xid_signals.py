@@ -31,9 +31,15 @@ node_of = series.node_of  # one label rule (model.series); callers read it from 
 
 
 class XidClassifier(Protocol):
-    """What the policy needs of the Xid catalog (with the cluster's overrides applied)."""
+    """What the policy needs of the Xid catalog (with the cluster's overrides applied).
+
+    ``is_hardware_event`` classes one counted event by the rule it matched (the agent's
+    ``rule`` label, ``catalog.events``); an empty rule falls back to the code's class.
+    """
 
     def is_hardware(self, code: int) -> bool: ...
+
+    def is_hardware_event(self, code: int, rule: str) -> bool: ...
 
 
 class XidSource(StrEnum):
@@ -183,7 +189,7 @@ def _counted(
     signals = []
     for sample in samples:
         code = _int_or_none(sample.labels.get("xid"))
-        if code is None or sample.value <= 0 or not classifier.is_hardware(code):
+        if code is None or sample.value <= 0 or not _hardware(classifier, code, sample):
             continue
         signals.append(
             HardwareXid(
@@ -198,6 +204,15 @@ def _counted(
             )
         )
     return signals
+
+
+def _hardware(classifier: XidClassifier, code: int, sample: fleet.MetricSample) -> bool:
+    return is_hardware(classifier, code, sample.labels.get("rule", ""))
+
+
+def is_hardware(classifier: XidClassifier, code: int, rule: str) -> bool:
+    """Whether one counted event of ``code`` that matched ``rule`` is a hardware fault."""
+    return classifier.is_hardware_event(code, rule) if rule else classifier.is_hardware(code)
 
 
 def _from_gauge(

@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.actuators import api_errors
+from gpuguard.catalog import dcgm_fields
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
 from gpuguard.model import audit, fleet
 from gpuguard.model import metric_names as names
@@ -35,7 +36,11 @@ NodeClaim = create_global_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaim
 ClusterPolicy = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 SYSTEM_NAMESPACE = "kube-system"
 ADMISSION_REASON = "UnexpectedAdmissionError"
-SERIES_OF_INTEREST = (names.DCGM_XID_LAST, names.DCGM_XID_COUNT, names.XID_TOTAL)
+SERIES_OF_INTEREST = (
+    names.XID_TOTAL,
+    *(field.name for field in dcgm_fields.FIELDS),
+    *sorted(dcgm_fields.ALIASES),
+)
 CORDONED_72H = f"min_over_time({names.KSM_NODE_UNSCHEDULABLE}[72h]) == 1"
 
 Objs = tuple[audit.Obj, ...]
@@ -152,13 +157,28 @@ class AuditReader:
     def _labels(
         self, http: httpx.Client, at: datetime, promql: str, keys: tuple[str, ...]
     ) -> frozenset[str]:
-        try:
-            response = http.get(f"{self._prom}/api/v1/query",
-                                params={"query": promql, "time": at.timestamp()})
-        except httpx.HTTPError as e:
-            raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
-        series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
-        return frozenset(v for sample in series for k in keys if (v := sample.labels.get(k)))
+        return label_values(http, self._prom or "", at, promql, keys)
+
+
+def label_values(
+    http: httpx.Client, url: str, at: datetime, promql: str, keys: tuple[str, ...]
+) -> frozenset[str]:
+    """The values of ``keys`` on the series ``promql`` answers at ``at`` (``SourceError`` on a
+    failed or bad answer)."""
+    try:
+        response = http.get(f"{url}/api/v1/query",
+                            params={"query": promql, "time": at.timestamp()})
+    except httpx.HTTPError as e:
+        raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
+    series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
+    return frozenset(v for sample in series for k in keys if (v := sample.labels.get(k)))
+
+
+def series_present(url: str, at: datetime, timeout_s: float = 10.0) -> frozenset[str]:
+    """Which of the series the audit asks about (every DCGM field gpuguard reads, the agent's
+    Xid counter) Prometheus has at ``at``."""
+    with httpx.Client(timeout=timeout_s) as http:
+        return label_values(http, url, at, _presence_query(), ("__name__",))
 
 
 def _presence_query() -> str:

@@ -12,7 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuguard.agent.checks import dns, ipvs, nvidia, result, rke2, settings, swap, upgrades
+from gpuguard.agent.checks import (
+    dns,
+    gpu_state,
+    ipvs,
+    nvidia,
+    result,
+    rke2,
+    settings,
+    swap,
+    upgrades,
+)
 from gpuguard.model import ports
 
 
@@ -83,3 +93,18 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(swap.NAME, lambda c: swap.check(c.root), "/proc/swaps"),
 )
+
+GPU_STATE_CHECKS: tuple[Check, ...] = (
+    Check(
+        gpu_state.RECOVERY,
+        lambda c: gpu_state.check_recovery(c.runner, c.settings.check_timeout_s),
+        "nvidia-smi --query-gpu=gpu_recovery_action",
+    ),
+    Check(
+        gpu_state.FABRIC,
+        lambda c: gpu_state.check_fabric(c.runner, c.settings.check_timeout_s),
+        "nvidia-smi --query-gpu=fabric.state,fabric.status",
+    ),
+)
+"""Persistent GPU states (``gpu_state``), after the host checks when the agent runs with
+``--gpu-state``: they need nvidia-smi in the agent's container (the NVIDIA runtime class)."""

@@ -21,10 +21,12 @@ def run_checks(
     settings: settings.CheckSettings,
     runner: ports.CommandRunner,
     fix: bool = False,
+    extra: tuple[registry.Check, ...] = (),
 ) -> list[result.CheckResult]:
-    """All checks in report order. Only ipvs-persist and ipvs-loaded act on ``fix``."""
+    """All checks in report order, then ``extra`` (e.g. ``registry.GPU_STATE_CHECKS``).
+    Only ipvs-persist and ipvs-loaded act on ``fix``."""
     context = registry.CheckContext(root=root, settings=settings, runner=runner, fix=fix)
-    return [run_one(check, context) for check in registry.CHECKS]
+    return [run_one(check, context) for check in (*registry.CHECKS, *extra)]
 
 
 def run_one(check: registry.Check, context: registry.CheckContext) -> result.CheckResult:

@@ -91,7 +91,7 @@ def xid_item(read: KernelRead, catalog: xid_catalog.XidCatalog) -> evidence.Evid
     if read.log is None:
         return evidence.EvidenceItem("hardware-xid", Status.UNKNOWN, "no kernel log was read")
     counts = read.log.event_counts
-    faults = {key: n for key, n in counts.items() if _is_hardware(key, catalog)}
+    faults = {key: n for key, n in counts.items() if _is_hardware(key, read.events, catalog)}
     if not faults:
         others = ", ".join(f"Xid {key} x{n}" for key, n in counts.items()) or "none"
         text = f"no hardware-class Xid in {read.log.since}; other codes: {others}"
@@ -100,8 +100,17 @@ def xid_item(read: KernelRead, catalog: xid_catalog.XidCatalog) -> evidence.Evid
     return evidence.EvidenceItem("hardware-xid", Status.FAIL, f"{read.log.since}: {counted}")
 
 
-def _is_hardware(key: str, catalog: xid_catalog.XidCatalog) -> bool:
-    return key == evidence.FALLEN_OFF_BUS_KEY or catalog.is_hardware(int(key))
+def _is_hardware(
+    key: str, events: tuple[xid.KernelEvent, ...], catalog: xid_catalog.XidCatalog
+) -> bool:
+    """A code judged per event (NVLink5, 74, 94/95, 154: ``catalog.events``) is a fault when
+    one of its kept events is; any other code by its class."""
+    if key == evidence.FALLEN_OFF_BUS_KEY:
+        return True
+    code = int(key)
+    if not catalog.has_event_rules(code):
+        return catalog.is_hardware(code)
+    return any(catalog.judges_hardware(e) for e in events if e.xid == code)
 
 
 def _key_name(key: str) -> str:

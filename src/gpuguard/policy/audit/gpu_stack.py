@@ -1,12 +1,13 @@
-"""GPU health stack and system-pod rules: dcgm-exporter coverage, Xid alerts built on the wrong
-series, device-plugin versions and settings that fail or blind allocation, kube-proxy skew and
-mode, and CoreDNS forwarding."""
+"""GPU health stack and system-pod rules: dcgm-exporter coverage (and the DCGM fields it does
+not collect), Xid alerts built on the wrong series, device-plugin versions and settings that
+fail or blind allocation, kube-proxy skew and mode, and CoreDNS forwarding."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
 
+from gpuguard.catalog import dcgm_fields
 from gpuguard.model import metric_names as names
 from gpuguard.model.audit import AuditView, Input, Obj, Severity
 from gpuguard.policy.audit import kube
@@ -34,11 +35,37 @@ def dcgm_coverage(view: AuditView) -> Iterable[Hit] | NotChecked:
         if exporters and node_name not in ready:
             gaps.append("no Ready dcgm-exporter pod")
         if reporting is not None and node_name not in reporting:
-            gaps.append("no dcgm-exporter series in Prometheus")
+            gaps.append(_no_series(node_name, ready))
         if gaps:
             hits.append(Hit(Severity.HIGH, (kube.ref("Node", node),),
                             "; ".join(gaps) + ": GPU faults on this node are not seen"))
     return hits
+
+
+def _no_series(node: str, ready: set[str | None]) -> str:
+    if node in ready:  # the exporter runs and answers, but with no GPU in it
+        return ("its Ready dcgm-exporter answers with zero GPUs (no series in Prometheus: "
+                "NVML not found, or no GPU visible to the pod)")
+    return "no dcgm-exporter series in Prometheus"
+
+
+# DCGM-3 -----------------------------------------------------------------------------------
+
+
+def fields_not_collected(view: AuditView) -> Iterable[Hit] | NotChecked:
+    """Each DCGM field gpuguard reads that Prometheus has no series of, with what goes blind."""
+    present = view.prom_series
+    if not any(name.startswith("DCGM_") for name in present):
+        return NotChecked("no dcgm-exporter series in Prometheus at all (see DCGM-1)")
+    return [
+        Hit(Severity.MEDIUM, (f"Prometheus/{field.name}",),
+            f"{field.name} is not collected"
+            f"{'' if field.default else ' (not in dcgm-exporter default counters)'}: "
+            f"blind: {field.blind}",
+            fix="deploy the chart's gpuguard-dcgm-counters ConfigMap as dcgm-exporter's "
+                "counters file (values dcgmExporter.counters)")
+        for field in dcgm_fields.not_collected(present)
+    ]
 
 
 # DCGM-2 -----------------------------------------------------------------------------------
