@@ -21,7 +21,7 @@ import typer
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, output, safe_text
 from gpuguard.controller import wiring
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 from gpuguard.model import decisions, faults, pci, timestamps
@@ -301,7 +301,7 @@ def ledger_add(
         _check_node_known(reader, node, force=force)
         store.append(entry)
         entries = _read(store).entries
-    sys.stdout.write(f"recorded on {node}: {line}\n{_drafted(entry, entries)}\n")
+    output.line(f"recorded on {node}: {line}\n{_drafted(entry, entries)}")
 
 
 def _now() -> datetime:
@@ -373,8 +373,9 @@ def ledger_remove(
         record = _audit(read, target, ledger_store.AuditOp.REMOVE, who, why)
         store.record_audit(record)
         entries = _read(store).entries
-    sys.stdout.write(
+    output.line(
         f"removed from {target.node} by {who}: {record.target}\n{_card_count(target, entries)}"
+        .removesuffix("\n")
     )
 
 
@@ -434,9 +435,9 @@ def ledger_amend(
         record = _audit(read, target, ledger_store.AuditOp.AMEND, who, why, new=new)
         store.record_audit(record)
         entries = _read(store).entries
-    sys.stdout.write(
+    output.line(
         f"amended on {target.node} by {who}:\n  was: {record.target}\n  now: {record.new}\n"
-        f"{_card_count(new, entries)}"
+        f"{_card_count(new, entries)}".removesuffix("\n")
     )
 
 
@@ -592,7 +593,7 @@ def ledger_export(
         return
     writer = csv.DictWriter(sys.stdout, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    writer.writerows({k: safe_text.csv_cell(v) for k, v in r.items()} for r in rows)
 
 
 app.command("list")(ledger_list)
