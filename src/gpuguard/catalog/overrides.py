@@ -26,7 +26,8 @@ import pydantic
 import pydantic_core
 import yaml
 
-from gpuguard.errors import CatalogError
+from gpuguard.errors import CatalogError, InputError
+from gpuguard.model import input_files
 from gpuguard.model import xid as xid_model
 
 LOWEST_CODE = 1
@@ -99,9 +100,9 @@ def parse_class_overrides(text: str, *, source: str) -> Mapping[int, xid_model.X
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CatalogError(f"{path}: cannot read the Xid override file: {e}") from e
+        return input_files.read_text(path)
+    except InputError as e:
+        raise CatalogError(f"cannot read the Xid override file: {e}") from e
 
 
 def _load_yaml(text: str, *, source: str) -> object:

@@ -21,7 +21,7 @@ import typer
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.cli import guard, output, safe_text
+from gpuguard.cli import guard, inputs, output, safe_text
 from gpuguard.controller import wiring
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 from gpuguard.model import decisions, faults, pci, timestamps
@@ -42,9 +42,12 @@ app = typer.Typer(
 
 NamespaceOpt = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Where the ledger lives (default: from settings)."),
+    typer.Option("--namespace", "-n", parser=inputs.namespace,
+                 help="Where the ledger lives (default: from settings)."),
 ]
-NodeFilter = Annotated[str | None, typer.Option("--node", help="Only faults on this node.")]
+NodeFilter = Annotated[
+    str | None, typer.Option("--node", parser=inputs.node_name, help="Only faults on this node.")
+]
 UuidFilter = Annotated[str | None, typer.Option("--uuid", help="Only faults of this card.")]
 ForceOpt = Annotated[
     bool,
@@ -63,7 +66,8 @@ IdOpt = Annotated[
     str | None, typer.Option("--id", help="The line's id, as `gpuguard ledger list` shows it.")
 ]
 SelectNodeOpt = Annotated[
-    str | None, typer.Option("--node", help="With --at and --fault: the line's node.")
+    str | None,
+    typer.Option("--node", parser=inputs.node_name, help="With --at and --fault: the line's node."),
 ]
 SelectAtOpt = Annotated[
     str | None, typer.Option("--at", help="With --node and --fault: the line's time (ISO).")
@@ -253,7 +257,8 @@ def _check_at(text: str | None) -> datetime:
 
 
 def ledger_add(
-    node: Annotated[str, typer.Option("--node", help="The node the fault happened on.")],
+    node: Annotated[str, typer.Option(
+        "--node", parser=inputs.node_name, help="The node the fault happened on.")],
     xid: Annotated[int, typer.Option("--xid", min=1, max=9999, help="The Xid code, e.g. 79.")],
     pci_address: Annotated[str, typer.Option("--pci", help="PCI slot, e.g. 0000:99:00.0.")],
     uuid: Annotated[str, typer.Option("--uuid", help="Card UUID, GPU-xxxxxxxx-xxxx-...")],
