@@ -22,6 +22,7 @@ from gpuguard.model import durations
 LONGEST = timedelta(days=400)  # longer than any window, deadline or interval makes sense
 NAME_MAX = 253  # a DNS subdomain, what Kubernetes accepts for a Node's name
 LABEL_MAX = 63  # a DNS label: a namespace
+URL_MAX = 2048  # what browsers and proxies reliably pass
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _HTTP_URL = pydantic.TypeAdapter(pydantic.AnyHttpUrl)
@@ -68,6 +69,8 @@ def http_url(text: str) -> str:
     """An http(s) URL with a host and a valid port, no spaces or control characters."""
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         raise InputError(f"{_short(text)}: a URL has no spaces or control characters")
+    if len(text) > URL_MAX:
+        raise InputError(f"{_short(text)}: longer than {URL_MAX} characters")
     try:
         parsed = _HTTP_URL.validate_python(text)
     except pydantic.ValidationError as e:
