@@ -134,15 +134,15 @@ def _with(base: list[str], param: Any, value: str) -> tuple[list[str], str]:
 
 def _cases() -> dict[str, Case]:
     cases = {}
-    for command in cli_commands.leaf_commands():
-        base = BASE.get(command)
+    for command in (c for c in cli_commands.leaf_commands() if c in BASE):
+        base = BASE[command]
         for param in _params(command):
-            for label, value in BAD_VALUES.get(param.name, []) if base is not None else []:
+            for label, value in BAD_VALUES.get(param.name, []):
                 argv, names = _with(base, param, value)
                 names = value if value.startswith("{") else names  # a file: its path
                 cases[f"{command}:{param.opts[0].lstrip('-')}:{label}"] = Case(
                     command, tuple(argv), names)
-            if param.name == "config" and base is not None:
+            if param.name == "config":
                 for variable, value in SETTINGS_VARIABLES:
                     cases[f"{command}:{variable}"] = Case(
                         command, tuple(base), variable, ((variable, value),))
