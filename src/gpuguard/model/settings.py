@@ -174,12 +174,19 @@ class GpuIsolationSettings(_Section):
 
 
 class PrometheusSettings(_Section):
-    url: HttpUrl = Field(default="http://prometheus-operated.monitoring:9090")
+    url: HttpUrl = Field(
+        default="http://prometheus-operated.monitoring:9090",
+        description="Prometheus' base URL (the one holding dcgm-exporter, kube-state-metrics "
+        "and the agent's series); --prometheus-url overrides it.",
+    )
     staleness: PositiveDuration = Field(
         default=timedelta(minutes=2),
         description="Data older than this is an error (fail closed), not 'all healthy'.",
     )
-    timeout: PositiveDuration = Field(default=timedelta(seconds=10))
+    timeout: PositiveDuration = Field(
+        default=timedelta(seconds=10),
+        description="How long one Prometheus query may take before the tick fails closed.",
+    )
 
 
 class ControllerSettings(_Section):
@@ -216,7 +223,10 @@ class ControllerSettings(_Section):
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",
     )
-    lease_name: str = Field(default="gpuguard-leader")
+    lease_name: str = Field(
+        default="gpuguard-leader",
+        description="The Lease (in `namespace`) whose holder is the one replica that acts.",
+    )
     lease_duration: PositiveDuration = Field(
         default=timedelta(seconds=15),
         description="A standby takes over after the Lease went unrenewed this long.",
@@ -228,7 +238,10 @@ class ControllerSettings(_Section):
     renew_every: PositiveDuration = Field(
         default=timedelta(seconds=2), description="Lease retry period."
     )
-    metrics_port: int = Field(default=9808, ge=0, le=65535)
+    metrics_port: int = Field(
+        default=9808, ge=0, le=65535,
+        description="Port of the controller's /metrics, /healthz and /readyz.",
+    )
     xid_overrides: Path | None = Field(
         default=None, description="YAML file of Xid class overrides (see `xid explain --help`)."
     )
@@ -242,7 +255,10 @@ class NotificationSettings(_Section):
         default="json",
         description="alertmanager: POST /api/v2/alerts of Alertmanager; json: a generic object.",
     )
-    timeout: PositiveDuration = Field(default=timedelta(seconds=5))
+    timeout: PositiveDuration = Field(
+        default=timedelta(seconds=5),
+        description="How long one notice may take to post (a failure is logged, never fatal).",
+    )
 
 
 class PhantomSettings(_Section):
