@@ -1,12 +1,14 @@
 """One node whose condition carries a time that is not a time (``lastTransitionTime:
 not-a-time``, which a lenient API server or a hand-made object can hold) does not make the
 cluster unreadable: ``audit`` and ``gate`` (and ``health``, which reads through the gate's
-reader) still read every node, that one included."""
+reader) still read every node, that one included. (On the same cluster: ``audit --html``
+says where it wrote its page.)"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -49,3 +51,11 @@ def test_gate_decides_for_the_node_and_beside_it(api: str, node: str) -> None:
     assert steps["kubelet-version"]["status"] == "PASS"
     assert "on 1/1 workers" in steps["role-labels"]["evidence"]  # the other node was read
     assert code == 2  # no agent status, no burn-in Job: unknown, the taint stays
+
+
+def test_audit_html_says_where_it_wrote(api: str, tmp_path: Path) -> None:
+    page = tmp_path / "audit.html"
+    code, out, err = gpuguard(api, "audit", "--html", str(page), "-o", "json")
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert err.strip() == f"wrote the HTML report to {page.resolve()}"
+    assert json.loads(out)  # stdout stays the report
