@@ -55,7 +55,7 @@ def test_gate_decides_for_the_node_and_beside_it(api: str, node: str) -> None:
 
 def test_audit_html_says_where_it_wrote(api: str, tmp_path: Path) -> None:
     page = tmp_path / "audit.html"
-    code, out, err = gpuguard(api, "audit", "--html", str(page), "-o", "json")
+    _, out, err = gpuguard(api, "audit", "--html", str(page), "-o", "json")
     assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert err.strip() == f"wrote the HTML report to {page.resolve()}"
     assert json.loads(out)  # stdout stays the report
