@@ -94,3 +94,18 @@ def test_a_canary_without_ip_vs_stops_the_rollout_and_stays_cordoned(
     assert all(n.driver_module == OLD and n.driver_library == OLD for n in others)
     assert not any(o["spec"].get("unschedulable") for o in run.played.store.list("Node")
                    if o["metadata"]["name"] != "gpu-node-000")
+
+
+def test_a_kernel_only_rollout_on_a_default_fleet_completes() -> None:
+    """Without its own check list a change requires the checks that passed on each node
+    before it: rke2-version, UNKNOWN on a fleet that declares no control-plane version, does
+    not hold the canary until the verify timeout stops the rollout."""
+    run, report = report_of("kernel-rollout-default-checks")
+    (rollout,) = report["rollouts"]
+    assert (rollout["state"], rollout["stopped_by"]) == ("completed", None)
+    assert [(len(w["nodes"]), w["result"]) for w in rollout["waves"]] == [(1, "passed"),
+                                                                       (3, "passed")]
+    assert all(n.kernel_release == "6.8.0-60-generic" for n in run.played.nodes)
+    marks = [json.loads(o["metadata"]["annotations"][keys.CHANGE])
+             for o in run.played.store.list("Node")]
+    assert all(m["phase"] == "done" for m in marks)

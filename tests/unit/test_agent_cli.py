@@ -28,8 +28,10 @@ LAUNCH = "import typer; from gpuguard.cli import agent; typer.run(agent.agent)"
     [
         pytest.param(["--node", "n", "--check-interval", "soon"], "--check-interval",
                      id="interval-not-a-duration"),
-        pytest.param(["--node", "n", "--check-interval", "0s"], "at least 1s",
+        pytest.param(["--node", "n", "--check-interval", "0s"], "longer than 0s",
                      id="interval-zero"),
+        pytest.param(["--node", "n", "--check-interval", "500ms"], "at least 1s",
+                     id="interval-under-a-second"),
         pytest.param(["--node", "n", "--kmsg", "--journal"], "choose one",
                      id="two-log-sources"),
         pytest.param(["--check-interval", "5m"], "NODE_NAME", id="no-node-name"),

@@ -4,6 +4,7 @@ are busy with nothing and the commands to take the evidence (the phantom inciden
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,3 +79,20 @@ def test_explain_shows_the_isolated_gpus_and_what_keeps_them_out(
     assert data["gpu_isolation"]["step"] == "apply"
     text = " ".join(CliRunner().invoke(app, ["explain", "gpu-node-1"]).stdout.split())
     assert "GPU 1 (GPU-0a8e0faa) isolated for xid-48: compute-prohibited+device-plugin" in text
+
+
+def test_status_and_explain_agree_that_forged_marks_are_not_gpuguards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marks = {annotation_keys.ISOLATED_AT: "2026-09-21T05:00:00Z", annotation_keys.REASON: "xid-79"}
+    ours = fleet.Node("gpu-node-1", "b", 8, 7, unschedulable=True, annotations=marks,
+                      isolation_writers=frozenset({annotation_keys.FIELD_MANAGER}))
+    forged = dataclasses.replace(ours, name="gpu-node-2",
+                                 isolation_writers=frozenset({"kubectl-annotate"}))
+    result = tick.TickResult(at=NOW, snapshot=fleet.FleetSnapshot(NOW, nodes=(ours, forged)))
+    data = guard._status(result, {"holder": None})
+    assert data["nodes"] == {"isolated": ["gpu-node-1"], "cordoned-by-human": ["gpu-node-2"]}
+
+    monkeypatch.setattr(guard, "run_tick", lambda *a, **k: result)
+    shown = json.loads(CliRunner().invoke(app, ["explain", "gpu-node-2", "-o", "json"]).stdout)
+    assert shown["state"] == "cordoned-by-human"

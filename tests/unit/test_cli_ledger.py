@@ -43,7 +43,7 @@ def add_args(**overrides: str) -> list[str]:
         pytest.param({"at": "yesterday"}, "--at", "not an ISO time", id="time-in-words"),
         pytest.param({"xid": "0"}, "--xid", "", id="xid-zero"),
         pytest.param({"verdict": "reboot"}, "--verdict", "", id="unknown-verdict"),
-        pytest.param({"node": "gpu node b"}, "--node", "cannot be a ConfigMap key",
+        pytest.param({"node": "gpu node b"}, "--node", "not a Kubernetes name",
                      id="node-with-spaces"),
     ],
 )

@@ -44,11 +44,17 @@ def cluster() -> fakes.FakeNodes:
         labels={change.DRIVER_LABELS[0]: "580.126.09"}) for n in NAMES})  # fmt: skip
 
 
-def agents(nodes: fakes.FakeNodes, failing: str | None = None) -> fakes.FakeMetrics:
+def agents(nodes: fakes.FakeNodes, failing: tuple[str, str] | None = None) -> fakes.FakeMetrics:
+    """Every check PASS, but ``failing`` (node, check) FAILs once the change rebooted it."""
     series = [fleet.MetricSample(names.CHECK_STATUS, {"node": n, "check": c,
-                                 "status": "FAIL" if (n, c) == failing else "PASS"}, 1.0, START)
-              for n in nodes.nodes for c in CHECKS]  # fmt: skip
+                                 "status": "FAIL" if (n, c) == failing and _changed(node)
+                                 else "PASS"}, 1.0, START)
+              for n, node in nodes.nodes.items() for c in CHECKS]  # fmt: skip
     return fakes.FakeMetrics(series)
+
+
+def _changed(node: fleet.Node) -> bool:
+    return node.boot_id.endswith("-boot-1")  # the_tool's reboot
 
 
 def the_tool(nodes: fakes.FakeNodes) -> None:

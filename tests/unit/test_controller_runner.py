@@ -173,6 +173,29 @@ def test_a_standby_is_ready_while_the_api_answers() -> None:
     assert loop.ready()
 
 
+def test_a_standby_is_unready_while_prometheus_cannot_answer_and_ready_again_after() -> None:
+    """It could not decide if it took over: its /readyz says so, looked at once per
+    interval, not on every Lease retry."""
+    down = {"now": True, "looks": 0}
+
+    def probe() -> None:
+        down["looks"] += 1
+        if down["now"]:
+            raise SourceError("Prometheus query 'freshness' failed: connection refused")
+
+    loop, clock = make(FakeLease(leading=False), fakes.FakeMetrics())
+    loop.probe = probe
+    loop.step()
+    assert not loop.ready()
+    down["now"] = False
+    clock.t += 2  # a Lease retry, within the interval: no new look
+    loop.step()
+    assert (loop.ready(), down["looks"]) == (False, 1)
+    clock.t += loop.interval.total_seconds()
+    loop.step()
+    assert (loop.ready(), down["looks"]) == (True, 2)
+
+
 def test_a_nan_from_prometheus_fails_one_tick_closed_and_the_next_tick_decides() -> None:
     nan = {"first": True}
     good = test_sources_prometheus.fleet_answers(1)

@@ -167,3 +167,24 @@ def test_a_rollouts_nodes_per_phase_and_where_it_stopped_are_exported() -> None:
     assert seen[key] == 1
     metrics.observe(dataclasses.replace(result, changes=[]))  # the change ConfigMap deleted
     assert not [k for k in values(metrics) if k[0].startswith("gpuguard_change_")]
+
+
+def test_forged_marks_are_not_counted_as_gpuguards_isolations() -> None:
+    """A cordon whose ``isolated-at`` someone else wrote (managedFields) is not gpuguard's: no
+    ``gpuguard_isolated_nodes`` series, no room taken in the breaker — the ownership check
+    ``explain`` and the return step use (``fleet.Node.foreign_marks``)."""
+    marks = {annotation_keys.ISOLATED_AT: "2026-09-21T05:00:00Z", annotation_keys.REASON: "xid-79"}
+    ours = fleet.Node("gpu-node-a", "a", 8, 7, unschedulable=True, annotations=marks,
+                      isolation_writers=frozenset({annotation_keys.FIELD_MANAGER}))
+    forged = dataclasses.replace(ours, name="gpu-node-b",
+                                 isolation_writers=frozenset({"kubectl-annotate"}))
+    history = admission.history([ours, forged])
+    assert [i.node for i in history] == ["gpu-node-a"]
+    state = admission.admit([], history, None, 2, settings.IsolationSettings(), NOW).state
+    result = tick.TickResult(at=NOW, decision=isolate.IsolationDecision((), (), state),
+                             snapshot=fleet.FleetSnapshot(NOW, nodes=(ours, forged)))
+    metrics = telemetry.GuardMetrics()
+    metrics.observe(result)
+    isolated = {dict(labels)["node"] for (name, labels), value in values(metrics).items()
+                if name == "gpuguard_isolated_nodes" and value == 1}
+    assert isolated == {"gpu-node-a"}

@@ -346,3 +346,33 @@ def test_a_change_cordon_is_its_own_lifecycle_state() -> None:
     state = lifecycle.LifecycleState
     assert lifecycle.state_of(marked("n00", change.Phase.APPLYING)) is state.CHANGING
     assert lifecycle.state_of(node("n01", cordoned=True)) is state.CORDONED_BY_HUMAN
+
+
+def test_the_checks_that_passed_before_are_recorded_when_the_change_is_requested() -> None:
+    idle = rollout.NodeFacts(marked("n00", change.Phase.CORDONED),
+                             checks={**CHECKS, "rke2-version": decisions.CheckStatus.UNKNOWN})
+    (apply,) = [a for a in rollout.plan(SPEC, fleet_of(12, n00=idle), NOW).actions
+                if a.step is Step.APPLY]
+    mark = change.read_mark(dataclasses.replace(node("n00"), annotations=apply.annotations))
+    assert mark is not None
+    assert mark.passed == tuple(sorted(CHECKS))  # rke2-version was not passing
+
+
+@pytest.mark.parametrize(
+    ("passed", "step"),
+    [
+        pytest.param(tuple(sorted(CHECKS)), Step.BURN_IN, id="passed-before-required-only"),
+        pytest.param(None, Step.WAIT, id="older-mark-every-reported-check"),
+    ],
+)
+def test_a_change_without_checks_requires_those_that_passed_before(
+    passed: tuple[str, ...] | None, step: Step,
+) -> None:
+    mark = change.NodeMark("drv-580", change.Phase.APPLYING, 0, NOW, "boot-1", gpus=8,
+                           passed=passed)
+    after = node("n00", cordoned=True, boot="boot-2", **{keys.CHANGE: mark.encode()})
+    unknown = {**CHECKS, "rke2-version": decisions.CheckStatus.UNKNOWN}
+    facts = dataclasses.replace(applied(checks=unknown), node=after)
+    action = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW).action_for("n00")
+    assert action is not None
+    assert action.step is step, action.reason

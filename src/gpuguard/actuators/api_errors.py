@@ -45,4 +45,25 @@ def translated(what: str, fallback: type[GpuguardError] = GpuguardError) -> Iter
     except ApiError as e:
         raise from_api_error(e, what, fallback) from e
     except _NOT_API_ERRORS as e:
-        raise fallback(f"{what}: {type(e).__name__}: {e}") from e
+        raise fallback(f"{what}: {transport_failure(e)}") from e
+
+
+def transport_failure(error: Exception) -> str:
+    """What went wrong on the wire, in words: a timeout says how long gpuguard waited."""
+    if isinstance(error, httpx2.TimeoutException):
+        waited = _timeout_of(error)
+        limit = f" within {waited:g}s" if waited else ""
+        return f"no answer{limit} ({type(error).__name__}): is the API server up and reachable?"
+    return f"{type(error).__name__}: {error}"
+
+
+def _timeout_of(error: httpx2.TimeoutException) -> float | None:
+    """The limit that ran out, from the request's timeout extension (None if unknown)."""
+    try:
+        timeouts = error.request.extensions.get("timeout", {})
+    except RuntimeError:  # raised before a request was attached
+        return None
+    kind = {"ConnectTimeout": "connect", "ReadTimeout": "read", "WriteTimeout": "write",
+            "PoolTimeout": "pool"}.get(type(error).__name__, "read")
+    value = timeouts.get(kind)
+    return float(value) if value else None

@@ -28,7 +28,8 @@ import pydantic
 import pydantic_core
 import yaml
 
-from gpuguard.errors import CatalogError
+from gpuguard.errors import CatalogError, InputError
+from gpuguard.model import input_files
 from gpuguard.model import xid as xid_model
 
 LOWEST_CODE = 1
@@ -112,9 +113,9 @@ def parse_overrides(text: str, *, source: str) -> ClassOverrides:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CatalogError(f"{path}: cannot read the Xid override file: {e}") from e
+        return input_files.read_text(path)
+    except InputError as e:
+        raise CatalogError(f"cannot read the Xid override file: {e}") from e
 
 
 def _load_yaml(text: str, *, source: str) -> object:

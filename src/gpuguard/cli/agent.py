@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -21,8 +22,8 @@ from gpuguard.agent import commands, daemon, journal, node_status, position
 from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import registry, running, settings
 from gpuguard.cli import check as check_cli
-from gpuguard.cli import failures
-from gpuguard.model import durations
+from gpuguard.cli import failures, inputs
+from gpuguard.model import bounds
 
 DEFAULT_PORT = 9809
 DEFAULT_STATE_DIR = Path("/var/lib/gpuguard")
@@ -52,18 +53,9 @@ def _kmsg(start: position.Position | None, *, device: Path, boot_id: Path) -> jo
     return journal.KmsgFollower(start, device=device, boot_id_path=boot_id)
 
 
-def _interval(text: str) -> float:
-    try:
-        seconds = durations.parse_duration(text, what="--check-interval").total_seconds()
-    except errors.InputError as e:
-        raise typer.BadParameter(str(e), param_hint="--check-interval") from e
-    if seconds < 1:
-        raise typer.BadParameter("must be at least 1s", param_hint="--check-interval")
-    return seconds
-
-
 NodeOption = Annotated[
-    str | None, typer.Option(help="This node's name for the labels (default: $NODE_NAME).")
+    str | None, typer.Option(
+        parser=inputs.node_name, help="This node's name for the labels (default: $NODE_NAME).")
 ]
 KernelLogOption = Annotated[
     Path | None,
@@ -76,8 +68,11 @@ KmsgOption = Annotated[bool, typer.Option("--kmsg", help="Follow /dev/kmsg under
 StateDirOption = Annotated[
     Path, typer.Option(help="Where the read position and counts survive restarts.")
 ]
-IntervalOption = Annotated[str, typer.Option(help="How often the host checks run, e.g. 5m.")]
-PortOption = Annotated[int, typer.Option(help="Port for /metrics and /healthz.")]
+IntervalOption = Annotated[timedelta, typer.Option(
+    parser=inputs.duration(shortest=timedelta(seconds=1)), metavar=inputs.DURATION,
+    show_default="5m", help="How often the host checks run, e.g. 5m.",
+)]  # fmt: skip
+PortOption = Annotated[int, typer.Option(min=1, max=65535, help="Port for /metrics and /healthz.")]
 HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
 PodResourcesOption = Annotated[
     Path | None,
@@ -121,7 +116,7 @@ def agent(
     use_journal: JournalOption = False,
     use_kmsg: KmsgOption = False,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    check_interval: IntervalOption = "5m",
+    check_interval: IntervalOption = timedelta(minutes=5),
     port: PortOption = DEFAULT_PORT,
     listen: HostOption = "0.0.0.0",
     role: check_cli.RoleOption = settings.NodeRole.WORKER,
@@ -165,9 +160,7 @@ def agent(
     if kernel_log is not None and not kernel_log.is_file():
         raise errors.InputError(f"--kernel-log {kernel_log}: no such file")
     follow = _follower_factory(root, kernel_log, use_journal, use_kmsg)
-    name = node or os.environ.get("NODE_NAME")
-    if not name:
-        raise typer.BadParameter("give --node or set NODE_NAME", param_hint="--node")
+    name = _node_name(node)
     check_settings = settings.CheckSettings(
         role=role,
         control_plane_version=check_cli._control_plane(control_plane_version),
@@ -178,7 +171,7 @@ def agent(
         declared_dir=declared,
     )
     config = daemon.AgentConfig(
-        name, root, state_dir, _interval(check_interval), pod_resources=pod_resources,
+        name, root, state_dir, check_interval.total_seconds(), pod_resources=pod_resources,
         xid_overrides=xid_overrides,
     )
     extra = registry.GPU_STATE_CHECKS if gpu_state else ()
@@ -203,3 +196,14 @@ def agent(
     ) as server:
         logging.info("gpuguard agent for %s on :%d", name, server.server_address[1])
         the_agent.run(stop)
+
+
+def _node_name(node: str | None) -> str:
+    """--node, else $NODE_NAME: a Kubernetes node name (InputError naming which)."""
+    name = node or os.environ.get("NODE_NAME")
+    if not name:
+        raise typer.BadParameter("give --node or set NODE_NAME", param_hint="--node")
+    try:
+        return bounds.object_name(name)
+    except errors.InputError as e:
+        raise errors.InputError(f"{'--node' if node else 'NODE_NAME'}: {e}") from e

@@ -54,6 +54,8 @@ def audit(
     data = report(results, view.at, cluster, prom)
     if html is not None:
         html.write_text(audit_html.render(data), encoding="utf-8")
+        # on stderr: stdout stays the report (-o json pipes cleanly)
+        output.errors.print(f"wrote the HTML report to {html.resolve()}")
     if not output.emit(data, fmt):
         _print(data)
     worst = [f for r in results for f in r.findings if f.severity.rank >= fail_on.rank]

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.controller import backtest as replaying
 from gpuguard.errors import InputError, SourceError
-from gpuguard.model import durations
+from gpuguard.model import bounds, durations
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import prometheus
 
@@ -22,7 +22,10 @@ def parse_instant(text: str, now: datetime, *, flag: str) -> datetime:
     if raw == "now":
         return now
     if raw.startswith("now-"):
-        return now - durations.parse_duration(raw.removeprefix("now-"), what=flag)
+        try:
+            return now - bounds.duration(raw.removeprefix("now-"))
+        except InputError as e:
+            raise InputError(f"{flag} {text}: {e}") from e
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError as e:
@@ -34,7 +37,10 @@ def backtest(
     prometheus_url: Annotated[str, typer.Option(help="Prometheus base URL holding the history.")],
     start: Annotated[str, typer.Option("--from", help="ISO time, or now-30d.")] = "now-7d",
     end: Annotated[str, typer.Option("--to", help="ISO time, or now.")] = "now",
-    step: Annotated[str, typer.Option(help="Replay step (the guard's tick).")] = "1m",
+    step: Annotated[timedelta, typer.Option(
+        parser=inputs.duration(), metavar=inputs.DURATION, show_default="1m",
+        help="Replay step (the guard's tick).",
+    )] = timedelta(minutes=1),
     config: guard.ConfigOpt = None,
     fmt: guard.FormatOpt = output.Format.TABLE,
 ) -> None:
@@ -51,11 +57,9 @@ def backtest(
     now = datetime.now(UTC)
     t1 = parse_instant(start, now, flag="--from")
     t2 = parse_instant(end, now, flag="--to")
-    delta = durations.parse_duration(step, what="--step")
-    if t1 >= t2:
-        raise InputError(f"--from {start} is not before --to {end}: nothing to replay")
+    _check_range(t1, t2, step, start, end)
     guard.check_url(prometheus_url, "--prometheus-url")
-    report = _run(prometheus_url, settings, t1, t2, delta)
+    report = _run(prometheus_url, settings, t1, t2, step)
     data = _as_data(report)
     if not output.emit(data, fmt):
         _print(report)
@@ -64,6 +68,20 @@ def backtest(
             f"no instant could be replayed from {prometheus_url}"
             + (f": {report.first_error}" if report.first_error else "")
         )
+
+
+def _check_range(t1: datetime, t2: datetime, step: timedelta, start: str, end: str) -> None:
+    """A range to replay, at most ``inputs.REPLAY_RANGE`` long and of a bounded number of
+    steps (each is a Prometheus query): InputError naming the flag otherwise."""
+    if t1 >= t2:
+        raise InputError(f"--from {start} is not before --to {end}: nothing to replay")
+    if t2 - t1 > inputs.REPLAY_RANGE:
+        longest = durations.format_duration(inputs.REPLAY_RANGE)
+        raise InputError(f"--from {start} --to {end}: longer than {longest}; replay at most "
+                         f"{longest} at a time (e.g. --from now-{longest})")
+    if (t2 - t1) / step > inputs.REPLAY_INSTANTS:
+        raise InputError(f"--step {durations.format_duration(step)}: more than "
+                         f"{inputs.REPLAY_INSTANTS} instants in the range; take a longer step")
 
 
 def _run(

@@ -8,6 +8,7 @@ compact termination message, and exits 0 (passed), 1 (not passed) or 2 (bad flag
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -17,8 +18,7 @@ from rich.text import Text
 from gpuguard import errors
 from gpuguard.agent.burnin import hardware, report, running
 from gpuguard.catalog import gpu_models
-from gpuguard.cli import output
-from gpuguard.model import durations
+from gpuguard.cli import inputs, output
 from gpuguard.policy import burnin as burnin_policy
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ENVIRONMENT = 0, 1, 2
@@ -59,7 +59,10 @@ Examples:
 
 
 DurationOption = Annotated[
-    str, typer.Option(help="How long each GPU runs its timed matmul (90s, 2m, ...).")
+    timedelta, typer.Option(
+        parser=inputs.duration(), metavar=inputs.DURATION, show_default="90s",
+        help="How long each GPU runs its timed matmul (90s, 2m, ...).",
+    ),
 ]
 SizeOption = Annotated[int, typer.Option(min=1, help="Side of the square matrices.")]
 DtypeOption = Annotated[gpu_models.Dtype, typer.Option(help="Matmul precision.")]
@@ -85,7 +88,10 @@ ReasonOption = Annotated[
     str | None, typer.Option(help="Why the node was isolated, e.g. xid-48 (for --mode auto).")
 ]
 DcgmTimeoutOption = Annotated[
-    str, typer.Option(help="Hard limit for dcgmi diag -r 4 before it counts as UNKNOWN.")
+    timedelta, typer.Option(
+        parser=inputs.duration(), metavar=inputs.DURATION, show_default="60m",
+        help="Hard limit for dcgmi diag -r 4 before it counts as UNKNOWN.",
+    ),
 ]
 UuidOption = Annotated[
     str | None,
@@ -98,7 +104,7 @@ SummaryOption = Annotated[
 
 
 def burnin(
-    duration: DurationOption = "90s",
+    duration: DurationOption = timedelta(seconds=90),
     size: SizeOption = 8192,
     dtype: DtypeOption = gpu_models.Dtype.FP16,
     expected_gpus: ExpectedOption = None,
@@ -106,7 +112,7 @@ def burnin(
     device: DeviceOption = hardware.DeviceKind.CUDA,
     mode: ModeOption = burnin_policy.Mode.AUTO,
     reason: ReasonOption = None,
-    dcgm_timeout: DcgmTimeoutOption = "60m",
+    dcgm_timeout: DcgmTimeoutOption = timedelta(minutes=60),
     uuid: UuidOption = None,
     fmt: output.FormatOpt = output.Format.TABLE,
     json_output: output.JsonAlias = False,
@@ -123,12 +129,12 @@ def burnin(
         device=device,
         mode=mode,
         xid=_reason(reason),
-        duration_s=_seconds(duration, "--duration"),
+        duration_s=duration.total_seconds(),
         size=size,
         dtype=dtype,
         expected_gpus=expected_gpus,
         floor=floor,
-        dcgm_timeout_s=_seconds(dcgm_timeout, "--dcgm-timeout"),
+        dcgm_timeout_s=dcgm_timeout.total_seconds(),
         uuid=uuid,
     )
     try:
@@ -140,16 +146,6 @@ def burnin(
         output.write_summary(summary_file, result.summary())
     _render(result, fmt, summary=summary)
     raise typer.Exit(EXIT_PASSED if result.passed else EXIT_FAILED)
-
-
-def _seconds(text: str, flag: str) -> float:
-    try:
-        seconds = durations.parse_duration(text, what=flag).total_seconds()
-    except errors.InputError as e:
-        raise typer.BadParameter(str(e), param_hint=flag) from e
-    if seconds <= 0:
-        raise typer.BadParameter(f"{flag}: must be longer than 0s, got {text!r}", param_hint=flag)
-    return seconds
 
 
 def _reason(text: str | None) -> int | None:

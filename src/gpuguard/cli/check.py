@@ -19,7 +19,7 @@ import typer
 from gpuguard import errors
 from gpuguard.agent import commands
 from gpuguard.agent.checks import registry, result, rke2_release, running, settings
-from gpuguard.cli import output
+from gpuguard.cli import inputs, output
 from gpuguard.model import decisions
 
 STATUS_STYLE = {
@@ -144,9 +144,10 @@ DriverOption = Annotated[
 KernelOption = Annotated[
     str | None, typer.Option(help="Declared kernel release: package-pin reports drift from it.")
 ]
-TimeoutOption = Annotated[
-    float, typer.Option(min=0.1, help="Seconds each check may take before it is UNKNOWN.")
-]
+TimeoutOption = Annotated[float, typer.Option(
+    parser=inputs.number(0.1, 3600), metavar="SECONDS",
+    help="Seconds each check may take before it is UNKNOWN (0.1 to 3600).",
+)]  # fmt: skip
 
 
 def check(

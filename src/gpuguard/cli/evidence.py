@@ -24,8 +24,8 @@ from gpuguard.agent import commands
 from gpuguard.agent.evidence import collect, kernel, smi
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli import check as check_cli
-from gpuguard.cli import output
-from gpuguard.model import durations
+from gpuguard.cli import inputs, output
+from gpuguard.model import bounds
 from gpuguard.model import evidence as evidence_model
 
 BOOT = "BOOT"
@@ -92,7 +92,8 @@ SmiOption = Annotated[
     bool, typer.Option("--nvidia-smi/--no-nvidia-smi", help="Query nvidia-smi if it is safe.")
 ]
 NodeOption = Annotated[
-    str | None, typer.Option(help="The node's name (default: the host's /etc/hostname).")
+    str | None, typer.Option(
+        parser=inputs.node_name, help="The node's name (default: the host's /etc/hostname).")
 ]
 
 
@@ -101,12 +102,9 @@ def parse_since(text: str) -> timedelta | None:
     if text.strip().upper() == BOOT:
         return None
     try:
-        window = durations.parse_duration(text, what="--since")
+        return bounds.duration(text)
     except errors.InputError as e:
         raise typer.BadParameter(f"{e} (or BOOT)", param_hint="--since") from e
-    if window <= timedelta(0):
-        raise typer.BadParameter("the window must be longer than 0", param_hint="--since")
-    return window
 
 
 def evidence(

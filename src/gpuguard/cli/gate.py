@@ -17,7 +17,7 @@ import typer
 
 from gpuguard import errors
 from gpuguard.actuators import onboarding as gate_writer
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.controller import wiring
 from gpuguard.model import decisions
 from gpuguard.policy import gate as gate_policy
@@ -41,7 +41,7 @@ def exit_code(report: gate_policy.GateReport) -> int:
 
 # ---- the command ---------------------------------------------------------------------------
 
-NodeArg = Annotated[str, typer.Argument(help="The node to admit.")]
+NodeArg = Annotated[str, typer.Argument(parser=inputs.node_name, help="The node to admit.")]
 ApiVersionOpt = Annotated[
     str | None,
     typer.Option(
@@ -50,7 +50,9 @@ ApiVersionOpt = Annotated[
     ),
 ]
 SkewOpt = Annotated[int, typer.Option(min=0, help="Minor versions the kubelet may lag.")]
-NamespaceOpt = Annotated[str, typer.Option(help="Namespace of the burn-in Jobs.")]
+NamespaceOpt = Annotated[
+    str, typer.Option(parser=inputs.namespace, help="Namespace of the burn-in Jobs.")
+]
 DryRunOpt = Annotated[bool, typer.Option(help="Decide and print; change nothing.")]
 
 

@@ -24,8 +24,9 @@ import typer
 from gpuguard.agent import commands
 from gpuguard.agent import gpu_isolation as host
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.cli import output
+from gpuguard.cli import inputs, output
 from gpuguard.errors import GpuguardError, InputError
+from gpuguard.model import input_files
 from gpuguard.policy import gpu_route
 from gpuguard.sources import kubernetes
 
@@ -114,7 +115,7 @@ SlicesOption = Annotated[
 
 @app.command("taint-rule", help="Print the DRA DeviceTaintRule that keeps one GPU out.")
 def taint_rule(
-    node: Annotated[str, typer.Option(help="The node the GPU is on.")],
+    node: Annotated[str, typer.Option(parser=inputs.node_name, help="The node the GPU is on.")],
     uuid: Annotated[str, typer.Option(help="The isolated GPU's UUID (GPU-...).")],
     slices: SlicesOption,
     effect: Annotated[
@@ -131,11 +132,7 @@ def taint_rule(
     if api_version not in gpu_route.API_VERSIONS:
         raise typer.BadParameter(f"one of {', '.join(gpu_route.API_VERSIONS)}",
                                  param_hint="--api-version")
-    try:
-        data = json.loads(slices.read_text(encoding="utf-8"))
-        items = data.get("items", []) if isinstance(data, dict) else []
-    except (OSError, ValueError) as e:
-        raise InputError(f"--slices {slices}: not a ResourceSlice list: {e}") from e
+    items = _items(slices, "--slices", "ResourceSlice")
     device = gpu_route.resolve(gpu_route.slice_devices(items), node, uuid)
     if device is None:
         raise InputError(
@@ -167,7 +164,9 @@ def kernel_module_config(
     ] = None,
     name: Annotated[str, typer.Option(help="Its name (driver.kernelModuleConfig.name).")]
     = gpu_route.MODULE_CONFIG_NAME,
-    namespace: Annotated[str, typer.Option(help="The GPU Operator's namespace.")]
+    namespace: Annotated[
+        str, typer.Option(parser=inputs.namespace, help="The GPU Operator's namespace.")
+    ]
     = gpu_route.MODULE_CONFIG_NAMESPACE,
     fmt: output.FormatOpt = output.Format.YAML,
 ) -> None:
@@ -191,9 +190,10 @@ def kernel_module_config(
 
 def _items(path: Path, flag: str, kind: str) -> list[dict[str, Any]]:
     """The objects of a ``kubectl get -o json`` file: a list's items, or the one object."""
+    text = input_files.read_text(path, what=flag)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        data = json.loads(text)
+    except ValueError as e:
         raise InputError(f"{flag} {path}: not JSON: {e}") from e
     if isinstance(data, dict) and data.get("kind") == kind:
         return [data]

@@ -7,15 +7,14 @@ import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import typer
 
-from gpuguard.cli import output, return_checklist
+from gpuguard.cli import inputs, output, return_checklist
 from gpuguard.controller import change as change_step
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError, SourceError
-from gpuguard.model import fleet, gpu_isolation
+from gpuguard.model import bounds, fleet, gpu_isolation
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import gpu_route, lifecycle
 
@@ -51,13 +50,9 @@ def connection(kubeconfig: Path | None, server: str | None, prom: str | None) ->
 def check_url(url: str, flag: str) -> str:
     """``url`` if it is an http(s) URL with a host and a valid port; InputError otherwise."""
     try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError as e:
-        raise InputError(f"{flag} {url}: not a URL ({e})") from e
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise InputError(f"{flag} {url}: expected http(s)://HOST[:PORT], e.g. http://127.0.0.1:9090")
-    return url
+        return bounds.http_url(url)
+    except InputError as e:
+        raise InputError(f"{flag} {e}") from e
 
 
 def require_decision(
@@ -167,7 +162,7 @@ def _print_tick(result: tick.TickResult) -> None:
 
 
 def explain(
-    node: Annotated[str, typer.Argument(help="Node name.")],
+    node: Annotated[str, typer.Argument(parser=inputs.node_name, help="Node name.")],
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
     kube_server: ServerOpt = None,

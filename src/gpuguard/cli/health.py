@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.controller import tick, wiring
 from gpuguard.errors import InputError, SourceError
 from gpuguard.model import fleet
@@ -20,7 +20,7 @@ EXIT_FIT, EXIT_NOT_FIT = 0, 1
 
 
 def health(
-    node: Annotated[str, typer.Argument(help="Node name.")],
+    node: Annotated[str, typer.Argument(parser=inputs.node_name, help="Node name.")],
     config: guard.ConfigOpt = None,
     kubeconfig: guard.KubeconfigOpt = None,
     kube_server: guard.ServerOpt = None,

@@ -7,14 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.controller import wiring
 from gpuguard.policy import hygiene as hygiene_policy
 from gpuguard.sources import workloads
 
 
 def hygiene(
-    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    namespace: Annotated[
+        str | None, typer.Option(parser=inputs.namespace, help="Only this namespace.")
+    ] = None,
     config: guard.ConfigOpt = None,
     kubeconfig: guard.KubeconfigOpt = None,
     kube_server: guard.ServerOpt = None,

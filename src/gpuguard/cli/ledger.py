@@ -21,7 +21,7 @@ import typer
 
 from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output, safe_text
 from gpuguard.controller import wiring
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 from gpuguard.model import decisions, faults, pci, timestamps
@@ -42,9 +42,12 @@ app = typer.Typer(
 
 NamespaceOpt = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Where the ledger lives (default: from settings)."),
+    typer.Option("--namespace", "-n", parser=inputs.namespace,
+                 help="Where the ledger lives (default: from settings)."),
 ]
-NodeFilter = Annotated[str | None, typer.Option("--node", help="Only faults on this node.")]
+NodeFilter = Annotated[
+    str | None, typer.Option("--node", parser=inputs.node_name, help="Only faults on this node.")
+]
 UuidFilter = Annotated[str | None, typer.Option("--uuid", help="Only faults of this card.")]
 ForceOpt = Annotated[
     bool,
@@ -63,7 +66,8 @@ IdOpt = Annotated[
     str | None, typer.Option("--id", help="The line's id, as `gpuguard ledger list` shows it.")
 ]
 SelectNodeOpt = Annotated[
-    str | None, typer.Option("--node", help="With --at and --fault: the line's node.")
+    str | None,
+    typer.Option("--node", parser=inputs.node_name, help="With --at and --fault: the line's node."),
 ]
 SelectAtOpt = Annotated[
     str | None, typer.Option("--at", help="With --node and --fault: the line's time (ISO).")
@@ -253,7 +257,8 @@ def _check_at(text: str | None) -> datetime:
 
 
 def ledger_add(
-    node: Annotated[str, typer.Option("--node", help="The node the fault happened on.")],
+    node: Annotated[str, typer.Option(
+        "--node", parser=inputs.node_name, help="The node the fault happened on.")],
     xid: Annotated[int, typer.Option("--xid", min=1, max=9999, help="The Xid code, e.g. 79.")],
     pci_address: Annotated[str, typer.Option("--pci", help="PCI slot, e.g. 0000:99:00.0.")],
     uuid: Annotated[str, typer.Option("--uuid", help="Card UUID, GPU-xxxxxxxx-xxxx-...")],
@@ -301,7 +306,7 @@ def ledger_add(
         _check_node_known(reader, node, force=force)
         store.append(entry)
         entries = _read(store).entries
-    sys.stdout.write(f"recorded on {node}: {line}\n{_drafted(entry, entries)}\n")
+    output.line(f"recorded on {node}: {line}\n{_drafted(entry, entries)}")
 
 
 def _now() -> datetime:
@@ -373,8 +378,9 @@ def ledger_remove(
         record = _audit(read, target, ledger_store.AuditOp.REMOVE, who, why)
         store.record_audit(record)
         entries = _read(store).entries
-    sys.stdout.write(
+    output.line(
         f"removed from {target.node} by {who}: {record.target}\n{_card_count(target, entries)}"
+        .removesuffix("\n")
     )
 
 
@@ -434,9 +440,9 @@ def ledger_amend(
         record = _audit(read, target, ledger_store.AuditOp.AMEND, who, why, new=new)
         store.record_audit(record)
         entries = _read(store).entries
-    sys.stdout.write(
+    output.line(
         f"amended on {target.node} by {who}:\n  was: {record.target}\n  now: {record.new}\n"
-        f"{_card_count(new, entries)}"
+        f"{_card_count(new, entries)}".removesuffix("\n")
     )
 
 
@@ -592,7 +598,7 @@ def ledger_export(
         return
     writer = csv.DictWriter(sys.stdout, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    writer.writerows({k: safe_text.csv_cell(v) for k, v in r.items()} for r in rows)
 
 
 app.command("list")(ledger_list)

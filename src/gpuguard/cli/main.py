@@ -27,6 +27,7 @@ from gpuguard.cli import (
     manifest,
     phantom,
     run,
+    settings_ref,
     sim,
     sim_serve,
     utilization,
@@ -112,6 +113,9 @@ app.command("health", short_help="Is NODE fit to run training? yes/no with the r
 )
 app.command("hygiene", short_help="Workloads that can leave GPUs busy with nothing.")(
     hygiene.hygiene
+)
+app.command("settings", short_help="Every setting: type, default, what it does.")(
+    settings_ref.settings
 )
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuguard.actuators import jobs
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.model import return_to_pool
 
 app = typer.Typer(help="Print what gpuguard would create, for review.", no_args_is_help=True)
@@ -33,7 +33,9 @@ class ManifestFormat(StrEnum):
     JSON = "json"
 
 
-NodeOpt = Annotated[str, typer.Option("--node", help="The node the Job is pinned to.")]
+NodeOpt = Annotated[
+    str, typer.Option("--node", parser=inputs.node_name, help="The node the Job is pinned to.")
+]
 IsolatedAtOpt = Annotated[
     str, typer.Option(help="The node's gpuguard.io/isolated-at (names the Job).")
 ]

@@ -1,10 +1,12 @@
 """Rendering of data for the terminal: ``-o table`` (rich), ``json`` or ``yaml``.
 
 Commands build plain dicts/lists; this module prints them. One way to print data, and one
-rule for it: data is text. The consoles here never read markup or emoji codes in what they
-print (a process named ``[/evil]`` is printed, not parsed; a PCI address ``0000:ab:00.0`` is
-not the emoji ``:ab:``); styling is given explicitly (``style=``, ``rich.text.Text``). On a
-terminal tables fit its width; piped, they are not wrapped at 80 columns.
+rule for it: data is text, and shown safely (``safe_text``: control characters escaped,
+long lines cut — whatever a node name, annotation or log line holds). The consoles here
+never read markup or emoji codes in what they print (a process named ``[/evil]`` is
+printed, not parsed; a PCI address ``0000:ab:00.0`` is not the emoji ``:ab:``); styling is
+given explicitly (``style=``, ``rich.text.Text``). On a terminal tables fit its width;
+piped, they are not wrapped at 80 columns.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import typer
 import yaml
 from rich.console import Console
 from rich.progress import Progress
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from gpuguard.cli import safe_text
+
 T = TypeVar("T")
 PIPE_WIDTH = 200  # piped to a file or pager: wide enough that rows stay on one line
+ERROR_LIMIT = 1000  # characters of an error line: enough for every input it names
 
 
 class Format(StrEnum):
@@ -38,13 +44,28 @@ FormatOpt = Annotated[Format, typer.Option("--output", "-o", help="table, json o
 JsonAlias = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
 
 
+class SafeConsole(Console):
+    """A rich console that never writes a control character it was given as text: strings
+    are escaped and cut before layout (so tables stay aligned), and every text segment is
+    escaped again as it is written (so a ``Text`` built elsewhere cannot slip one through)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(safe_text.shown(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(safe_text.visible(seg.text), seg.style)
+            for seg in buffer
+        )
+
+
 def make_console(*, stderr: bool = False) -> Console:
     """A console that prints text as text, sized to the terminal or unwrapped when piped."""
     plain: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
-    console = Console(stderr=stderr, soft_wrap=False, **plain)
+    console = SafeConsole(stderr=stderr, soft_wrap=False, **plain)
     if console.is_terminal or "COLUMNS" in os.environ:
         return console
-    return Console(stderr=stderr, soft_wrap=False, width=PIPE_WIDTH, **plain)
+    return SafeConsole(stderr=stderr, soft_wrap=False, width=PIPE_WIDTH, **plain)
 
 
 console = make_console()
@@ -87,7 +108,12 @@ def bold(text: str) -> Text:
 def error_line(message: str) -> None:
     """``error: <message>`` as one plain line on stderr (the form every failure takes)."""
     text = "; ".join(part.strip() for part in message.splitlines() if part.strip())
-    sys.stderr.write(f"error: {text}\n")
+    sys.stderr.write(f"error: {safe_text.shown(text, ERROR_LIMIT)}\n")
+
+
+def line(text: str) -> None:
+    """One line of plain text on stdout (a summary, a generated file), shown safely."""
+    sys.stdout.write(safe_text.visible(text) + "\n")
 
 
 def emit(data: Any, fmt: Format) -> bool:

@@ -14,16 +14,17 @@ from typing import Annotated, Any
 import typer
 
 from gpuguard.catalog import gpu_models
-from gpuguard.cli import backtest, guard, output
-from gpuguard.errors import InputError, SourceError
+from gpuguard.cli import backtest, guard, inputs, output
+from gpuguard.errors import SourceError
 from gpuguard.model import durations, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import phantom as phantom_policy
 from gpuguard.sources import gpu_metrics
 
 SinceOpt = Annotated[
-    str | None,
-    typer.Option("--since", help="Window the signature must hold over (default: settings)."),
+    timedelta | None,
+    typer.Option("--since", parser=inputs.duration(), metavar=inputs.DURATION,
+                 help="Window the signature must hold over (default: settings)."),
 ]
 AtOpt = Annotated[
     str, typer.Option("--at", help="Evaluate at this instant: ISO time, now, or now-2h.")
@@ -46,15 +47,13 @@ class Query:
 def parse_query(
     settings: settings_model.GuardSettings,
     url: str | None,
-    since: str | None,
+    since: timedelta | None,
     default_window: timedelta,
     at: str,
 ) -> Query:
     """The validated flags; exit 2 with the flag named when one is malformed."""
-    window = durations.parse_duration(since, what="--since") if since else default_window
+    window = since or default_window
     instant = backtest.parse_instant(at, datetime.now(UTC), flag="--at")
-    if window <= timedelta(0):
-        raise InputError(f"--since {since}: must be a positive duration")
     if url is not None:
         guard.check_url(url, "--prometheus-url")
     return Query(url or settings.prometheus.url, window, instant)

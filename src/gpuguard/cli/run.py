@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
 import socket
 import threading
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -53,7 +55,10 @@ def run(
     port = settings.controller.metrics_port if metrics_port is None else metrics_port
     c = settings.controller
     fast = fast_path.FastPath()
-    with wiring.build_guard(settings, conn, dry_run=dry_run, fast=fast) as (built, client):
+    with (
+        wiring.build_guard(settings, conn, dry_run=dry_run, fast=fast) as (built, client),
+        contextlib.closing(wiring.freshness_reader(settings, conn)) as fresh,
+    ):
         elector = leader.LeaseElector(
             leader.KubeLeases(client, c.lease_name, c.namespace),
             identity=me,
@@ -68,6 +73,7 @@ def run(
             metrics,
             interval=c.interval,
             retry=c.renew_every,
+            probe=lambda: fresh.samples(datetime.now(UTC)),
         )
         stop = threading.Event()
 

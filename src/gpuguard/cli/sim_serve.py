@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from gpuguard.cli import failures, guard, output, sim
+from gpuguard.cli import failures, guard, inputs, output, sim
 from gpuguard.demo import job_commands, live_prometheus
 from gpuguard.model import durations
 from gpuguard.model import settings as settings_model
@@ -34,7 +34,8 @@ class ControlPlane(enum.StrEnum):
 def serve(
     scenario_ref: sim.ScenarioArg,
     speed: Annotated[float, typer.Option(
-        min=0.001, help="Scenario time per second of wall time: 60 = a minute per second.",
+        parser=inputs.number(0.001, 100_000), metavar="FACTOR",
+        help="Scenario time per second of wall time: 60 = a minute per second.",
     )] = 1.0,
     port: Annotated[int, typer.Option(
         min=0, max=65535, help="Port of the Kubernetes API (0 = any free port).",

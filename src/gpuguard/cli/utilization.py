@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuguard.cli import guard, output
+from gpuguard.cli import guard, inputs, output
 from gpuguard.cli import phantom as phantom_cli
 from gpuguard.model import durations
 from gpuguard.policy import utilization as utilization_policy
@@ -18,7 +18,9 @@ from gpuguard.policy import utilization as utilization_policy
 
 def utilization(
     namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", help="Only pods of this namespace.")
+        str | None,
+        typer.Option("--namespace", "-n", parser=inputs.namespace,
+                     help="Only pods of this namespace."),
     ] = None,
     since: phantom_cli.SinceOpt = None,
     prometheus_url: phantom_cli.UrlOpt = None,

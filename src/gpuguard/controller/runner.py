@@ -73,6 +73,9 @@ class Runner:
     interval: timedelta
     retry: timedelta = timedelta(seconds=2)
     monotonic: Callable[[], float] = time.monotonic
+    probe: Callable[[], object] | None = None
+    """A standby's look at Prometheus (raises GpuguardError when it cannot answer fresh
+    data); None: a standby is ready while the API answers."""
 
     def __post_init__(self) -> None:
         self._failures = 0
@@ -80,6 +83,8 @@ class Runner:
         self._last_ok: float | None = None
         self._beat: float | None = None  # when the loop last began a pass
         self._lease_answered = False
+        self._standby_ok = False  # a standby's last look at Prometheus answered, fresh
+        self._next_probe = 0.0
         self._urgent = False  # a wake asked for a tick now
         self._woken = threading.Event()  # ends the wait between passes
 
@@ -105,11 +110,12 @@ class Runner:
 
     def ready(self) -> bool:
         """Readiness: the API answers (the last Lease attempt did) and, for the leader, a tick
-        decided recently (Prometheus and the API answered it)."""
+        decided recently (Prometheus and the API answered it); for a standby, Prometheus
+        answered its last look with fresh data (it could take over and decide)."""
         if not self._lease_answered:
             return False
         if not self.leadership.is_leader():
-            return True
+            return self._standby_ok
         limit = 3 * self.interval.total_seconds() + backoff(self.interval, self._failures)
         return self._last_ok is not None and self.monotonic() - self._last_ok < limit
 
@@ -126,7 +132,10 @@ class Runner:
         self.metrics.set_leading(leading)
         now = self.monotonic()
         urgent, self._urgent = self._urgent, False
-        if not leading or (now < self._next_tick and not urgent):
+        if not leading:
+            self._look_at_prometheus(now)
+            return None
+        if now < self._next_tick and not urgent:
             return None
         if urgent:
             self.metrics.urgent_ticks.inc()
@@ -144,6 +153,22 @@ class Runner:
         self._beat = self.monotonic()
         self._again(result)
         return result
+
+    def _look_at_prometheus(self, now: float) -> None:
+        """A standby asks Prometheus for the freshness series once per interval."""
+        if now < self._next_probe:
+            return
+        self._next_probe = now + self.interval.total_seconds()
+        if self.probe is None:
+            self._standby_ok = True
+            return
+        try:
+            self.probe()
+        except GpuguardError as e:
+            log.warning("standby: Prometheus cannot answer (not ready): %s", e)
+            self._standby_ok = False
+        else:
+            self._standby_ok = True
 
     def _again(self, result: tick.TickResult) -> None:
         """Tick again at once for fast-path faults the per-tick limit left (``tick_again``)."""

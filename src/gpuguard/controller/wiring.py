@@ -296,6 +296,17 @@ def _prometheus_reader(
     return read
 
 
+def freshness_reader(
+    guard_settings: settings_model.GuardSettings, connection: Connection
+) -> prometheus.PrometheusSource:
+    """A reader of only the freshness series (close it): a standby's readiness probe —
+    does Prometheus answer with fresh data, so that it could take over and decide?"""
+    url = connection.prometheus_url or guard_settings.prometheus.url
+    return prometheus.PrometheusSource(
+        url, prometheus.FreshnessPlan(), **_prometheus_options(guard_settings)
+    )
+
+
 def _prometheus_options(guard_settings: settings_model.GuardSettings) -> dict[str, Any]:
     """What every Prometheus reader takes from the settings: staleness bound and timeout."""
     return {

@@ -147,7 +147,8 @@ class _Spec(pydantic.BaseModel):
 @dataclass(frozen=True, slots=True)
 class ChangeSpec:
     """A change as declared. ``checks``: the conformance checks that must PASS after the
-    change (None: every check the node's agent reports); ``check`` adds the expected-state
+    change (None: the checks that passed on that node before the change, recorded in its mark
+    as ``NodeMark.passed``); ``check`` adds the expected-state
     check of an arbitrary change. ``min_available``: the share of the pool's nodes that must
     stay schedulable (the pool's free-capacity floor). ``burn_in``: the burn-in's mode after
     the checks pass (the Job the return to pool runs; None: no burn-in, e.g. a taint)."""
@@ -250,6 +251,9 @@ class NodeMark:
     detail: str = ""
     gpus: int = 0  # GPU capacity when it was taken (0: unknown): all must come back
     was: str = ""  # "DRIVER|KERNEL" it ran when the change was requested (a stale label)
+    passed: tuple[str, ...] | None = None
+    """The checks that passed on the node when the change was requested: what a change
+    without its own ``checks`` requires afterwards (None: not recorded, an older mark)."""
 
     def encode(self) -> str:
         body: dict[str, Any] = {"change": self.change, "phase": str(self.phase),
@@ -264,6 +268,8 @@ class NodeMark:
             body["gpus"] = self.gpus
         if self.was:
             body["was"] = self.was
+        if self.passed is not None:
+            body["passed"] = sorted(self.passed)
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -281,11 +287,20 @@ def read_mark(node: fleet.Node) -> NodeMark | None:
         return NodeMark(change=str(raw["change"]), phase=Phase(raw["phase"]),
                         wave=int(raw["wave"]), since=since, boot=str(raw.get("boot", "")),
                         check=raw.get("check"), detail=str(raw.get("detail", "")),
-                        gpus=int(raw.get("gpus", 0)), was=str(raw.get("was", "")))
+                        gpus=int(raw.get("gpus", 0)), was=str(raw.get("was", "")),
+                        passed=_names(raw.get("passed")))
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(
             f"node {node.name}: annotation {annotation_keys.CHANGE}: unreadable ({e})"
         ) from e
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TypeError(f"passed: expected a list of check names, got {value!r}")
+    return tuple(str(v) for v in value)
 
 
 def driver_version(node: fleet.Node) -> str | None:

@@ -89,6 +89,17 @@ class Node:
         return ", ".join(sorted(writers)) or "no recorded field manager"
 
     @property
+    def isolated_by_gpuguard(self) -> bool:
+        """gpuguard's cordon: unschedulable, carrying ``gpuguard.io/isolated-at``, and that
+        mark written by gpuguard (not ``foreign_marks``): what ``status``, the
+        ``gpuguard_isolated_nodes`` metric and the guard count as gpuguard's isolations."""
+        return (
+            self.unschedulable
+            and annotation_keys.ISOLATED_AT in self.annotations
+            and self.foreign_marks is None
+        )
+
+    @property
     def gpus_missing(self) -> int:
         """GPUs the device plugin no longer offers (capacity > allocatable)."""
         return max(0, self.gpu_capacity - self.gpu_allocatable)

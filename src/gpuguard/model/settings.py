@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from gpuguard.errors import InputError
-from gpuguard.model import durations
+from gpuguard.model import bounds, durations, input_files
 
 _BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
@@ -37,7 +37,16 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"must be longer than 0s, got {durations.format_duration(value)}")
+    return value
+
+
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
+# an interval, timeout or lease time: 0s would be a busy loop or a request that cannot succeed
+PositiveDuration = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_positive)]
+HttpUrl = Annotated[str, AfterValidator(bounds.http_url)]
 
 
 class _Section(BaseModel):
@@ -165,16 +174,25 @@ class GpuIsolationSettings(_Section):
 
 
 class PrometheusSettings(_Section):
-    url: str = Field(default="http://prometheus-operated.monitoring:9090")
-    staleness: Duration = Field(
+    url: HttpUrl = Field(
+        default="http://prometheus-operated.monitoring:9090",
+        description="Prometheus' base URL (the one holding dcgm-exporter, kube-state-metrics "
+        "and the agent's series); --prometheus-url overrides it.",
+    )
+    staleness: PositiveDuration = Field(
         default=timedelta(minutes=2),
         description="Data older than this is an error (fail closed), not 'all healthy'.",
     )
-    timeout: Duration = Field(default=timedelta(seconds=10))
+    timeout: PositiveDuration = Field(
+        default=timedelta(seconds=10),
+        description="How long one Prometheus query may take before the tick fails closed.",
+    )
 
 
 class ControllerSettings(_Section):
-    interval: Duration = Field(default=timedelta(seconds=30), description="Time between ticks.")
+    interval: PositiveDuration = Field(
+        default=timedelta(seconds=30), description="Time between ticks."
+    )
     watch: bool = Field(
         default=True,
         description="`gpuguard run` keeps watch caches of Nodes and unfinished Pods (a paged "
@@ -205,31 +223,42 @@ class ControllerSettings(_Section):
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",
     )
-    lease_name: str = Field(default="gpuguard-leader")
-    lease_duration: Duration = Field(
+    lease_name: str = Field(
+        default="gpuguard-leader",
+        description="The Lease (in `namespace`) whose holder is the one replica that acts.",
+    )
+    lease_duration: PositiveDuration = Field(
         default=timedelta(seconds=15),
         description="A standby takes over after the Lease went unrenewed this long.",
     )
-    renew_deadline: Duration = Field(
+    renew_deadline: PositiveDuration = Field(
         default=timedelta(seconds=10),
         description="A leader stops acting if it could not renew for this long.",
     )
-    renew_every: Duration = Field(default=timedelta(seconds=2), description="Lease retry period.")
-    metrics_port: int = Field(default=9808, ge=0, le=65535)
+    renew_every: PositiveDuration = Field(
+        default=timedelta(seconds=2), description="Lease retry period."
+    )
+    metrics_port: int = Field(
+        default=9808, ge=0, le=65535,
+        description="Port of the controller's /metrics, /healthz and /readyz.",
+    )
     xid_overrides: Path | None = Field(
         default=None, description="YAML file of Xid class overrides (see `xid explain --help`)."
     )
 
 
 class NotificationSettings(_Section):
-    webhook_url: str | None = Field(
+    webhook_url: HttpUrl | None = Field(
         default=None, description="Where to post a notice for every action; unset = off."
     )
     format: Literal["alertmanager", "json"] = Field(
         default="json",
         description="alertmanager: POST /api/v2/alerts of Alertmanager; json: a generic object.",
     )
-    timeout: Duration = Field(default=timedelta(seconds=5))
+    timeout: PositiveDuration = Field(
+        default=timedelta(seconds=5),
+        description="How long one notice may take to post (a failure is logged, never fatal).",
+    )
 
 
 class PhantomSettings(_Section):
@@ -468,12 +497,9 @@ _COLLECTIONS = (list, tuple, set, frozenset, dict)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    text = input_files.read_text(path, what="--config")
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read settings: {e.strerror}") from e
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not a settings file (not UTF-8 text: {e.reason})") from e
+        loaded = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML: {e}") from e
     if loaded is None:

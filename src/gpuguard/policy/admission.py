@@ -149,7 +149,7 @@ def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
     out = []
     for node in nodes:
         marks = node.annotations
-        if not (node.unschedulable and annotation_keys.ISOLATED_AT in marks):
+        if not node.isolated_by_gpuguard:  # forged marks never fill the breaker
             out += _gpu_isolations(node)
             if change.out_for_change(node):
                 out.append(Isolation(node.name, None, confirmed=False, change=True))

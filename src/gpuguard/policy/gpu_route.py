@@ -99,7 +99,8 @@ def slice_devices(slices: Iterable[Mapping[str, Any]]) -> tuple[SliceDevice, ...
         pool = spec.get("pool")
         head = (str(spec.get("driver", "")), str(pool.get("name", "")) if isinstance(
             pool, Mapping) else "", str(spec.get("nodeName") or ""))
-        for device in spec.get("devices") or ():
+        devices = spec.get("devices")
+        for device in devices if isinstance(devices, list) else ():
             uuid = _uuid(device)
             if uuid and isinstance(device, Mapping) and device.get("name"):
                 found.append(SliceDevice(head[0], head[1], str(device["name"]), head[2], uuid))
@@ -110,7 +111,9 @@ def _uuid(device: object) -> str:
     if not isinstance(device, Mapping):
         return ""
     # v1beta1 nests attributes under ``basic``; v1beta2 and v1 have them on the device
-    attributes = device.get("attributes") or (device.get("basic") or {}).get("attributes")
+    basic = device.get("basic")
+    attributes = device.get("attributes") or (
+        basic.get("attributes") if isinstance(basic, Mapping) else None)
     value = attributes.get("uuid") if isinstance(attributes, Mapping) else None
     text = value.get("string") if isinstance(value, Mapping) else None
     return str(text) if text else ""

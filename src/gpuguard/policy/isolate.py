@@ -71,12 +71,13 @@ class _Candidate:
 
 
 def is_auto_isolated(node: fleet.Node) -> bool:
-    """gpuguard's cordon: unschedulable AND carrying gpuguard's isolated-at annotation."""
-    return node.unschedulable and annotation_keys.ISOLATED_AT in node.annotations
+    """gpuguard's cordon: unschedulable AND carrying the isolated-at mark gpuguard wrote."""
+    return node.isolated_by_gpuguard
 
 
 def is_human_cordoned(node: fleet.Node) -> bool:
-    return node.unschedulable and annotation_keys.ISOLATED_AT not in node.annotations
+    """Cordoned, and not by gpuguard (no marks, or marks someone else wrote): never touched."""
+    return node.unschedulable and not node.isolated_by_gpuguard
 
 
 def decide(

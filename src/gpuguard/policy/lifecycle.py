@@ -22,7 +22,7 @@ class LifecycleState(StrEnum):
 
 def state_of(node: fleet.Node) -> LifecycleState:
     if node.unschedulable:
-        if annotation_keys.ISOLATED_AT in node.annotations:
+        if node.isolated_by_gpuguard:  # marks someone else wrote are not gpuguard's cordon
             return LifecycleState.ISOLATED
         if change.out_for_change(node):
             return LifecycleState.CHANGING

@@ -59,13 +59,7 @@ class RecoveryStep:
 
 def needs_recovery(node: fleet.Node) -> bool:
     """gpuguard isolated it (its marks are its own) and no verdict is recorded on it yet."""
-    marks = node.annotations
-    return (
-        node.unschedulable
-        and annotation_keys.ISOLATED_AT in marks
-        and annotation_keys.VERDICT not in marks
-        and node.foreign_marks is None
-    )
+    return node.isolated_by_gpuguard and annotation_keys.VERDICT not in node.annotations
 
 
 def decide(

@@ -215,7 +215,8 @@ def _advance(
             return NodeAction(name, Step.WAIT, f"kured holds its reboot lock ({kured_holder})",
                               wave=mark.wave)
         applying = model.NodeMark(spec.name, Phase.APPLYING, mark.wave, now, f.node.boot_id,
-                                  gpus=mark.gpus, was=f"{f.driver or ''}|{f.kernel or ''}")
+                                  gpus=mark.gpus, was=f"{f.driver or ''}|{f.kernel or ''}",
+                                  passed=_passing(f))
         request = {keys.CHANGE_REQUESTED: spec.name} if spec.method is model.Method.EXTERNAL else {}
         return NodeAction(name, Step.APPLY, f"idle and cordoned: change {spec.name} requested",
                           (f"boot {f.node.boot_id[:8]}",), mark.wave,
@@ -265,7 +266,7 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
             if seen != before.get(check):
                 return _fail(spec, f, mark, now, check, f"runs {seen}, declared {declared}")
             stale.append(check)
-    required = _required(spec, f) | _gpus_back(f, mark)
+    required = _required(spec, f, mark) | _gpus_back(f, mark)
     failing = sorted(c for c, s in required.items() if s is Status.FAIL)
     if failing:
         return _fail(spec, f, mark, now, failing[0], f"check {failing[0]}: FAIL")
@@ -317,8 +318,19 @@ def _burned_in(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                       burn_in=mode)
 
 
-def _required(spec: model.ChangeSpec, f: NodeFacts) -> dict[str, Status]:
-    names = set(spec.checks) if spec.checks is not None else set(f.checks)
+def _passing(f: NodeFacts) -> tuple[str, ...]:
+    return tuple(sorted(c for c, s in f.checks.items() if s in (Status.PASS, Status.FIXED)))
+
+
+def _required(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark) -> dict[str, Status]:
+    """The checks that must PASS after the change: the change's own list, else those that
+    passed on this node before it (a check that could never pass there, e.g. rke2-version
+    UNKNOWN without a declared control-plane version, must not hold the rollout); a mark
+    from before this was recorded falls back to every check the node reports."""
+    if spec.checks is not None:
+        names = set(spec.checks)
+    else:
+        names = set(mark.passed) if mark.passed is not None else set(f.checks)
     if spec.check:
         names.add(spec.check)
     return {c: f.checks.get(c, Status.UNKNOWN) for c in names}

@@ -36,7 +36,7 @@ import pydantic
 import yaml
 
 from gpuguard.errors import InputError, ScenarioError
-from gpuguard.model import durations
+from gpuguard.model import durations, input_files
 from gpuguard.sim import clock, state
 
 DEFAULT_DURATION = timedelta(minutes=30)
@@ -416,11 +416,9 @@ class Scenario:
 def load(path: Path) -> Scenario:
     """Read and validate a scenario file; ScenarioError names the file on any problem."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot read scenario file: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"{path}: not a scenario file (not UTF-8 text: {e.reason})") from e
+        text = input_files.read_text(path)
+    except InputError as e:
+        raise ScenarioError(f"cannot read scenario file: {e}") from e
     return loads(text, source=str(path))
 
 

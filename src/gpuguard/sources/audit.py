@@ -20,7 +20,7 @@ from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.actuators import api_errors
@@ -30,7 +30,14 @@ from gpuguard.model import audit, fleet
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model.audit import Input
-from gpuguard.sources import fleet_health, gang_pods, kubernetes, prometheus, workloads
+from gpuguard.sources import (
+    fleet_health,
+    gang_pods,
+    kube_lists,
+    kubernetes,
+    prometheus,
+    workloads,
+)
 
 NodeClaim = create_global_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims")
 ClusterPolicy = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
@@ -53,14 +60,16 @@ class AuditReader:
         self, client: Client, prometheus_url: str | None, timeout_s: float = 10.0
     ) -> None:
         self._client = client
+        self._api = kube_lists.SharedApi(lambda: client.config)
         self._prom = prometheus_url.rstrip("/") if prometheus_url else None
         self._timeout_s = timeout_s
 
     def read(self, at: datetime, settings: settings_model.GuardSettings) -> audit.AuditView:
         objects: dict[Input, Objs] = {}
         missing: dict[Input, str] = {}
-        with api_errors.translated("listing Nodes", SourceError):
-            objects[Input.NODES] = tuple(n.to_dict() for n in self._client.list(Node))
+        # raw JSON, not lightkube's models: a malformed field the audit does not read (a
+        # condition's lastTransitionTime) on one node must not make every node unreadable
+        objects[Input.NODES] = self._api.get().list_all(kube_lists.NODES, dict).items
         for what, read in self._readers().items():
             try:
                 objects[what] = tuple(read())

@@ -31,6 +31,7 @@ from lightkube import ConfigError
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
 
+from gpuguard.actuators import api_errors
 from gpuguard.errors import SourceError
 
 T = TypeVar("T")
@@ -43,7 +44,8 @@ LIST_RESTARTS = 3  # a list whose continue token expired this often in a row fai
 GONE = 410
 QUIET_WATCH_S = 90.0  # the API server bookmarks a watch every minute (apiserver cacher:
 # defaultBookmarkFrequency); silence longer than this is a dead connection
-_CONNECT_TIMEOUT_S = 10.0
+_CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 10.0  # silence between bytes of an answer; a list of 10,000 nodes streams
 _SHOWN_BODY = 200
 
 
@@ -98,7 +100,7 @@ class RawApi:
     def __init__(
         self,
         config: SingleConfig,
-        timeout_s: float = 30.0,
+        timeout_s: float = READ_TIMEOUT_S,
         transport: httpx2.BaseTransport | None = None,  # tests: an httpx2.MockTransport
     ) -> None:
         self._timeout_s = timeout_s
@@ -152,7 +154,7 @@ class RawApi:
         try:
             response = self._http.get(resource.path, params=dict(params))
         except httpx2.HTTPError as e:
-            raise SourceError(f"{what}: {type(e).__name__}: {e}") from e
+            raise SourceError(f"{what}: {api_errors.transport_failure(e)}") from e
         body = _decoded(what, response.status_code, response.content)
         if response.status_code != 200:
             raise _status_error(what, response.status_code, body, response.content)

@@ -9,18 +9,19 @@ Errors are ``SourceError`` (``NotFoundError`` for a node that does not exist) th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import httpx
 from lightkube import Client
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Node
 
 from gpuguard.actuators import api_errors
-from gpuguard.errors import SourceError
+from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import annotation_keys, decisions, jobs, onboarding
 from gpuguard.model import metric_names as names
-from gpuguard.sources import kubernetes, prometheus, return_facts
+from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
 
 class GateReader:
@@ -28,6 +29,7 @@ class GateReader:
 
     def __init__(self, client: Client) -> None:
         self._client = client
+        self._api = kube_lists.SharedApi(lambda: client.config)
 
     def read(
         self,
@@ -37,15 +39,19 @@ class GateReader:
         namespace: str,
         read_version: bool,
     ) -> onboarding.GateView:
-        """The view of ``name``; ``read_version`` asks the API server for ``GET /version``."""
-        with api_errors.translated(f"reading Node {name}", SourceError):
-            node = gate_node(self._client.get(Node, name))
-        with api_errors.translated("listing Nodes", SourceError):
-            others = tuple(gate_node(n) for n in self._client.list(Node))
+        """The view of ``name``; ``read_version`` asks the API server for ``GET /version``.
+
+        Nodes are read as raw JSON (``kube_lists``), not lightkube's typed models: one field
+        the gate never reads (a condition's malformed ``lastTransitionTime``) on any node
+        must not make the whole list unreadable."""
+        nodes = self._api.get().list_all(kube_lists.NODES, gate_node).items
+        node = next((n for n in nodes if n.name == name), None)
+        if node is None:
+            raise NotFoundError(f"reading Node {name}: not found (404)")
         version, unreadable = self._version() if read_version else (None, None)
         return onboarding.GateView(
             node=node,
-            others=tuple(n for n in others if n.name != name),
+            others=tuple(n for n in nodes if n.name != name),
             burnin_jobs=self._burnin_jobs(name, namespace),
             check_status=check_status,
             api_server_version=version,
@@ -66,16 +72,27 @@ class GateReader:
             return tuple(burnin_job(j) for j in found)
 
 
-def gate_node(node: Node) -> onboarding.GateNode:
-    meta, spec, status = node.metadata, node.spec, node.status
-    info = status.nodeInfo if status else None
+def gate_node(node: Mapping[str, Any]) -> onboarding.GateNode:
+    """The gate's view of a Node object as the API server sent it (raw JSON)."""
+    meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
+    info = _mapping(_mapping(node.get("status")).get("nodeInfo"))
+    taints = spec.get("taints")
     return onboarding.GateNode(
-        name=(meta.name if meta else None) or "?",
-        resource_version=meta.resourceVersion if meta else None,
-        kubelet_version=info.kubeletVersion if info else None,
-        labels=dict(meta.labels or {}) if meta else {},
-        taints=tuple(t.to_dict() for t in (spec.taints if spec else None) or []),
+        name=str(meta.get("name") or "?"),
+        resource_version=_text(meta.get("resourceVersion")),
+        kubelet_version=_text(info.get("kubeletVersion")),
+        labels={str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
+        taints=tuple(t for t in taints if isinstance(t, dict)) if isinstance(taints, list)
+        else (),
     )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value is not None else None
 
 
 def burnin_job(job: Job) -> onboarding.BurnInJob:

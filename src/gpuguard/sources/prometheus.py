@@ -49,6 +49,14 @@ def freshness_queries() -> dict[str, str]:
     }
 
 
+class FreshnessPlan:
+    """Only the freshness queries: "does Prometheus answer with fresh data?" (a standby's
+    readiness: could it take over and decide?)."""
+
+    def queries(self) -> dict[str, str]:
+        return freshness_queries()
+
+
 def node_freshness_query() -> str:
     """Per node, the time of its dcgm-exporter's newest sample: a node whose exporter stopped
     answering is absent here from its first failed scrape (Prometheus marks its series stale;
