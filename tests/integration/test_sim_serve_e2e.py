@@ -5,35 +5,16 @@ and a GPU that falls off the bus isolated live."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests import tools, waits
+from tests.processes import GPUGUARD, process
 
-GPUGUARD = [sys.executable, "-m", "gpuguard.cli.main"]
 READY_TIMEOUT_S = 60.0
 ISOLATE_TIMEOUT_S = 60.0
-
-
-@contextmanager
-def process(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, **(env or {})}) as proc:
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
 
 
 def kubectl(kubeconfig: str, *args: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuguard.sim.control_plane import cluster
 from tests import tools, waits
-from tests.integration.test_sim_serve_e2e import GPUGUARD, process
+from tests.processes import GPUGUARD, process
 
 VERDICT_TIMEOUT_S = 90.0
 
