@@ -40,10 +40,10 @@ from typing import Any
 import yaml
 
 from gpuguard.errors import GpuguardError
+from gpuguard.sim import live
 from gpuguard.sim.control_plane import pki, versions
 
 _READY_TIMEOUT_S = 60.0
-_STOP_TIMEOUT_S = 10.0
 SERVICE_CIDR = "10.96.0.0/16"
 FEATURE_GATES = "DRADeviceTaints=true,DRADeviceTaintRules=true"
 RUNTIME_CONFIG = "resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
@@ -262,51 +262,47 @@ def start(
         )
         plane.write_kubeconfig(plane.kubeconfig, tokens["admin"], "gpuguard-real")
         if controllers:
-            config = plane.write_kubeconfig(
-                folder / "kcm.kubeconfig", tokens["controller-manager"], "kcm"
-            )
-            stack.enter_context(
-                _process(
-                    "kube-controller-manager",
-                    [
-                        str(bin_dir / "kube-controller-manager"),
-                        f"--kubeconfig={config}",
-                        "--leader-elect=false",
-                        "--bind-address=127.0.0.1",
-                        f"--secure-port={free_port()}",
-                        f"--service-account-private-key-file={keys.service_account_key}",
-                        f"--root-ca-file={keys.ca_cert}",
-                        "--use-service-account-credentials=true",
-                        f"--cluster-signing-cert-file={keys.ca_cert}",
-                        f"--feature-gates={FEATURE_GATES}",
-                        "--controllers=*,-tokencleaner,-bootstrapsigner,-csrsigning",
-                    ],
-                    folder,
-                    None,
-                )
+            _component(
+                stack,
+                plane,
+                "kube-controller-manager",
+                tokens["controller-manager"],
+                [
+                    f"--service-account-private-key-file={keys.service_account_key}",
+                    f"--root-ca-file={keys.ca_cert}",
+                    "--use-service-account-credentials=true",
+                    f"--cluster-signing-cert-file={keys.ca_cert}",
+                    "--controllers=*,-tokencleaner,-bootstrapsigner,-csrsigning",
+                ],
             )
             timings["kube-controller-manager"] = round(time.monotonic() - began, 2)
         if scheduler:
-            config = plane.write_kubeconfig(
-                folder / "scheduler.kubeconfig", tokens["scheduler"], "sched"
-            )
-            stack.enter_context(
-                _process(
-                    "kube-scheduler",
-                    [
-                        str(bin_dir / "kube-scheduler"),
-                        f"--kubeconfig={config}",
-                        "--leader-elect=false",
-                        "--bind-address=127.0.0.1",
-                        f"--secure-port={free_port()}",
-                        f"--feature-gates={FEATURE_GATES}",
-                    ],
-                    folder,
-                    None,
-                )
-            )
+            _component(stack, plane, "kube-scheduler", tokens["scheduler"], [])
             timings["kube-scheduler"] = round(time.monotonic() - began, 2)
         yield plane
+
+
+def _component(
+    stack: ExitStack, plane: ControlPlane, name: str, token: str, flags: list[str]
+) -> None:
+    """A controller-manager or scheduler: its kubeconfig, loopback serving, no election."""
+    config = plane.write_kubeconfig(plane.folder / f"{name}.kubeconfig", token, name)
+    stack.enter_context(
+        _process(
+            name,
+            [
+                str(plane.bin_dir / name),
+                f"--kubeconfig={config}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--feature-gates={FEATURE_GATES}",
+                *flags,
+            ],
+            plane.folder,
+            None,
+        )
+    )
 
 
 def _apiserver_flags(folder: Path, keys: pki.Pki, etcd_url: str, port: int) -> list[str]:
@@ -373,7 +369,7 @@ def _process(
         _wait(name, proc, ready, log_path)
         yield proc
     finally:
-        _stop(proc)
+        live.stop(proc)
 
 
 def _wait(name: str, proc: subprocess.Popen[bytes], ready: Any, log_path: Path) -> None:
@@ -391,16 +387,6 @@ def _wait(name: str, proc: subprocess.Popen[bytes], ready: Any, log_path: Path) 
                 f"{name} not ready after {_READY_TIMEOUT_S:.0f}s (log: {log_path})"
             )
         time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _plain_ok(url: str) -> bool:
