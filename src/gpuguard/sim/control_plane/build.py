@@ -56,11 +56,7 @@ def build_all(*, force: bool = False, log: Path | None = None) -> dict[str, floa
     """Build every missing tool (every tool with force); return seconds spent per group."""
     if not force and not missing_tools():
         return {}  # all cached: Go is not needed
-    go = shutil.which("go") or next(
-        (str(p) for p in (Path("/usr/local/go/bin/go"),) if p.is_file()), None
-    )
-    if go is None:
-        raise BuildError("the real control plane is built with Go (1.26+): no `go` on PATH")
+    go = _go()
     root = versions.cache_root() / versions.build_key()
     bin_dir = root / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
