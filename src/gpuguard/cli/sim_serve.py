@@ -45,6 +45,10 @@ def serve(
         "installed (they answer only gpuguard's queries, with the settings given here).",
     )] = False,
     config: guard.ConfigOpt = None,
+    start_paused: Annotated[bool, typer.Option(
+        "--start-paused", help="Hold the scenario at its first instant until a gpuguard run "
+        "connects (its Lease appears), so no fault fires before it watches.",
+    )] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON line with the URLs once ready, then nothing.",
     )] = False,
@@ -76,12 +80,27 @@ def serve(
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
             _announce(cluster, spec.name, as_json, settings, config)
+            if start_paused and not _wait_for_gpuguard(cluster, stop, quiet=as_json):
+                return
             while True:
                 for entry in [] if as_json else happened:
                     _print_entry(entry)
                 if stop.wait(_TICK_S):
                     break
                 happened = cluster.catch_up()
+
+
+def _wait_for_gpuguard(cluster: live.LiveCluster, stop: threading.Event, *, quiet: bool) -> bool:
+    """Hold scenario time until a gpuguard run's Lease appears; False when stopped first."""
+    if not quiet:
+        output.console.print("paused at the scenario's first instant: start gpuguard run")
+    while not cluster.someone_leads():
+        if stop.wait(_TICK_S):
+            return False
+    cluster.resume()
+    if not quiet:
+        output.console.print("gpuguard run connected (its Lease is there): the scenario runs")
+    return True
 
 
 def _check_dir(folder: Path) -> None:

@@ -88,6 +88,15 @@ class LiveCluster:
                 self.world.run(step=_STEP, until=target, on_step=lambda _: scraped.scrape())
         return self.world.timeline[seen:]
 
+    def someone_leads(self) -> bool:
+        """Whether a Lease exists: a ``gpuguard run`` connected and took (or stands by for)
+        the lead."""
+        return bool(self.world.store.list("Lease"))
+
+    def resume(self) -> None:
+        """Scenario time goes on from where it stands, counted from now (after a pause)."""
+        self.started = time.monotonic() - self.world.elapsed.total_seconds() / self.speed
+
     @property
     def finished(self) -> bool:
         return self.world.elapsed >= self.world.end
