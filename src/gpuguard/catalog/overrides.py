@@ -102,7 +102,7 @@ def _read_text(path: Path) -> str:
     try:
         return input_files.read_text(path)
     except InputError as e:
-        raise CatalogError(f"cannot read the Xid override file: {e}") from e
+        raise CatalogError(f"{e} (the Xid override file)") from e
 
 
 def _load_yaml(text: str, *, source: str) -> object:
