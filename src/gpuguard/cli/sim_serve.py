@@ -7,6 +7,7 @@ import json
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -14,10 +15,10 @@ from typing import Annotated
 import typer
 
 from gpuguard.cli import failures, guard, inputs, output, sim
-from gpuguard.demo import live_prometheus
+from gpuguard.demo import job_commands, live_prometheus
 from gpuguard.model import durations
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import live, state
+from gpuguard.sim import kubelet, live, state, world
 
 _TICK_S = 0.2  # how often the world catches up with the clock
 _MIN_SCALED_HOLD = timedelta(minutes=1)  # two steps of the hold-window query (sources.prometheus)
@@ -77,6 +78,7 @@ def serve(
         with failures.listening("--port", port), live.serve(
             spec, folder, speed=speed, kube_port=port, with_prometheus=with_prometheus,
             emulation=emulation, prefer_emulation=sim_prometheus,
+            kubelet=_job_kubelet(settings),
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
             _announce(cluster, spec.name, as_json, settings, config)
@@ -88,6 +90,18 @@ def serve(
                 if stop.wait(_TICK_S):
                     break
                 happened = cluster.catch_up()
+
+
+def _job_kubelet(settings: settings_model.GuardSettings) -> live.Kubelet:
+    """The simulated nodes run gpuguard's Jobs (evidence, GPU isolation, burn-in) as the
+    demo's do: ``kubectl get jobs,pods -w`` shows them start and end."""
+
+    def make(played: world.World, hosts: Path) -> Callable[[], None]:
+        jobs = kubelet.JobKubelet(played, job_commands.runner(
+            played, hosts, settings.controller.xid_overrides))
+        return jobs.step
+
+    return make
 
 
 def _wait_for_gpuguard(cluster: live.LiveCluster, stop: threading.Event, *, quiet: bool) -> bool:

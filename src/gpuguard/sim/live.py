@@ -51,6 +51,9 @@ class Scraped(Protocol):
 # the answers to serve and what to scrape when the world moved, for a world and the lock held
 # while it moves
 Emulation = Callable[[world.World, threading.Lock], tuple[prometheus_api.Answers, Scraped]]
+# the Job controller and kubelet of the simulated nodes, made for the world and its host trees
+# (the CLI wires ``sim.kubelet.JobKubelet`` to the demo's job commands): a pass when due
+Kubelet = Callable[[world.World, Path], Callable[[], None]]
 REAL, SIMULATED = "prometheus", "simulator"  # which Prometheus is served
 _STEP = timedelta(seconds=15)  # how far the world moves between scrapes of the emulation
 
@@ -73,6 +76,7 @@ class LiveCluster:
     prometheus_kind: str | None = None  # REAL or SIMULATED; None without one
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     scraped: Scraped | None = None  # the emulation, scraped as the world moves
+    kubelet: Callable[[], None] | None = None  # runs gpuguard's Jobs on the simulated nodes
 
     def catch_up(self) -> list[state.TimelineEntry]:
         """Step the world to now (times ``speed``, at most to the scenario's end); the
@@ -80,12 +84,19 @@ class LiveCluster:
         seen = len(self.world.timeline)
         scenario_time = timedelta(seconds=(time.monotonic() - self.started) * self.speed)
         target = max(self.world.elapsed, min(scenario_time, self.world.end))
+        hooks = [h for h in (self.scraped.scrape if self.scraped else None, self.kubelet) if h]
+
+        def after_step(_: world.World) -> None:
+            for hook in hooks:
+                hook()
+
         with self.lock:
-            if self.scraped is None:
+            if not hooks:
                 self.world.step_to(target)
             else:
-                scraped = self.scraped
-                self.world.run(step=_STEP, until=target, on_step=lambda _: scraped.scrape())
+                self.world.run(step=_STEP, until=target, on_step=after_step)
+            if self.kubelet is not None:
+                self.kubelet()  # Jobs created since the last step start now
         return self.world.timeline[seen:]
 
     def someone_leads(self) -> bool:
@@ -132,18 +143,24 @@ def serve(
     with_prometheus: bool = True,
     emulation: Emulation | None = None,
     prefer_emulation: bool = False,
+    kubelet: Kubelet | None = None,
 ) -> Iterator[LiveCluster]:
     """Start everything, yield the live cluster, stop everything on exit. Prometheus: the real
-    one where installed (unless ``prefer_emulation``), else ``emulation``'s answers."""
+    one where installed (unless ``prefer_emulation``), else ``emulation``'s answers.
+    ``kubelet``: the nodes run gpuguard's Jobs (their host trees under ``workdir/hosts``)."""
     spec = starting_now(spec)
     objects = store.ObjectStore()
-    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start))
+    hosts = workdir / "hosts" if kubelet is not None else None
+    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start),
+                                       hosts_root=hosts)
     with ExitStack() as stack:
         api = stack.enter_context(kubeapi.serve(objects, host=host, port=kube_port))
         metrics = stack.enter_context(metrics_server.serve(played, host=host))
         config_path = workdir / "kubeconfig"
         config_path.write_text(kubeconfig(api.url, spec.name))
         cluster = LiveCluster(played, api.url, metrics, None, config_path, speed, 0.0)
+        if kubelet is not None and hosts is not None:
+            cluster.kubelet = kubelet(played, hosts)
         real = shutil.which("prometheus") is not None and not prefer_emulation
         if with_prometheus and (real or emulation is None):
             config: dict[str, Any] = {"global": {"scrape_interval": SCRAPE_INTERVAL,
