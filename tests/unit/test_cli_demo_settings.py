@@ -28,3 +28,15 @@ def test_demo_with_default_settings_exits_0() -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert "missed: []" in result.stdout
+
+
+@pytest.mark.usefixtures("demo_played_once")
+def test_the_summary_is_never_cut_on_an_80_column_terminal() -> None:
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        app, ["demo", "--scenario", "user-xid13-then-xid79"])
+    assert result.exit_code == 0, result.stderr
+    figures = result.stdout[result.stdout.rindex("figures (the cluster"):]
+    assert "user-xid13-then-xid79" in figures
+    for header in ("isolated", "GPUs isolated", "→ isolation", "returned", "missed", "health"):
+        assert header in figures
+    assert "…" not in figures

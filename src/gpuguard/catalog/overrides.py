@@ -115,7 +115,8 @@ def _read_text(path: Path) -> str:
     try:
         return input_files.read_text(path)
     except InputError as e:
-        raise CatalogError(f"cannot read the Xid override file: {e}") from e
+        reason = str(e).removeprefix(f"{path}: ")
+        raise CatalogError(f"{path}: cannot read the Xid override file: {reason}") from e
 
 
 def _load_yaml(text: str, *, source: str) -> object:

@@ -66,7 +66,7 @@ def demo(
             settings=_settings_line(settings)), sep="")
         for report in reports:
             _print_scenario(console, report, verbose)
-        console.print(_summary(reports))
+        _print_uncut(console, _summary(reports))
     if totals["missed"] or totals["false_isolations"]:
         raise SourceError(
             f"the guard missed {totals['missed']} fault(s) and isolated "
@@ -145,18 +145,31 @@ def _rollout(shown: dict[str, Any]) -> str:
             f"{shown.get('max_out', 0)} nodes out at once")
 
 
+def _print_uncut(console: Console, table: Table) -> None:
+    """The figures whole, wider than the terminal if they must be (a narrow terminal folds
+    the long lines; a summary with its numbers cut says nothing)."""
+    natural = console.measure(table, options=console.options.update_width(1000)).maximum
+    width = console.width
+    console.width = max(width, natural)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
 def _summary(reports: list[dict[str, Any]]) -> Table:
     table = Table(title=f"figures (the cluster's earlier guard isolated the Xid 79 incident "
                         f"after {EARLIER_GUARD_XID79})")
     table.add_column("scenario", no_wrap=True)
-    for header in ("isolated", "→ isolation", "returned", "held", "phantom", "false", "missed",
-                   "health"):  # fmt: skip
+    for header in ("isolated", "GPUs isolated", "→ isolation", "returned", "held", "phantom",
+                   "false", "missed", "health"):  # fmt: skip
         table.add_column(header, no_wrap=True)
     for r in reports:
         slowest = max(r["time_to_isolate_s"].values(), default=None)
         table.add_row(
             r["name"],
             str(len(r["isolated"])),
+            str(len(r.get("gpu_isolated", []))),
             sim.offset_text(slowest) if slowest is not None else "-",
             str(len(r["returned"])),
             str(len(r["held"])),

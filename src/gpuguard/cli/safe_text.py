@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-LINE_LIMIT = 300  # characters of one printed line; the rest is cut, its length shown
+LINE_LIMIT = 2000  # characters of one printed line (a drafted request fits); the rest is cut
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")

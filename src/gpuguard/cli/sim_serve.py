@@ -8,6 +8,7 @@ import json
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from gpuguard.cli import failures, guard, inputs, output, sim
 from gpuguard.demo import job_commands, live_prometheus
 from gpuguard.model import durations
 from gpuguard.model import settings as settings_model
-from gpuguard.sim import live, state, world
+from gpuguard.sim import kubelet, live, state, world
 from gpuguard.sim.control_plane import live_plane
 
 _TICK_S = 0.2  # how often the world catches up with the clock
@@ -59,6 +60,10 @@ def serve(
         "kube-apiserver, controller-manager and scheduler with gpuguard's chart installed by "
         "Helm, built once by `scripts/control-plane build` (a checkout of the repository).",
     )] = ControlPlane.SIMULATED,
+    start_paused: Annotated[bool, typer.Option(
+        "--start-paused", help="Hold the scenario at its first instant until a gpuguard run "
+        "connects (its Lease appears), so no fault fires before it watches.",
+    )] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON line with the URLs once ready, then nothing.",
     )] = False,
@@ -87,10 +92,13 @@ def serve(
         real = _real_plane if control_plane is ControlPlane.REAL else None
         with failures.listening("--port", port), live.serve(
             spec, folder, speed=speed, kube_port=port, with_prometheus=with_prometheus,
-            emulation=emulation, prefer_emulation=sim_prometheus, real=real,
+            emulation=emulation, prefer_emulation=sim_prometheus,
+            kubelet=_job_kubelet(settings), real=real,
         ) as cluster:
             happened = cluster.catch_up()  # the scenario's first instant, before anyone looks
             _announce(cluster, spec.name, as_json, settings, config)
+            if start_paused and not _wait_for_gpuguard(cluster, stop, quiet=as_json):
+                return
             while True:
                 for entry in [] if as_json else happened:
                     _print_entry(entry)
@@ -103,6 +111,31 @@ def _real_plane(played: world.World, folder: Path) -> AbstractContextManager[liv
     """The real control plane, its simulated kubelets running Jobs as the demo's do."""
     assert played.hosts_root is not None
     return live_plane.serve(played, folder, job_commands.runner(played, played.hosts_root))
+
+
+def _job_kubelet(settings: settings_model.GuardSettings) -> live.Kubelet:
+    """The simulated nodes run gpuguard's Jobs (evidence, GPU isolation, burn-in) as the
+    demo's do: ``kubectl get jobs,pods -w`` shows them start and end."""
+
+    def make(played: world.World, hosts: Path) -> Callable[[], None]:
+        jobs = kubelet.JobKubelet(played, job_commands.runner(
+            played, hosts, settings.controller.xid_overrides))
+        return jobs.step
+
+    return make
+
+
+def _wait_for_gpuguard(cluster: live.LiveCluster, stop: threading.Event, *, quiet: bool) -> bool:
+    """Hold scenario time until a gpuguard run's Lease appears; False when stopped first."""
+    if not quiet:
+        output.console.print("paused at the scenario's first instant: start gpuguard run")
+    while not cluster.someone_leads():
+        if stop.wait(_TICK_S):
+            return False
+    cluster.resume()
+    if not quiet:
+        output.console.print("gpuguard run connected (its Lease is there): the scenario runs")
+    return True
 
 
 def _check_dir(folder: Path) -> None:

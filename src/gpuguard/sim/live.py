@@ -50,6 +50,7 @@ class Scraped(Protocol):
 
 class Synced(Protocol):
     def sync(self) -> None: ...
+    def someone_leads(self) -> bool: ...
 
 
 class RealPlane(Protocol):
@@ -71,6 +72,9 @@ RealFactory = Callable[[world.World, Path], AbstractContextManager[RealPlane]]
 # the answers to serve and what to scrape when the world moved, for a world and the lock held
 # while it moves
 Emulation = Callable[[world.World, threading.Lock], tuple[prometheus_api.Answers, Scraped]]
+# the Job controller and kubelet of the simulated nodes, made for the world and its host trees
+# (the CLI wires ``sim.kubelet.JobKubelet`` to the demo's job commands): a pass when due
+Kubelet = Callable[[world.World, Path], Callable[[], None]]
 REAL, SIMULATED = "prometheus", "simulator"  # which Prometheus is served
 PLANE_REAL, PLANE_SIMULATED = "real", "simulated"  # which Kubernetes control plane
 _STEP = timedelta(seconds=15)  # how far the world moves between scrapes of the emulation
@@ -94,9 +98,12 @@ class LiveCluster:
     prometheus_kind: str | None = None  # REAL or SIMULATED; None without one
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     scraped: Scraped | None = None  # the emulation, scraped as the world moves
+    # runs gpuguard's Jobs on the simulated nodes; with a real control plane, carries the
+    # world to it (control_plane.bridge: its kubelets)
+    kubelet: Callable[[], None] | None = None
     control_plane: str = PLANE_SIMULATED  # PLANE_REAL: a real control plane
-    carried: Synced | None = None  # with a real one: the world carried to it after each step
     guard_kubeconfig: Path | None = None  # with a real one: gpuguard's own identity
+    leases: Callable[[], bool] | None = None  # with a real one: whether a Lease is stored there
 
     def catch_up(self) -> list[state.TimelineEntry]:
         """Step the world to now (times ``speed``, at most to the scenario's end); the
@@ -104,15 +111,31 @@ class LiveCluster:
         seen = len(self.world.timeline)
         scenario_time = timedelta(seconds=(time.monotonic() - self.started) * self.speed)
         target = max(self.world.elapsed, min(scenario_time, self.world.end))
+        hooks = [h for h in (self.scraped.scrape if self.scraped else None, self.kubelet) if h]
+
+        def after_step(_: world.World) -> None:
+            for hook in hooks:
+                hook()
+
         with self.lock:
-            if self.scraped is None:
+            if not hooks:
                 self.world.step_to(target)
             else:
-                scraped = self.scraped
-                self.world.run(step=_STEP, until=target, on_step=lambda _: scraped.scrape())
-            if self.carried is not None:
-                self.carried.sync()
+                self.world.run(step=_STEP, until=target, on_step=after_step)
+            if self.kubelet is not None:
+                self.kubelet()  # Jobs created since the last step start now
         return self.world.timeline[seen:]
+
+    def someone_leads(self) -> bool:
+        """Whether a Lease exists: a ``gpuguard run`` connected and took (or stands by for)
+        the lead."""
+        if self.leases is not None:
+            return self.leases()
+        return bool(self.world.store.list("Lease"))
+
+    def resume(self) -> None:
+        """Scenario time goes on from where it stands, counted from now (after a pause)."""
+        self.started = time.monotonic() - self.world.elapsed.total_seconds() / self.speed
 
     @property
     def finished(self) -> bool:
@@ -150,16 +173,19 @@ def serve(
     with_prometheus: bool = True,
     emulation: Emulation | None = None,
     prefer_emulation: bool = False,
+    kubelet: Kubelet | None = None,
     real: RealFactory | None = None,
 ) -> Iterator[LiveCluster]:
     """Start everything, yield the live cluster, stop everything on exit. Prometheus: the real
     one where installed (unless ``prefer_emulation``), else ``emulation``'s answers.
+    ``kubelet``: the nodes run gpuguard's Jobs (their host trees under ``workdir/hosts``).
     Kubernetes: the simulator's own API, or with ``real`` a real control plane the world is
-    carried to."""
+    carried to (whose kubelets then run the Jobs, under the same host trees)."""
     spec = starting_now(spec)
     objects = store.ObjectStore()
-    hosts_root = workdir / "hosts" if real is not None else None
-    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start), hosts_root)
+    hosts = workdir / "hosts" if kubelet is not None or real is not None else None
+    played = world.World.from_scenario(spec, objects, clock.SimClock(spec.start),
+                                       hosts_root=hosts)
     with ExitStack() as stack:
         metrics = stack.enter_context(metrics_server.serve(played, host=host))
         if real is None:
@@ -167,11 +193,14 @@ def serve(
             config_path = workdir / "kubeconfig"
             config_path.write_text(kubeconfig(api.url, spec.name))
             cluster = LiveCluster(played, api.url, metrics, None, config_path, speed, 0.0)
+            if kubelet is not None and hosts is not None:
+                cluster.kubelet = kubelet(played, hosts)
         else:
             plane = stack.enter_context(real(played, workdir))
             cluster = LiveCluster(played, plane.server, metrics, None, plane.kubeconfig, speed,
-                                  0.0, control_plane=PLANE_REAL, carried=plane.bridge,
-                                  guard_kubeconfig=plane.guard_kubeconfig)
+                                  0.0, kubelet=plane.bridge.sync, control_plane=PLANE_REAL,
+                                  guard_kubeconfig=plane.guard_kubeconfig,
+                                  leases=plane.bridge.someone_leads)
         installed = shutil.which("prometheus") is not None and not prefer_emulation
         if with_prometheus and (installed or emulation is None):
             config: dict[str, Any] = {"global": {"scrape_interval": SCRAPE_INTERVAL,

@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuguard.sim import kubelet, state, store, world
-from gpuguard.sim.control_plane import cluster
+from gpuguard.sim.control_plane import chart, cluster
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -156,6 +156,13 @@ class Bridge:
         if name not in self._namespaces:
             self._request("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, ok=(201, 409))
             self._namespaces.add(name)
+
+    def someone_leads(self) -> bool:
+        """Whether gpuguard's leader Lease is stored (a ``gpuguard run`` connected)."""
+        _, listed = self.plane.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{chart.NAMESPACE}/leases"
+        )
+        return bool(listed.get("items")) if isinstance(listed, dict) else False
 
     # ---- in: what people and gpuguard write on Nodes -------------------------------------
 
