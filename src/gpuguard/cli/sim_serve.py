@@ -72,10 +72,13 @@ def serve(
     dcgm-exporter and kube-state-metrics endpoints, a Prometheus scraping them, and a
     kubeconfig; the scenario runs on the wall clock times --speed until Ctrl-C.
 
+    The nodes run gpuguard's Jobs (evidence, GPU isolation, burn-in) as kubelets would.
+
     \b
-    Watch gpuguard isolate a GPU that falls off the bus:
-      gpuguard sim serve xid79-twice --speed 60
-      kubectl --kubeconfig KUBECONFIG get nodes,events -A
+    Watch gpuguard isolate a GPU that falls off the bus, take the evidence, and (after the
+    scenario's power cycle) burn the node in and return it:
+      gpuguard sim serve xid79-twice --speed 3600 --start-paused
+      kubectl --kubeconfig KUBECONFIG get nodes,jobs,pods -A -w
       GPUGUARD_CONTROLLER__INTERVAL=1s gpuguard run --kubeconfig KUBECONFIG \\
         --prometheus-url PROMETHEUS
     (it prints that last command ready to paste)
