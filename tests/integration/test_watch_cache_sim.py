@@ -345,7 +345,10 @@ def guarded_fleet(
 ) -> Iterator[tuple[Ticks, runner.Runner, lightkube.Client]]:
     """``gpuguard run``'s loop over the served fleet, ticking once an hour unless woken."""
     port, fast = free_port(), fast_path.FastPath()
-    with lightkube.Client(config=config(port)) as client:
+    # gpuguard's field manager, as controller.wiring builds its client: the breaker counts
+    # only the isolations whose marks gpuguard wrote (managedFields)
+    with lightkube.Client(config=config(port), field_manager=annotation_keys.FIELD_MANAGER
+                          ) as client:
         server = kubeapi.KubeApiServer(world, port=port)
         server.start()
         cluster = watched_cluster.watched_cluster(
