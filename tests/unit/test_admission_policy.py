@@ -18,6 +18,7 @@ from tests.admission import (
     GPUGUARD,
     IMAGE,
     NODE,
+    agent_pod,
     burnin,
     controller_pod,
     defaulted,
@@ -26,6 +27,7 @@ from tests.admission import (
     gpu_burnin,
     pod_of,
     policy,
+    policy_with,
 )
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
@@ -255,13 +257,6 @@ def test_no_other_pod_may_run_with_the_controllers_token(
 # ---- the agent's pod, and the namespace ------------------------------------------------------
 
 
-def agent_pod(values: Obj | None = None) -> Obj:
-    (daemonset,) = chart.by_kind("DaemonSet", values)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpuguard-agent-x2k4p"},
-            "spec": copy.deepcopy(daemonset["spec"]["template"]["spec"]) | {
-                "nodeName": NODE, "dnsPolicy": "ClusterFirst"}}
-
-
 def _ac(pod: Obj) -> Obj:
     container: Obj = pod["spec"]["containers"][0]
     return container
@@ -318,7 +313,13 @@ def test_the_pods_that_read_the_xid_override_file_are_admitted() -> None:
     agent, controller = agent_pod(values), controller_pod(values)
     assert "xid-overrides" in [v["name"] for v in agent["spec"]["volumes"]]
     assert "xid-overrides" in [v["name"] for v in controller["spec"]["volumes"]]
-    assert cel.refusals(policy("gpuguard-agent-pod"), agent, username=TENANT) == []
+    assert cel.refusals(policy_with("gpuguard-agent-pod", values), agent, username=TENANT) == []
+    assert cel.refusals(policy("gpuguard-agent-pod"), agent, username=TENANT) == [
+        "agent-container: gpuguard's image running `gpuguard agent` with exactly the chart's "
+        "arguments; one init container, state-owner, that only chowns the state directory",
+        "agent-volumes: only the chart's volumes, each with its own source, host path, type and "
+        "mount path, read-only but the agent's state; no auto-mounted token, only the projected "
+        "node-status token (agent.nodeConditions.enabled)"]  # not without xidOverrides
     rs = "system:serviceaccount:kube-system:replicaset-controller"
     assert cel.refusals(policy("gpuguard-controller-pod"), controller, username=rs) == []
 
