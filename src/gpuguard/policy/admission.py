@@ -145,10 +145,14 @@ class Admission:
 def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
     """gpuguard's isolations that still hold (cordoned, marked), from node annotations only.
     A node whose ``isolated-at`` cannot be read counts as unconfirmed and recent: an unknown
-    age must never make room for more isolations."""
+    age must never make room for more isolations. Marks gpuguard did not write
+    (``Node.foreign_marks``, as the return step and ``explain`` read them) are no isolation of
+    gpuguard's and fill none of the breaker's room: forged marks cannot withhold a real fault."""
     out = []
     for node in nodes:
         marks = node.annotations
+        if node.foreign_marks is not None:
+            continue
         if not (node.unschedulable and annotation_keys.ISOLATED_AT in marks):
             out += _gpu_isolations(node)
             if change.out_for_change(node):
