@@ -188,6 +188,7 @@ def build_guard(
                 runtime_class=c.job_runtime_class,
                 templates=changes.JobTemplates(client, c.change_templates),
                 evictions=eviction.Evictor(client),
+                limits=guard_settings.changes,
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,

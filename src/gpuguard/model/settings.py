@@ -221,6 +221,23 @@ class ControllerSettings(_Section):
     )
 
 
+class ChangeLimitSettings(_Section):
+    """The cluster admin's ceiling on every declared change (docs/change-management.md): a
+    change's author writes its ConfigMap, the installer these settings; a change asking for
+    more is bounded here, never trusted."""
+
+    max_unavailable: int = Field(
+        default=3, ge=1,
+        description="At most this many nodes out for one change at once, whatever the "
+        "change's own max_unavailable says.",
+    )
+    min_available: float = Field(
+        default=0.5, ge=0, le=1,
+        description="At least this share of a change's pool stays schedulable, whatever the "
+        "change's own min_available says.",
+    )
+
+
 class NotificationSettings(_Section):
     webhook_url: str | None = Field(
         default=None, description="Where to post a notice for every action; unset = off."
@@ -424,6 +441,7 @@ class GuardSettings(_Section):
     gpu_isolation: GpuIsolationSettings = GpuIsolationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     controller: ControllerSettings = ControllerSettings()
+    changes: ChangeLimitSettings = ChangeLimitSettings()
     phantom: PhantomSettings = PhantomSettings()
     utilization: UtilizationSettings = UtilizationSettings()
     hygiene: HygieneSettings = HygieneSettings()
