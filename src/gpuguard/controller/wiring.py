@@ -302,6 +302,7 @@ def _prometheus_options(guard_settings: settings_model.GuardSettings) -> dict[st
     return {
         "staleness": guard_settings.prometheus.staleness,
         "timeout_s": guard_settings.prometheus.timeout.total_seconds(),
+        "scopes": guard_settings.prometheus.scrape_scope,
     }
 
 

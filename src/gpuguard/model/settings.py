@@ -171,6 +171,14 @@ class PrometheusSettings(_Section):
         description="Data older than this is an error (fail closed), not 'all healthy'.",
     )
     timeout: Duration = Field(default=timedelta(seconds=10))
+    scrape_scope: dict[str, str] = Field(
+        default_factory=dict,
+        description="Metric name prefix -> the label matchers of the scrape job that exports "
+        "it, added to every selector of every query the controller sends, e.g. {DCGM_: "
+        "'job=\"nvidia-dcgm-exporter\", namespace=\"gpu-operator\"'}: a series a tenant "
+        "exports under an exporter's metric name is not read (docs/security.md#metric-forgery). "
+        "Empty: unscoped.",
+    )
 
 
 class ControllerSettings(_Section):
