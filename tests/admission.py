@@ -76,8 +76,11 @@ def gpu_burnin() -> Obj:
 def defaulted(job: Obj) -> Obj:
     """The Job after the API server's defaulting (SetDefaults_PodSpec, _Container, _Job)."""
     job = copy.deepcopy(job)
+    # The Job's strategy also generates its selector and sets manualSelector false
+    # (pkg/registry/batch/job/strategy.go; seen on the real API server, tests/realcluster).
     job["spec"].update(completions=1, parallelism=1, completionMode="NonIndexed",
-                       suspend=False, podReplacementPolicy="TerminatingOrFailed")
+                       suspend=False, podReplacementPolicy="TerminatingOrFailed",
+                       manualSelector=False)
     pod = job["spec"]["template"]["spec"]
     pod.update(dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
                terminationGracePeriodSeconds=30, enableServiceLinks=True,

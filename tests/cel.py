@@ -6,12 +6,19 @@ See https://kubernetes.io/docs/reference/access-authn-authz/validating-admission
 from __future__ import annotations
 
 import functools
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import celpy
 
 NOT_MATCHED = None
 _ENV = celpy.Environment()
+# Set to a folder, every evaluation is also written there as one JSON line (a file per
+# process), so the real-cluster tier replays each case against the real API server
+# (tests/realcluster/test_admission_replay.py): where the two disagree, the server wins.
+CORPUS_ENV = "GPUGUARD_ADMISSION_CORPUS"
 
 
 def _truthy(result: Any) -> bool:
@@ -53,7 +60,12 @@ def refusals(
             "operation": operation,
         }),
     }
-    spec = policy["spec"]
+    verdict = _verdict(policy["spec"], activation)
+    _record(policy, obj, old, username, operation, params, extra, verdict)
+    return verdict
+
+
+def _verdict(spec: dict[str, Any], activation: dict[str, Any]) -> list[str] | None:
     for condition in spec.get("matchConditions", []):
         if not _truthy(_evaluate(condition["expression"], activation)):
             return NOT_MATCHED
@@ -71,6 +83,19 @@ def refusals(
         for rule in spec["validations"]
         if not _truthy(_evaluate(rule["expression"], activation))
     ]
+
+
+def _record(policy: dict[str, Any], obj: dict[str, Any] | None, old: dict[str, Any] | None,
+            username: str, operation: str, params: dict[str, Any] | None,
+            extra: dict[str, list[str]] | None, verdict: list[str] | None) -> None:
+    folder = os.environ.get(CORPUS_ENV)
+    if not folder:
+        return
+    case = {"policy": policy["metadata"]["name"], "object": obj, "old": old, "username": username,
+            "operation": operation, "params": params, "extra": extra, "refused": verdict,
+            "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]}
+    with (Path(folder) / f"cases-{os.getpid()}.jsonl").open("a") as out:
+        out.write(json.dumps(case, sort_keys=True) + "\n")
 
 
 def rule_names(messages: list[str] | None) -> list[str]:

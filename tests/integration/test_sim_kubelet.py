@@ -93,7 +93,9 @@ def hang(played: world.World, node: str, kind: str) -> None:
     played.memory.job_hangs.add((node, kind))
 
 
-def test_a_hung_job_fails_at_its_deadline_with_its_pods_deleted() -> None:
+def test_a_hung_job_is_decided_failed_at_its_deadline_while_its_pod_stays_terminating() -> None:
+    """Kubernetes 1.31+: at the deadline the Job gets FailureTarget at once and Failed only
+    when its pods have terminated; a pod stuck in a dead GPU's driver never does."""
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, "never"))
     hang(played, "gpu-node-a", "evidence")
@@ -110,7 +112,28 @@ def test_a_hung_job_fails_at_its_deadline_with_its_pods_deleted() -> None:
         result = guard_jobs.result(name)
     assert result.state is job_model.JobState.FAILED
     assert result.detail.startswith("DeadlineExceeded: Job was active longer than specified")
+    job = played.store.get("Job", "gpuguard", name)
+    assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget"]
+    (pod,) = played.store.list("Pod", "gpuguard")
+    assert pod["metadata"]["deletionTimestamp"]
+
+
+def test_a_slow_job_fails_at_its_deadline_once_its_pod_is_gone() -> None:
+    played = two_nodes()
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    name, deadline = manifest["metadata"]["name"], manifest["spec"]["activeDeadlineSeconds"]
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, "late"),
+                                runtime=timedelta(seconds=deadline * 2))
+    with adapter(played) as guard_jobs:
+        guard_jobs.create(manifest)
+        runner.step()
+        played.step_to(timedelta(seconds=deadline))
+        runner.step()
+        result = guard_jobs.result(name)
+    assert result.state is job_model.JobState.FAILED
     assert "pods are gone" in result.detail
+    job = played.store.get("Job", "gpuguard", name)
+    assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget", "Failed"]
     assert played.store.list("Pod", "gpuguard") == []
 
 

@@ -483,9 +483,10 @@ def _owned_by(pod: Pod, uid: str) -> bool:
 
 
 def job_result(job: Job, pods: list[Pod]) -> job_model.JobResult:
-    """The Job's terminal condition decides its state (the Job controller sets ``Complete`` or
-    ``Failed`` with a reason such as ``DeadlineExceeded`` or ``BackoffLimitExceeded``); its
-    pods give only the termination message, and may be gone (PodGC, deadline)."""
+    """The Job controller's decision decides its state (``Complete``/``SuccessCriteriaMet``, or
+    ``Failed``/``FailureTarget`` with a reason such as ``DeadlineExceeded`` or
+    ``BackoffLimitExceeded``); its pods give only the termination message, and may be gone
+    (PodGC, deadline) or stuck terminating."""
     status = job.status
     started = status.startTime if status else None
     terminal = _terminal_condition(job)
@@ -503,10 +504,21 @@ def job_result(job: Job, pods: list[Pod]) -> job_model.JobResult:
     )
 
 
+# Since Kubernetes 1.31 the Job controller adds ``Failed``/``Complete`` only once every pod of
+# the Job has terminated, and marks its decision at once with ``FailureTarget`` (deadline,
+# backoff limit) or ``SuccessCriteriaMet``: "use the FailureTarget or the SuccessCriteriaMet
+# condition to evaluate whether the Job has failed or succeeded without having to wait for the
+# controller to add a terminal condition" (kubernetes.io/docs/concepts/workloads/controllers/
+# job, "Termination of Job pods"). A pod stuck in a dead GPU's driver never terminates, so the
+# decision is all gpuguard will ever see (seen on the real control plane: tests/realcluster).
+_DECIDED = {"Complete": "Complete", "SuccessCriteriaMet": "Complete", "Failed": "Failed",
+            "FailureTarget": "Failed"}
+
+
 def _terminal_condition(job: Job) -> tuple[str, str, str] | None:
     for condition in (job.status.conditions if job.status else None) or []:
-        if condition.type in ("Complete", "Failed") and condition.status == "True":
-            return condition.type, condition.reason or "", condition.message or ""
+        if condition.type in _DECIDED and condition.status == "True":
+            return _DECIDED[condition.type], condition.reason or "", condition.message or ""
     return None
 
 

@@ -9,7 +9,13 @@ kubernetes/kubernetes ``pkg/controller/job``, ``pkg/controller/ttlafterfinished`
   (``generateName``) with the labels ``job-name``/``controller-uid`` (and their
   ``batch.kubernetes.io/`` spellings) and an ``ownerReference`` to the Job's uid;
 - ``activeDeadlineSeconds`` past ``startTime``: every active Pod is deleted and the Job gets
-  ``Failed`` with reason ``DeadlineExceeded`` ("Job was active longer than specified deadline");
+  ``FailureTarget`` with reason ``DeadlineExceeded`` ("Job was active longer than specified
+  deadline") at once, and ``Failed`` (same reason) only when none of its pods is still
+  terminating — since 1.31 the terminal condition waits for the pods ("Termination of Job
+  pods" in the Job docs; seen on the real control plane, tests/realcluster). A pod on a node
+  that is down, or hung (``job_hang``: a process stuck in a dead GPU's driver, which no signal
+  ends), stays Terminating (``deletionTimestamp`` set) until its node restarts, and the Job
+  stays at ``FailureTarget`` until then: no TTL runs for it;
 - a failed Pod is replaced until ``status.failed`` exceeds ``backoffLimit`` (default 6); then
   ``Failed``/``BackoffLimitExceeded`` ("Job has reached the specified backoff limit");
 - a succeeded Pod: ``Complete`` (reason ``CompletionsReached``) and ``completionTime``;
@@ -53,7 +59,8 @@ class JobKubelet:
     run: RunCommand
     runtime: timedelta = timedelta(seconds=30)
     pod_gc_threshold: int = TERMINATED_POD_GC_THRESHOLD
-    _hung: set[str] = field(default_factory=set)  # pods that never end (job_hang)
+    # pods that never end (job_hang), with the boot they hang in: a restart ends them
+    _hung: dict[str, str] = field(default_factory=dict)
     _due: list[datetime] = field(default_factory=list)
 
     def step(self) -> None:
@@ -80,23 +87,31 @@ class JobKubelet:
             status["startTime"] = kube_objects.timestamp(now)
         pods = self._owned_pods(job)
         for pod in pods:
-            if pod["status"].get("phase") in ACTIVE:
+            if _terminating(pod):
+                self._end_termination(pod)
+            elif pod["status"].get("phase") in ACTIVE:
                 self._kubelet(job, pod)
         pods = self._owned_pods(job)
         counts = {p: sum(1 for pod in pods if pod["status"].get("phase") == p) for p in
                   ("Succeeded", "Failed")}
-        active = [pod for pod in pods if pod["status"].get("phase") in ACTIVE]
+        active = [pod for pod in pods
+                  if pod["status"].get("phase") in ACTIVE and not _terminating(pod)]
         failed = max(int(status.get("failed", 0)), counts["Failed"])
         status |= {"active": len(active), "failed": failed, "succeeded": counts["Succeeded"]}
         deadline = job["spec"].get("activeDeadlineSeconds")
         started = parse_time(status["startTime"])
         if deadline is not None:
             self._due.append(started + timedelta(seconds=int(deadline)))
-        if deadline is not None and now - started >= timedelta(seconds=int(deadline)):
+        if _failure_target(status) is not None:
+            self._finish_failure(status, pods, now)
+        elif deadline is not None and now - started >= timedelta(seconds=int(deadline)):
             for pod in active:
-                self._delete_pod(pod)
+                self._terminate_pod(pod, now)
             status |= {"active": 0, "failed": failed + len(active)}
-            status["conditions"] = [_condition("Failed", "DeadlineExceeded", DEADLINE_MESSAGE, now)]
+            status["conditions"] = [
+                _condition("FailureTarget", "DeadlineExceeded", DEADLINE_MESSAGE, now)
+            ]
+            self._finish_failure(status, self._owned_pods(job), now)
         elif counts["Succeeded"]:
             status["conditions"] = [_condition("Complete", "CompletionsReached", "", now)]
             status["completionTime"] = kube_objects.timestamp(now)
@@ -122,8 +137,18 @@ class JobKubelet:
         kind = (job["metadata"].get("labels") or {}).get(KIND_LABEL, "")
         created = self.world.store.create("Pod", job["metadata"]["namespace"], pod)
         if self.world.take_job_hang(node_name, kind):
-            self._hung.add(created["metadata"]["name"])
+            self._hung[created["metadata"]["name"]] = self.world.node(node_name).boot_id
         self._kubelet(job, created)  # the kubelet starts it at once on a node that is up
+
+    def _finish_failure(self, status: dict[str, Any], pods: list[store.Obj],
+                        now: datetime) -> None:
+        """``Failed`` beside ``FailureTarget`` once no pod of the Job is still terminating."""
+        target = _failure_target(status)
+        if target is None or any(_terminating(pod) for pod in pods):
+            return
+        if not any(c.get("type") == "Failed" for c in status["conditions"]):
+            failed = _condition("Failed", target["reason"], target["message"], now)
+            status["conditions"] = [*status["conditions"], failed]
 
     def _write_status(self, job: store.Obj, status: dict[str, Any]) -> None:
         if status != job.get("status"):
@@ -181,10 +206,32 @@ class JobKubelet:
         name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
         self.world.store.merge_patch("Pod", namespace, name, {"status": status}, strategic=True)
 
+    def _terminate_pod(self, pod: store.Obj, now: datetime) -> None:
+        """Delete the pod as the API server does with a grace period: its kubelet ends it at
+        once, unless the node is down or the pod is hung, when it stays Terminating."""
+        if self._can_end(pod):
+            self._delete_pod(pod)
+            return
+        name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        self.world.store.merge_patch("Pod", namespace, name, {"metadata": {
+            "deletionTimestamp": kube_objects.timestamp(now), "deletionGracePeriodSeconds": 30}})
+
+    def _end_termination(self, pod: store.Obj) -> None:
+        if self._can_end(pod):
+            self._delete_pod(pod)
+
+    def _can_end(self, pod: store.Obj) -> bool:
+        try:
+            node = self.world.node(pod["spec"].get("nodeName", ""))
+        except KeyError:
+            return True  # PodGC deletes a pod whose node is gone
+        boot = self._hung.get(pod["metadata"]["name"])
+        return node.down_until is None and boot != node.boot_id
+
     def _delete_pod(self, pod: store.Obj) -> None:
         with contextlib.suppress(store.StoreNotFound):
             self.world.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
-        self._hung.discard(pod["metadata"]["name"])
+        self._hung.pop(pod["metadata"]["name"], None)
 
     # ---- the TTL controller and PodGC --------------------------------------------------------
 
@@ -226,6 +273,17 @@ def _batch_job(ref: dict[str, Any]) -> bool:
 
 def parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _failure_target(status: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "FailureTarget" and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def _terminating(pod: store.Obj) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def _terminal(job: store.Obj) -> dict[str, Any] | None:

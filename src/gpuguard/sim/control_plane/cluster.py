@@ -1,0 +1,374 @@
+"""Start the real control plane on loopback for tests and `sim serve --control-plane real`.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the pinned build
+(``build.py``), every file in one folder, every port picked free on 127.0.0.1, stopped in
+reverse order on exit. The flags follow what controller-runtime's envtest passes
+(`pkg/internal/testing/controlplane`) plus what gpuguard's own objects need:
+
+- authorization ``Node,RBAC``; admission ``NodeRestriction`` on top of the defaults, so
+  ValidatingAdmissionPolicy (GA since 1.30) judges every request as in a production cluster;
+- service-account token signing (TokenRequest): the controller runs with its own
+  ServiceAccount's token and the agent with a pod-bound token that carries its node
+  (``authentication.kubernetes.io/node-name``, 1.30+);
+- ``resource.k8s.io`` served with the ``DRADeviceTaintRules`` gate, for gpuguard's
+  DeviceTaintRules;
+- static bearer tokens for the people and components (``--token-auth-file``): ``admin``
+  (``system:masters``), the controller-manager and the scheduler;
+- the controller-manager runs the Job, TTL-after-finished, PodGC, garbage-collector, node
+  lifecycle and disruption controllers (its defaults) with per-controller credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuguard.errors import GpuguardError
+from gpuguard.sim.control_plane import pki, versions
+
+_READY_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 10.0
+SERVICE_CIDR = "10.96.0.0/16"
+FEATURE_GATES = "DRADeviceTaints=true,DRADeviceTaintRules=true"
+RUNTIME_CONFIG = "resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
+
+
+class ControlPlaneError(GpuguardError):
+    """A part of the real control plane is not built or did not start."""
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane: its URL, CA, the admin's token and kubeconfig."""
+
+    folder: Path
+    server: str
+    ca_cert: Path
+    admin_token: str
+    kubeconfig: Path
+    bin_dir: Path
+    started_s: dict[str, float] = field(default_factory=dict)
+
+    def kubectl(
+        self,
+        *args: str,
+        as_user: str | None = None,
+        stdin: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this control plane (as ``as_user``, impersonated)."""
+        argv = [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}"]
+        if as_user:
+            argv.append(f"--as={as_user}")
+        done = subprocess.run(
+            [*argv, *args], input=stdin, capture_output=True, text=True, check=False, timeout=120
+        )
+        if check and done.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()[-1500:]}")
+        return done
+
+    def write_kubeconfig(self, path: Path, token: str, name: str) -> Path:
+        """A kubeconfig for ``token`` against this control plane."""
+        path.write_text(kubeconfig(self.server, self.ca_cert, token, name))
+        return path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """One HTTP request to the API server; the status and the decoded JSON body."""
+        data = (
+            None
+            if body is None
+            else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        )
+        req = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {token or self.admin_token}",
+                "Content-Type": content_type,
+                "Accept": "application/json",
+            },
+        )
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=30) as answer:
+                return answer.status, json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, raw.decode(errors="replace")
+
+
+def kubeconfig(server: str, ca_cert: Path, token: str, name: str) -> str:
+    """A kubeconfig with the server's CA and a bearer token."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": name, "cluster": {"server": server, "certificate-authority": str(ca_cert)}}
+            ],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+        },
+        sort_keys=False,
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def require_built(
+    bin_dir: Path | None = None,
+    tools: Sequence[versions.Tool] = (*versions.KUBERNETES_TOOLS, versions.ETCD_TOOL),
+) -> Path:
+    """The pinned build's bin folder; ControlPlaneError naming the missing tools otherwise."""
+    from gpuguard.sim.control_plane import build  # the build module shells out to go; lazy
+
+    where = bin_dir or versions.bin_dir()
+    missing = build.missing_tools(where, tools)
+    if missing:
+        raise ControlPlaneError(
+            f"the real control plane is not built ({', '.join(missing)} missing in {where}): "
+            "run `scripts/control-plane build` (a cold build takes ~30 min on 2 cores)"
+        )
+    return where
+
+
+@contextmanager
+def start(
+    folder: Path,
+    *,
+    controllers: bool = True,
+    scheduler: bool = True,
+    extra_apiserver_flags: Sequence[str] = (),
+) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver (+ controller-manager, scheduler); all stopped on exit."""
+    bin_dir = require_built()
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = pki.make(folder / "pki")
+    tokens = {name: secrets.token_hex(16) for name in ("admin", "controller-manager", "scheduler")}
+    (folder / "tokens.csv").write_text(
+        f'{tokens["admin"]},admin,admin-uid,"system:masters"\n'
+        f"{tokens['controller-manager']},system:kube-controller-manager,kcm-uid\n"
+        f"{tokens['scheduler']},system:kube-scheduler,sched-uid\n"
+    )
+    with ExitStack() as stack:
+        timings: dict[str, float] = {}
+        began = time.monotonic()
+        etcd_url = stack.enter_context(_etcd(bin_dir, folder))
+        timings["etcd"] = round(time.monotonic() - began, 2)
+        port = free_port()
+        server = f"https://127.0.0.1:{port}"
+        stack.enter_context(
+            _process(
+                "kube-apiserver",
+                [
+                    str(bin_dir / "kube-apiserver"),
+                    *_apiserver_flags(folder, keys, etcd_url, port),
+                    *extra_apiserver_flags,
+                ],
+                folder,
+                lambda: _healthy(server, keys.ca_cert, tokens["admin"], "/readyz"),
+            )
+        )
+        timings["kube-apiserver"] = round(time.monotonic() - began, 2)
+        plane = ControlPlane(
+            folder,
+            server,
+            keys.ca_cert,
+            tokens["admin"],
+            folder / "admin.kubeconfig",
+            bin_dir,
+            timings,
+        )
+        plane.write_kubeconfig(plane.kubeconfig, tokens["admin"], "gpuguard-real")
+        if controllers:
+            config = plane.write_kubeconfig(
+                folder / "kcm.kubeconfig", tokens["controller-manager"], "kcm"
+            )
+            stack.enter_context(
+                _process(
+                    "kube-controller-manager",
+                    [
+                        str(bin_dir / "kube-controller-manager"),
+                        f"--kubeconfig={config}",
+                        "--leader-elect=false",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={free_port()}",
+                        f"--service-account-private-key-file={keys.service_account_key}",
+                        f"--root-ca-file={keys.ca_cert}",
+                        "--use-service-account-credentials=true",
+                        f"--cluster-signing-cert-file={keys.ca_cert}",
+                        f"--feature-gates={FEATURE_GATES}",
+                        "--controllers=*,-tokencleaner,-bootstrapsigner,-csrsigning",
+                    ],
+                    folder,
+                    None,
+                )
+            )
+            timings["kube-controller-manager"] = round(time.monotonic() - began, 2)
+        if scheduler:
+            config = plane.write_kubeconfig(
+                folder / "scheduler.kubeconfig", tokens["scheduler"], "sched"
+            )
+            stack.enter_context(
+                _process(
+                    "kube-scheduler",
+                    [
+                        str(bin_dir / "kube-scheduler"),
+                        f"--kubeconfig={config}",
+                        "--leader-elect=false",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={free_port()}",
+                        f"--feature-gates={FEATURE_GATES}",
+                    ],
+                    folder,
+                    None,
+                )
+            )
+            timings["kube-scheduler"] = round(time.monotonic() - began, 2)
+        yield plane
+
+
+def _apiserver_flags(folder: Path, keys: pki.Pki, etcd_url: str, port: int) -> list[str]:
+    return [
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={keys.serving_cert}",
+        f"--tls-private-key-file={keys.serving_key}",
+        f"--cert-dir={folder / 'apiserver-certs'}",
+        f"--token-auth-file={folder / 'tokens.csv'}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={keys.service_account_pub}",
+        f"--service-account-signing-key-file={keys.service_account_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--allow-privileged=true",
+        f"--feature-gates={FEATURE_GATES}",
+        f"--runtime-config={RUNTIME_CONFIG}",
+        "--endpoint-reconciler-type=none",
+        "--disable-http2-serving",
+    ]
+
+
+@contextmanager
+def _etcd(bin_dir: Path, folder: Path) -> Iterator[str]:
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    with _process(
+        "etcd",
+        [
+            str(bin_dir / "etcd"),
+            f"--data-dir={folder / 'etcd'}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=1073741824",
+            "--log-level=warn",
+        ],
+        folder,
+        lambda: _plain_ok(f"{url}/health"),
+    ):
+        yield url
+
+
+@contextmanager
+def _process(
+    name: str, argv: list[str], folder: Path, ready: Any
+) -> Iterator[subprocess.Popen[bytes]]:
+    log_path = folder / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+            env={**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "2")},
+        )
+    try:
+        _wait(name, proc, ready, log_path)
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _wait(name: str, proc: subprocess.Popen[bytes], ready: Any, log_path: Path) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise ControlPlaneError(
+                f"{name} exited with {proc.returncode}: {' | '.join(tail)} (log: {log_path})"
+            )
+        if ready is None or ready():
+            return
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(
+                f"{name} not ready after {_READY_TIMEOUT_S:.0f}s (log: {log_path})"
+            )
+        time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _plain_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _healthy(server: str, ca_cert: Path, token: str, path: str) -> bool:
+    req = urllib.request.Request(server + path, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(
+            req, context=ssl.create_default_context(cafile=str(ca_cert)), timeout=1
+        ) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -1,0 +1,402 @@
+"""Replay the admission cases the offline tests judged with cel-python (``tests.cel``'s
+recorded corpus) as real requests to a real API server with gpuguard's chart installed.
+
+Each case is sent as the user it names (impersonation: ``Impersonate-User``, the service
+account's own groups, and ``Impersonate-Extra-*`` for a pod-bound token's claims) with
+``dryRun=All``, so nothing is stored. The request's user also gets the group ``REPLAY_GROUP``,
+bound to cluster-admin, so RBAC lets every request reach admission: what is judged is the
+ValidatingAdmissionPolicies alone (no policy reads groups). An UPDATE or DELETE needs its old
+object stored first: it is created as the admin (or, where the chart's policies refuse the
+admin, as gpuguard's service account) and the new object is then PUT over it.
+
+The server's answer names the policy that denied it ("ValidatingAdmissionPolicy 'NAME' with
+binding 'NAME' denied request: ..."). A case agrees when cel-python's verdict for its policy
+(refused or not) is the server's for that policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import glob
+import http.client
+import json
+import re
+import ssl
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuguard.sim.control_plane import cluster
+from tests import chart
+
+Obj = dict[str, Any]
+REPLAY_GROUP = "gpuguard.test:admission-replay"
+PARAMS_SETTLE_S = 1.0
+WARM_UP_S = 30.0
+GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
+_DENIED = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
+# kind -> (plural, namespaced); the group and version are the object's apiVersion
+RESOURCES = {
+    "Node": ("nodes", False),
+    "Pod": ("pods", True),
+    "ConfigMap": ("configmaps", True),
+    "Job": ("jobs", True),
+    "DeviceTaintRule": ("devicetaintrules", False),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    policy: str
+    operation: str
+    username: str
+    obj: Obj | None
+    old: Obj | None
+    extra: dict[str, list[str]] | None
+    params: Obj | None
+    refused: bool  # cel-python: this policy refuses the request
+    test: str
+
+    @property
+    def kind(self) -> str:
+        return str((self.obj or self.old or {})["kind"])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    status: int
+    denied_by: frozenset[str]
+    message: str
+    setup_error: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """How the server answered: by the case's policy, or before any policy ran."""
+        if self.setup_error:
+            return "unreplayable"
+        if self.case.policy in self.denied_by:
+            return "refused by the policy"
+        if self.status == 422 and "is invalid" in self.message:
+            return "refused by the API's validation"
+        if self.status == 403 and not self.denied_by:
+            return "refused by built-in admission"
+        return "admitted" if self.status < 300 else f"refused otherwise ({self.status})"
+
+    @property
+    def agrees(self) -> bool:
+        """Refused offline and refused by the server (the policy, or the API's own checks
+        before it), or admitted offline and not refused by that policy."""
+        if self.setup_error:
+            return False
+        if self.case.refused:
+            return self.verdict != "admitted"
+        return self.case.policy not in self.denied_by
+
+
+def load(folder: Path) -> list[Case]:
+    """Every recorded case, once (the same request judged twice counts once)."""
+    seen: dict[str, Case] = {}
+    for path in sorted(glob.glob(str(folder / "*.jsonl"))):
+        for line in Path(path).read_text().splitlines():
+            raw = json.loads(line)
+            key = json.dumps(
+                {
+                    k: raw[k]
+                    for k in ("policy", "object", "old", "username", "operation", "extra", "params")
+                },
+                sort_keys=True,
+            )
+            seen.setdefault(
+                key,
+                Case(
+                    raw["policy"],
+                    raw["operation"],
+                    raw["username"],
+                    raw["object"],
+                    raw["old"],
+                    raw["extra"],
+                    raw["params"],
+                    bool(raw["refused"]),
+                    raw["test"],
+                ),
+            )
+    return list(seen.values())
+
+
+class Replayer:
+    """Sends cases to one control plane (its chart installed)."""
+
+    def __init__(self, plane: cluster.ControlPlane) -> None:
+        self.plane = plane
+        self._context = ssl.create_default_context(cafile=str(plane.ca_cert))
+        self._namespaces: set[str] = set()
+        self._runtimes: set[str] = set()
+        self._params_now: Obj | None = None
+        self._accounts: set[tuple[str, str]] = set()
+        plane.request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": "gpuguard-test-admission-replay"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [
+                    {"kind": "Group", "name": REPLAY_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+                ],
+            },
+        )
+
+    def warm_up(self, cases: list[Case]) -> None:
+        """Wait until each policy refuses one case it must refuse: a policy and its binding
+        take effect on the server a moment after they are stored."""
+        firsts = {c.policy: c for c in reversed(cases) if c.refused}
+        deadline = time.monotonic() + WARM_UP_S
+        for case in firsts.values():
+            while self.replay(case).verdict != "refused by the policy":
+                if time.monotonic() > deadline:
+                    return  # the replay then reports what disagrees
+                time.sleep(0.2)
+
+    def replay(self, case: Case) -> Outcome:
+        """Send one case; an outcome whose setup_error says why it could not be sent."""
+        case = _namespaced(case)
+        self._prepare(case)
+        if case.operation == "CREATE":
+            assert case.obj is not None
+            if case.obj["metadata"].get("name"):
+                self._delete(case.obj, None)
+                self._delete(case.obj, GPUGUARD)
+            status, body = self._send("POST", _collection(case.obj), case.obj, case)
+            return _outcome(case, status, body)
+        assert case.old is not None
+        stored, error = self._store_old(case.old)
+        if error:
+            return Outcome(case, 0, frozenset(), "", setup_error=error)
+        if case.operation == "DELETE":
+            status, body = self._send("DELETE", _item(case.old), None, case)
+            return _outcome(case, status, body)
+        assert case.obj is not None
+        if case.obj["metadata"].get("name") != case.old["metadata"]["name"]:
+            return Outcome(case, 0, frozenset(), "", setup_error="the update renames the object")
+        new = copy.deepcopy(case.obj)
+        new.setdefault("metadata", {})["resourceVersion"] = stored["metadata"]["resourceVersion"]
+        new["metadata"]["uid"] = stored["metadata"]["uid"]
+        path = _item(new) + ("/status" if _status_only(case.old, new) else "")
+        status, body = self._send("PUT", path, new, case)
+        return _outcome(case, status, body)
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _prepare(self, case: Case) -> None:
+        for obj in (case.obj, case.old):
+            if not obj:
+                continue
+            runtime = _pod_spec(obj).get("runtimeClassName")
+            if runtime:
+                self._runtime_class(runtime)
+            namespace = obj.get("metadata", {}).get("namespace")
+            if namespace:
+                self._namespace(namespace)
+                account = obj.get("spec", {}).get("serviceAccountName") or _template_account(obj)
+                if account:
+                    self._account(namespace, account)
+        if case.params is not None:
+            self._params(case.params)
+
+    def _runtime_class(self, name: str) -> None:
+        """The RuntimeClass a pod names (the NVIDIA runtime's ``nvidia``, as the GPU Operator
+        installs it): without it the RuntimeClass admission plugin refuses the pod first."""
+        if name not in self._runtimes:
+            self.plane.request(
+                "POST",
+                "/apis/node.k8s.io/v1/runtimeclasses",
+                {"metadata": {"name": name}, "handler": name},
+            )
+            self._runtimes.add(name)
+
+    def _namespace(self, name: str) -> None:
+        if name not in self._namespaces:
+            self.plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+            self._namespaces.add(name)
+
+    def _account(self, namespace: str, name: str) -> None:
+        if (namespace, name) not in self._accounts:
+            self.plane.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"metadata": {"name": name}},
+            )
+            self._accounts.add((namespace, name))
+
+    def _params(self, params: Obj) -> None:
+        """The case's parameter object, as the ConfigMap the chart's binding names (the
+        server reads it through an informer: a changed one is given a moment to arrive)."""
+        if params == self._params_now:
+            return
+        self._params_now = params
+        where = chart.defaults()["changes"]["jobTemplates"]
+        meta = {"namespace": where["namespace"], "name": where["name"]}
+        self._namespace(meta["namespace"])
+        path = f"/api/v1/namespaces/{meta['namespace']}/configmaps/{meta['name']}"
+        status, current = self.plane.request("GET", path)
+        body = {**_creatable(params), "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+        if status == 200:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self.plane.request("PUT", path, body)
+        else:
+            self.plane.request("POST", f"/api/v1/namespaces/{meta['namespace']}/configmaps", body)
+        time.sleep(PARAMS_SETTLE_S)
+
+    def _store_old(self, old: Obj) -> tuple[Obj, str]:
+        """Store ``old`` (afresh, or over what has its name where the policies forbid
+        deleting it) as the admin or else gpuguard; the stored object, or why it cannot be."""
+        body = _creatable(old)
+        errors = []
+        for user in (None, GPUGUARD):
+            self._delete(old, user)
+            status, stored = self._request("POST", _collection(old), body, user, {})
+            if status == 409:
+                status, current = self._request("GET", _item(old), None, None, {})
+                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                status, stored = self._request("PUT", _item(old), body, user, {})
+                status = 201 if status == 200 else status
+                del body["metadata"]["resourceVersion"]
+            if status == 201:
+                return stored, ""
+            errors.append(f"{user or 'admin'}: {status} {_message(stored)}")
+        return {}, "; ".join(errors)
+
+    def _delete(self, obj: Obj, user: str | None) -> None:
+        self._request("DELETE", _item(obj) + "?gracePeriodSeconds=0", None, user, {})
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, body: Obj | None, case: Case) -> tuple[int, Any]:
+        separator = "&" if "?" in path else "?"
+        return self._request(
+            method, f"{path}{separator}dryRun=All", body, case.username, case.extra or {}
+        )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Obj | None,
+        user: str | None,
+        extra: dict[str, list[str]],
+    ) -> tuple[int, Any]:
+        # One header line per group and per extra value, as impersonation reads them (urllib
+        # keeps one value per header name), so the request goes through http.client.
+        headers = [
+            ("Authorization", f"Bearer {self.plane.admin_token}"),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ]
+        if user:
+            headers.append(("Impersonate-User", user))
+            headers += [("Impersonate-Group", g) for g in (*_account_groups(user), REPLAY_GROUP)]
+            headers += [
+                ("Impersonate-Extra-" + urllib.parse.quote(key, safe=""), value)
+                for key, values in extra.items()
+                for value in values
+            ]
+        data = b"" if body is None else json.dumps(body).encode()
+        url = urllib.parse.urlsplit(self.plane.server)
+        connection = http.client.HTTPSConnection(
+            url.hostname or "", url.port, context=self._context, timeout=30
+        )
+        try:
+            connection.putrequest(method, path)
+            for name, value in [*headers, ("Content-Length", str(len(data)))]:
+                connection.putheader(name, value)
+            connection.endheaders(data)
+            answer = connection.getresponse()
+            raw = answer.read()
+        finally:
+            connection.close()
+        try:
+            return answer.status, json.loads(raw or b"null")
+        except ValueError:
+            return answer.status, raw.decode(errors="replace")
+
+
+def _namespaced(case: Case) -> Case:
+    """A namespaced object the offline test left without a namespace is in the chart's (the
+    policies' bindings match gpuguard's namespace)."""
+
+    def placed(obj: Obj | None) -> Obj | None:
+        if obj is None or not RESOURCES[obj["kind"]][1] or obj["metadata"].get("namespace"):
+            return obj
+        return {**obj, "metadata": {**obj["metadata"], "namespace": chart.NAMESPACE}}
+
+    return dataclasses.replace(case, obj=placed(case.obj), old=placed(case.old))
+
+
+def _account_groups(user: str) -> tuple[str, ...]:
+    """The groups the API server gives a service account's own token."""
+    parts = user.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+        return (
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{parts[2]}",
+            "system:authenticated",
+        )
+    if user.startswith("system:node:"):
+        return ("system:nodes", "system:authenticated")
+    return ("system:authenticated",)
+
+
+def _outcome(case: Case, status: int, body: Any) -> Outcome:
+    message = _message(body)
+    denied = frozenset(_DENIED.findall(message)) if status >= 400 else frozenset()
+    return Outcome(case, status, denied, message)
+
+
+def _message(body: Any) -> str:
+    return str(body.get("message", "")) if isinstance(body, dict) else str(body)
+
+
+def _collection(obj: Obj) -> str:
+    plural, namespaced = RESOURCES[obj["kind"]]
+    version = obj["apiVersion"]
+    prefix = f"/api/{version}" if version == "v1" else f"/apis/{version}"
+    if namespaced:
+        return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}"
+    return f"{prefix}/{plural}"
+
+
+def _item(obj: Obj) -> str:
+    return f"{_collection(obj)}/{obj['metadata']['name']}"
+
+
+def _creatable(obj: Obj) -> Obj:
+    body = copy.deepcopy(obj)
+    meta = body.setdefault("metadata", {})
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation"):
+        meta.pop(key, None)
+    return body
+
+
+def _pod_spec(obj: Obj) -> Obj:
+    spec: Obj = obj.get("spec") or {}
+    return spec.get("template", {}).get("spec") or spec if obj["kind"] == "Job" else spec
+
+
+def _template_account(obj: Obj) -> str | None:
+    account = obj.get("spec", {}).get("template", {}).get("spec", {}).get("serviceAccountName")
+    return str(account) if account else None
+
+
+def _status_only(old: Obj, new: Obj) -> bool:
+    """A change of status alone, or no change at all (a heartbeat), goes to the status
+    subresource (as the kubelet and agent write it); anything else to the object."""
+    rest = {k: v for k, v in new.items() if k not in ("status", "metadata")}
+    old_rest = {k: v for k, v in old.items() if k not in ("status", "metadata")}
+    return rest == old_rest and (new.get("status") != old.get("status") or new == old)
