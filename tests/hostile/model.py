@@ -73,7 +73,7 @@ def _rule_matches(rule: Obj, group: str, resource: str, operation: str) -> bool:
         group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (
         resource in rule["resources"]
         or ("*" in rule["resources"] and "/" not in resource)
-        or ("*/*" in rule["resources"] and "/" in resource))
+        or "*/*" in rule["resources"])  # every resource and every subresource
 
 
 def matches(policy: Obj, case: Case) -> bool:
