@@ -345,9 +345,10 @@ TOKEN_CASES = [
          o.token_request("gpuguard-agent", None), o.EDITOR,
          {"gpuguard-tokens": ["token-request"]}, subresource="token", target="gpuguard-agent"),
     Case(A, "legacy-token-secret", "a service-account-token Secret of gpuguard (never expires)",
-         o.token_secret("gpuguard"), o.EDITOR, {"gpuguard-tokens": ["token-secret"]}),
+         o.token_secret("gpuguard"), o.EDITOR, {"gpuguard-token-secrets": ["token-secret"]}),
     Case(A, "legacy-token-secret-of-the-agent", "the same for gpuguard-agent",
-         o.token_secret("gpuguard-agent"), o.EDITOR, {"gpuguard-tokens": ["token-secret"]}),
+         o.token_secret("gpuguard-agent"), o.EDITOR,
+         {"gpuguard-token-secrets": ["token-secret"]}),
 ]
 
 LEASE_CASES = [

@@ -117,9 +117,6 @@ _UNREACHABLE = ("its old object (a labelled ledger ConfigMap named x) cannot exi
 _NO_OP = ("an update that changes nothing is refused by the server's node-conditions-only rule "
           "and admitted offline (not yet explained); the agent never sends one: it writes on a "
           "change or with a new heartbeat time")
-_OTHER_VALUES = ("judged offline against the chart rendered with xidOverrides (the policies "
-                 "follow the values); the replay's chart has the default values, under which the "
-                 "same test asserts the pod is refused")
 KNOWN_DIFFERENCES = {
     "own_rule_shape[selects-by-device-class]": _PRUNED,
     "own_rule_shape[selects-by-cel]": _PRUNED,
@@ -127,5 +124,4 @@ KNOWN_DIFFERENCES = {
     "own_rule_shape[not-gpuguard-named]": _RENAME,
     "tenant-strips-the-labels": _UNREACHABLE,
     "agent-heartbeat-system:serviceaccount:gpuguard:gpuguard-agent-extra1": _NO_OP,
-    "test_the_pods_that_read_the_xid_override_file_are_admitted": _OTHER_VALUES,
 }
