@@ -145,12 +145,18 @@ OTHER_WRITES = [
          target="gpuguard"),
 ]
 
+RETURNED = o.owned_by_gpuguard(o.node())  # gpuguard's entry: the cordon it lifted
 EVERYDAY_WRITES = [
     Case(EVERYDAY, "person-sets-a-hold", "", o.changed(ISOLATED_NODE, o.annotate(hold="rma")),
          o.PERSON, {}, operation="UPDATE", old=ISOLATED_NODE),
     Case(EVERYDAY, "person-marks-reset-done", "", o.changed(
         ISOLATED_NODE, o.annotate(reset_done="2026-09-21T09:00:00Z")), o.PERSON, {},
          operation="UPDATE", old=ISOLATED_NODE),
+    Case(EVERYDAY, "person-cordons-a-returned-node", "takes over the last field gpuguard "
+         "owned (its managedFields entry goes)", o.changed(RETURNED, o.cordon(True),
+                                                       lambda n: n["metadata"].update(
+                                                           managedFields=[])), o.PERSON, {},
+         operation="UPDATE", old=RETURNED),
     Case(EVERYDAY, "person-cordons-a-node", "", o.changed(o.node(), o.cordon(True)), o.PERSON,
          {}, operation="UPDATE", old=o.node()),
     Case(EVERYDAY, "person-labels-a-node", "", o.changed(o.node(), o.label(pool="a")),
