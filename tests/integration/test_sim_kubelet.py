@@ -201,3 +201,29 @@ def test_a_pod_that_only_carries_the_job_name_label_is_not_read() -> None:
         runner.step()
         result = guard_jobs.result(name)
     assert (result.state, result.message) == (job_model.JobState.SUCCEEDED, '{"verdict": "rma"}')
+
+
+@pytest.mark.parametrize("pinned_by", ["label-and-node", "node-only"])
+def test_a_job_of_gpuguards_name_pinned_elsewhere_reads_as_not_ours_never_passed(
+    pinned_by: str,
+) -> None:
+    """A burn-in of gpuguard's predictable name for gpu-node-a, created in advance on the
+    healthy gpu-node-b (where it passes), is not gpuguard's: a failure naming gpu-node-b."""
+    played = two_nodes()
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"passed": true}'))
+    manifest = jobs.burnin_job("gpu-node-a", "t", "boot", gpus=8, mode="matmul",
+                               image="gpuguard:test")
+    name = manifest["metadata"]["name"]
+    manifest["spec"]["template"]["spec"]["nodeName"] = "gpu-node-b"
+    if pinned_by == "label-and-node":
+        for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+            meta["labels"][jobs.NODE_LABEL] = "gpu-node-b"
+    with adapter(played) as guard_jobs:
+        played.store.create("Job", "gpuguard", manifest)
+        runner.step()
+        played.step_to(timedelta(seconds=30))
+        runner.step()
+        assert guard_jobs.create(manifest) is False  # gpuguard finds "its" Job there
+        result = guard_jobs.result(name)
+    assert result.state is job_model.JobState.FAILED
+    assert result.detail.startswith(f"not gpuguard's Job: {name} is pinned to gpu-node-b")

@@ -252,22 +252,47 @@ class Replayer:
 
     def _store_old(self, old: Obj) -> tuple[Obj, str]:
         """Store ``old`` (afresh, or over what has its name where the policies forbid
-        deleting it) as the admin or else gpuguard; the stored object, or why it cannot be."""
+        deleting it) as the admin or else gpuguard's controller (its pod-bound token's
+        claims, which gpuguard-identity requires); a Node carrying gpuguard's marks is
+        registered clean and then marked, as on a real cluster (gpuguard-node-integrity
+        refuses a Node created with them). The stored object, or why it cannot be."""
         body = _creatable(old)
         errors = []
         for user in (None, GPUGUARD):
             self._delete(old, user)
-            status, stored = self._request("POST", _collection(old), body, user, {})
+            status, stored = self._request("POST", _collection(old), body, user, _token(user))
             if status == 409:
                 status, current = self._request("GET", _item(old), None, None, {})
                 body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                status, stored = self._request("PUT", _item(old), body, user, {})
+                status, stored = self._request("PUT", _item(old), body, user, _token(user))
                 status = 201 if status == 200 else status
                 del body["metadata"]["resourceVersion"]
             if status == 201:
                 return stored, ""
             errors.append(f"{user or 'admin'}: {status} {_message(stored)}")
+        if old["kind"] == "Node":
+            return self._mark_node(old, errors)
         return {}, "; ".join(errors)
+
+    def _mark_node(self, old: Obj, errors: list[str]) -> tuple[Obj, str]:
+        """Register ``old`` without gpuguard's marks (or take the Node there: one under
+        gpuguard's isolation cannot be deleted), set its marks as gpuguard, then its GPU
+        conditions as the agent on that node."""
+        status, stored = self._request("POST", _collection(old), _creatable(_clean_node(old)),
+                                       None, {})
+        if status == 409:
+            status, stored = self._request("GET", _item(old), None, None, {})
+        for user, sub in ((GPUGUARD, ""), (AGENT, "/status")):
+            put = _overlaid(stored, old, status_too=user == AGENT) if status < 300 else stored
+            if status >= 300 or put == stored:
+                continue
+            status, answer = self._request("PUT", _item(old) + sub, put, user,
+                                           _token(user, old["metadata"]["name"]))
+            if status >= 300:
+                errors.append(f"{user}: {status} {_message(answer)}")
+            else:
+                stored = answer
+        return (stored, "") if status < 300 else ({}, "; ".join(errors))
 
     def _delete(self, obj: Obj, user: str | None) -> None:
         self._request("DELETE", _item(obj) + "?gracePeriodSeconds=0", None, user, {})
@@ -275,10 +300,12 @@ class Replayer:
     # -- requests ----------------------------------------------------------------------
 
     def _send(self, method: str, path: str, body: Obj | None, case: Case) -> tuple[int, Any]:
+        """The case as its user; a request as gpuguard's controller without claims is sent
+        with its pod-bound token's (the offline tests judge the other policies, which do not
+        read them; gpuguard-identity refuses it without, tests/hostile says so)."""
         separator = "&" if "?" in path else "?"
-        return self._request(
-            method, f"{path}{separator}dryRun=All", body, case.username, case.extra or {}
-        )
+        extra = case.extra or (_token(GPUGUARD) if case.username == GPUGUARD else {})
+        return self._request(method, f"{path}{separator}dryRun=All", body, case.username, extra)
 
     def _request(
         self,
@@ -290,6 +317,65 @@ class Replayer:
     ) -> tuple[int, Any]:
         as_user = (user, *_account_groups(user), REPLAY_GROUP) if user else ()
         return self.plane.request(method, path, body, as_user=as_user, extra=extra)
+
+
+AGENT = "system:serviceaccount:gpuguard:gpuguard-agent"
+_GPU_CONDITIONS = ("GpuFallenOffBus", "GpuHardwareXid", "GpuDriverMismatch",
+                   "GpuKernelLogUnreadable")
+_PEOPLES = ("gpuguard.io/hold", "gpuguard.io/reset-done", "gpuguard.io/inspected",
+            "gpuguard.io/gate-report", "gpuguard.io/gpu-return", "gpuguard.io/change-applied")
+
+
+def _token(user: str | None, node: str = "cpu-node-a") -> dict[str, list[str]]:
+    """The claims of gpuguard's pods' bound tokens (the controller's, or the agent's on
+    ``node``) for a setup request as that account; none for anyone else."""
+    if user not in (GPUGUARD, AGENT):
+        return {}
+    pod = "gpuguard-5d8f7c9b4-replay" if user == GPUGUARD else "gpuguard-agent-replay"
+    return {"authentication.kubernetes.io/pod-name": [pod],
+            "authentication.kubernetes.io/pod-uid": ["00000000-0000-4000-8000-000000000001"],
+            "authentication.kubernetes.io/node-name": [node if user == AGENT else "cpu-node-a"]}
+
+
+def _unconditioned(node: Obj) -> Obj:
+    """``node`` without gpuguard's GPU conditions (only the agent writes those)."""
+    body = copy.deepcopy(node)
+    conditions = body.get("status", {}).get("conditions")
+    if conditions is not None:
+        body["status"]["conditions"] = [c for c in conditions
+                                        if c.get("type") not in _GPU_CONDITIONS]
+    return body
+
+
+def _overlaid(stored: Obj, old: Obj, *, status_too: bool) -> Obj:
+    """``stored`` (the server's fields kept) with ``old``'s labels, annotations and cordon,
+    or (``status_too``) its status conditions: what the marking account writes."""
+    put = copy.deepcopy(stored)
+    meta = put["metadata"]
+    for key in ("labels", "annotations"):
+        if key in old["metadata"]:
+            meta[key] = copy.deepcopy(old["metadata"][key])
+    spec = put.setdefault("spec", {})  # the server's taints (TaintNodesByCondition) kept
+    spec.pop("unschedulable", None)
+    if "unschedulable" in (old.get("spec") or {}):
+        spec["unschedulable"] = old["spec"]["unschedulable"]
+    if status_too:
+        put.setdefault("status", {})["conditions"] = copy.deepcopy(
+            old.get("status", {}).get("conditions", []))
+    return put
+
+
+def _clean_node(node: Obj) -> Obj:
+    """``node`` as a kubelet registers it: no gpuguard marks, labels or GPU conditions."""
+    body = _unconditioned(node)
+    meta = body.setdefault("metadata", {})
+    for key in ("annotations", "labels"):
+        kept = {k: v for k, v in (meta.get(key) or {}).items()
+                if not k.startswith("gpuguard.io/") or (key == "annotations" and k in _PEOPLES)}
+        if key in meta:
+            meta[key] = kept
+    meta.pop("managedFields", None)
+    return body
 
 
 def _namespaced(case: Case) -> Case:

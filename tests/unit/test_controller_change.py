@@ -12,7 +12,7 @@ import pytest
 from gpuguard.actuators import eviction
 from gpuguard.controller import change as step
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import change, fleet
+from gpuguard.model import change, fleet, settings
 from gpuguard.model import metric_names as names
 from gpuguard.sources import changes as change_source
 from tests import fakes
@@ -93,6 +93,27 @@ def test_a_rollout_runs_to_completion_one_canary_then_the_rest_within_limits() -
     assert next(w.nodes for w in outcome.plan.waves) == ("gpu-node-0",)
     assert not any(n.unschedulable for n in nodes.nodes.values())
     assert all(keys.ISOLATED_AT not in n.annotations for n in nodes.nodes.values())
+
+
+@pytest.mark.parametrize(("asked", "ceiling", "most"), [
+    pytest.param("max_unavailable: 4\nmin_available: 0", (1, 0.0), 1, id="ceiling-below-ask"),
+    pytest.param("max_unavailable: 4\nmin_available: 0", (4, 0.5), 2, id="admins-floor"),
+    pytest.param("max_unavailable: 1\nmin_available: 0.5", (3, 0.0), 1, id="ask-below-ceiling"),
+])
+def test_a_change_never_takes_more_nodes_than_the_admins_ceiling(
+    asked: str, ceiling: tuple[int, float], most: int
+) -> None:
+    greedy = change_source.declared("drv-580", {change.SPEC_KEY: (
+        "driver: '580.159.03'\nwaves: ['100%']\n" + asked + "\n")})
+    nodes, at, most_out = cluster(), START, 0
+    limits = settings.ChangeLimitSettings(max_unavailable=ceiling[0], min_available=ceiling[1])
+    for _ in range(3):
+        step.Changes(source=fakes.FakeChanges((greedy,)), writer=nodes, checks=agents(nodes),
+                     jobs=burn_ins, image=IMAGE, kured=fakes.FakeChanges(), notifier=nodes,
+                     limits=limits).run(nodes.snapshot(at), at, may_write=lambda: True)
+        most_out = max(most_out, sum(n.unschedulable for n in nodes.nodes.values()))
+        at += timedelta(minutes=1)
+    assert most_out == most
 
 
 def test_a_restarted_controller_plans_the_same_rollout_from_the_marks() -> None:

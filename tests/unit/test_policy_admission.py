@@ -161,3 +161,17 @@ def test_history_reads_gpuguards_marks_only() -> None:
     assert set(history) == {"unconfirmed", "rebooting", "unsure", "held", "garbled"}
     assert [n for n, i in history.items() if i.confirmed] == ["rebooting", "held"]
     assert history["garbled"].at is None
+
+
+@pytest.mark.parametrize(("writers", "counted"), [
+    pytest.param(frozenset({annotation_keys.FIELD_MANAGER}), True, id="gpuguards-marks-count"),
+    pytest.param(None, True, id="writers-not-read-count"),
+    pytest.param(frozenset({"kubectl-annotate"}), False, id="a-persons-marks-do-not"),
+    pytest.param(frozenset(), False, id="stripped-managed-fields-do-not"),
+])
+def test_the_breaker_counts_only_marks_gpuguard_wrote(
+    writers: frozenset[str] | None, counted: bool
+) -> None:
+    marked = fleet.Node("forged", "boot", 8, 7, unschedulable=True, isolation_writers=writers,
+                        annotations={annotation_keys.ISOLATED_AT: "2026-12-01T11:00:00Z"})
+    assert [i.node for i in admission.history([marked])] == (["forged"] if counted else [])

@@ -448,7 +448,31 @@ class Jobs:
                 self._client.list(Pod, namespace=self._namespace, labels={"job-name": name})
             )
         owned = [pod for pod in pods if uid and _owned_by(pod, uid)]
+        if (foreign := not_ours(name, job, owned)) is not None:
+            return job_model.JobResult(job_model.JobState.FAILED, detail=foreign)
         return job_result(job, owned)
+
+
+def not_ours(name: str, job: Job, pods: list[Pod]) -> str | None:
+    """Why a Job of gpuguard's name is not the one gpuguard made for that node, else None.
+    gpuguard names a Job after its node (``job_name``) and pins it there (``nodeName`` = the
+    ``gpuguard.io/node`` label): one pinned elsewhere, or whose pods ran elsewhere, was made
+    by someone else (a Job of the predictable name created in advance) and reads as a
+    failure naming where it ran, never as a pass."""
+    labels = (job.metadata.labels if job.metadata else None) or {}
+    node = labels.get(NODE_LABEL, "")
+    template = job.spec.template.spec if job.spec and job.spec.template else None
+    pinned = template.nodeName if template else None
+    ran = sorted({p.spec.nodeName for p in pods if p.spec and p.spec.nodeName} - {node})
+    if node and pinned == node and not ran and _named_for(name, node):
+        return None
+    where = ", ".join(ran) or pinned or "no node"
+    return (f"not gpuguard's Job: {name} is pinned to {where}, not to the node its name and "
+            f"its {NODE_LABEL} label ({node or 'none'}) say; its result is not read")
+
+
+def _named_for(name: str, node: str) -> bool:
+    return any(name[:-9] == job_name(kind, node, "")[:-9] for kind in JobKind)
 
 
 def _owned_by(pod: Pod, uid: str) -> bool:

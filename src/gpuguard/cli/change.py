@@ -165,7 +165,8 @@ def _preview(name: str, config: Any, kubeconfig: Any, kube_server: Any,
         step = change_step.Changes(  # the burn-in Jobs are read, never created (no writes)
             source=source, writer=_NoWrites(), checks=checks,
             jobs=jobs.Jobs(client, settings.controller.namespace),
-            image=settings.controller.image, kured=changes.KuredLock(client))
+            image=settings.controller.image, kured=changes.KuredLock(client),
+            limits=settings.changes)
         try:
             outcomes = step.run(snapshot, now, may_write=lambda: False)
         finally:

@@ -28,7 +28,7 @@ from gpuguard.actuators import jobs as job_specs
 from gpuguard.controller import return_to_pool as return_step
 from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import change, decisions, fleet, ports
+from gpuguard.model import change, decisions, fleet, ports, settings
 from gpuguard.model import jobs as job_model
 from gpuguard.policy import rollout, xid_signals
 from gpuguard.sources import changes as change_source
@@ -95,6 +95,7 @@ class Changes:
     runtime_class: str | None = None
     templates: TemplateSource | None = None
     evictions: EvictionPort | None = None  # a change's opt-in drain window
+    limits: settings.ChangeLimitSettings = field(default_factory=settings.ChangeLimitSettings)
 
     def run(
         self,
@@ -106,7 +107,8 @@ class Changes:
         out = []
         declared = self.source.changes()
         samples: tuple[fleet.MetricSample, ...] | None = None
-        for item in declared:
+        for declared_item in declared:
+            item = self._bounded(declared_item)
             if item.spec is None:
                 out.append(Outcome(item.name, error=item.error))
                 continue
@@ -123,6 +125,17 @@ class Changes:
             out.append(Outcome(item.name, plan,
                                self._apply(snapshot, item.spec, plan, now, may_write)))
         return out
+
+    def _bounded(self, item: change_source.Declared) -> change_source.Declared:
+        """The change within the admin's ceiling (``changes`` settings), said once a tick."""
+        if item.spec is None:
+            return item
+        spec = rollout.bounded(item.spec, self.limits)
+        if spec != item.spec:
+            log.info("change %s: bounded by the admin's ceiling to max_unavailable %d, "
+                     "min_available %s (settings: changes)", item.name, spec.max_unavailable,
+                     spec.min_available)
+        return dataclasses.replace(item, spec=spec)
 
     def _samples(self, now: datetime) -> tuple[fleet.MetricSample, ...]:
         """The agents' statuses; unreadable: none (every check UNKNOWN: nothing returns)."""

@@ -188,6 +188,7 @@ def build_guard(
                 runtime_class=c.job_runtime_class,
                 templates=changes.JobTemplates(client, c.change_templates),
                 evictions=eviction.Evictor(client),
+                limits=guard_settings.changes,
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
@@ -312,6 +313,7 @@ def _prometheus_options(guard_settings: settings_model.GuardSettings) -> dict[st
     return {
         "staleness": guard_settings.prometheus.staleness,
         "timeout_s": guard_settings.prometheus.timeout.total_seconds(),
+        "scopes": guard_settings.prometheus.scrape_scope,
     }
 
 

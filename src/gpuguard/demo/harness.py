@@ -213,6 +213,7 @@ def _play(
                 jobs=jobs.Jobs(client, namespace),
                 image=settings.controller.image,
                 kured=changes.KuredLock(client),
+                limits=settings.changes,
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
                 templates=changes.JobTemplates(client, settings.controller.change_templates),

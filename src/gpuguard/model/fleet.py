@@ -84,8 +84,9 @@ class Node:
         not write are a person's or a forgery (docs/security.md), never gpuguard's isolation.
         """
         writers = self.isolation_writers
-        if writers is None or annotation_keys.FIELD_MANAGER in writers:
-            return None
+        if (annotation_keys.ISOLATED_AT not in self.annotations or writers is None
+                or annotation_keys.FIELD_MANAGER in writers):
+            return None  # no mark, not read, or gpuguard's
         return ", ".join(sorted(writers)) or "no recorded field manager"
 
     @property

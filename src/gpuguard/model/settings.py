@@ -187,6 +187,14 @@ class PrometheusSettings(_Section):
         default=timedelta(seconds=10),
         description="How long one Prometheus query may take before the tick fails closed.",
     )
+    scrape_scope: dict[str, str] = Field(
+        default_factory=dict,
+        description="Metric name prefix -> the label matchers of the scrape job that exports "
+        "it, added to every selector of every query the controller sends, e.g. {DCGM_: "
+        "'job=\"nvidia-dcgm-exporter\", namespace=\"gpu-operator\"'}: a series a tenant "
+        "exports under an exporter's metric name is not read (docs/security.md#metric-forgery). "
+        "Empty: unscoped.",
+    )
 
 
 class ControllerSettings(_Section):
@@ -244,6 +252,23 @@ class ControllerSettings(_Section):
     )
     xid_overrides: Path | None = Field(
         default=None, description="YAML file of Xid class overrides (see `xid explain --help`)."
+    )
+
+
+class ChangeLimitSettings(_Section):
+    """The cluster admin's ceiling on every declared change (docs/change-management.md): a
+    change's author writes its ConfigMap, the installer these settings; a change asking for
+    more is bounded here, never trusted."""
+
+    max_unavailable: int = Field(
+        default=3, ge=1,
+        description="At most this many nodes out for one change at once, whatever the "
+        "change's own max_unavailable says.",
+    )
+    min_available: float = Field(
+        default=0.5, ge=0, le=1,
+        description="At least this share of a change's pool stays schedulable, whatever the "
+        "change's own min_available says.",
     )
 
 
@@ -453,6 +478,7 @@ class GuardSettings(_Section):
     gpu_isolation: GpuIsolationSettings = GpuIsolationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     controller: ControllerSettings = ControllerSettings()
+    changes: ChangeLimitSettings = ChangeLimitSettings()
     phantom: PhantomSettings = PhantomSettings()
     utilization: UtilizationSettings = UtilizationSettings()
     hygiene: HygieneSettings = HygieneSettings()

@@ -145,11 +145,15 @@ class Admission:
 def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
     """gpuguard's isolations that still hold (cordoned, marked), from node annotations only.
     A node whose ``isolated-at`` cannot be read counts as unconfirmed and recent: an unknown
-    age must never make room for more isolations."""
+    age must never make room for more isolations. Marks gpuguard did not write
+    (``Node.foreign_marks``, as the return step and ``explain`` read them) are no isolation of
+    gpuguard's and fill none of the breaker's room: forged marks cannot withhold a real fault."""
     out = []
     for node in nodes:
         marks = node.annotations
-        if not node.isolated_by_gpuguard:  # forged marks never fill the breaker
+        if node.foreign_marks is not None:
+            continue  # forged marks never fill the breaker, not even its GPU isolations
+        if not node.isolated_by_gpuguard:
             out += _gpu_isolations(node)
             if change.out_for_change(node):
                 out.append(Isolation(node.name, None, confirmed=False, change=True))

@@ -30,6 +30,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from enum import StrEnum
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change as model
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, fleet, settings
 from gpuguard.model import return_to_pool as return_model
 
 Phase = model.Phase
@@ -122,6 +123,15 @@ class Plan:
 
     def action_for(self, node: str) -> NodeAction | None:
         return next((a for a in self.actions if a.node == node), None)
+
+
+def bounded(spec: model.ChangeSpec, limits: settings.ChangeLimitSettings) -> model.ChangeSpec:
+    """The change within the admin's ceiling: no more nodes out at once than
+    ``limits.max_unavailable``, no less of the pool schedulable than ``limits.min_available``
+    (a change's author cannot cordon every idle node at once)."""
+    return dataclasses.replace(
+        spec, max_unavailable=min(spec.max_unavailable, limits.max_unavailable),
+        min_available=max(spec.min_available, limits.min_available))
 
 
 def wave_targets(waves: Sequence[model.WaveSize], pool: int, canaries: int) -> tuple[int, ...]:

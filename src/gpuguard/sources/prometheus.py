@@ -24,7 +24,7 @@ import httpx
 import msgspec
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, subquery
+from gpuguard.model import fleet, promql_scope, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -147,10 +147,12 @@ class PrometheusSource:
         staleness: timedelta = timedelta(minutes=2),
         client: httpx.Client | None = None,
         timeout_s: float = 10.0,
+        scopes: Mapping[str, str] | None = None,
     ) -> None:
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._range_url = self._url + "_range"
         self._plan = plan
+        self._scopes = dict(scopes or {})  # prometheus.scrape_scope (model.promql_scope)
         self._staleness = staleness
         self._client = client or httpx.Client(timeout=timeout_s)
         self.queries_issued = 0
@@ -169,7 +171,8 @@ class PrometheusSource:
 
     def _vector(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
-        params: dict[str, str | float] = {"query": promql, "time": subquery.evaluation_time(at)}
+        params: dict[str, str | float] = {"query": promql_scope.scoped(promql, self._scopes),
+                                          "time": subquery.evaluation_time(at)}
         return self._get(self._url, name, params, "vector")
 
     def _get(
@@ -216,7 +219,7 @@ class PrometheusSource:
         for name, promql in queries.items():
             self.queries_issued += 1
             params: dict[str, str | float] = {
-                "query": promql,
+                "query": promql_scope.scoped(promql, self._scopes),
                 "start": start.timestamp(),
                 "end": end.timestamp(),
                 "step": step.total_seconds(),
