@@ -70,7 +70,7 @@ def test_the_controllers_own_token_isolates_the_faulty_node_through_the_policies
         assert waits.eventually(lambda: _scraped(prometheus, len(names)), timeout_s=30)
         # gpuguard's token is bound to one of its controller pods (made by the ReplicaSet,
         # placed by the scheduler), as the kubelet that runs it would request it.
-        config = chart.pod_bound_kubeconfig(
+        config, _ = chart.pod_bound_kubeconfig(
             installed, "gpuguard", "controller", installed.folder / "gpuguard.kubeconfig"
         )
         outputs = [_once(config, prometheus)]  # the tick that isolates

@@ -171,6 +171,8 @@ def run_command(
     flags = [f"--config {config}"] if config else []
     kubeconfig = cluster.guard_kubeconfig or cluster.kubeconfig  # gpuguard's own, where real
     flags += [f"--kubeconfig {kubeconfig}", f"--prometheus-url {cluster.prometheus}"]
+    if cluster.guard_identity:  # the Lease names the pod the token is bound to (gpuguard-leader)
+        flags.append(f"--identity {cluster.guard_identity}")
     return " ".join([*env, "gpuguard run", *flags])
 
 

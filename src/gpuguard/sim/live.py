@@ -63,6 +63,8 @@ class RealPlane(Protocol):
     @property
     def guard_kubeconfig(self) -> Path: ...
     @property
+    def guard_identity(self) -> str: ...
+    @property
     def bridge(self) -> Synced: ...
 
 
@@ -103,6 +105,7 @@ class LiveCluster:
     kubelet: Callable[[], None] | None = None
     control_plane: str = PLANE_SIMULATED  # PLANE_REAL: a real control plane
     guard_kubeconfig: Path | None = None  # with a real one: gpuguard's own identity
+    guard_identity: str | None = None  # with a real one: the pod its token is bound to
     leases: Callable[[], bool] | None = None  # with a real one: whether a Lease is stored there
 
     def catch_up(self) -> list[state.TimelineEntry]:
@@ -200,6 +203,7 @@ def serve(
             cluster = LiveCluster(played, plane.server, metrics, None, plane.kubeconfig, speed,
                                   0.0, kubelet=plane.bridge.sync, control_plane=PLANE_REAL,
                                   guard_kubeconfig=plane.guard_kubeconfig,
+                                  guard_identity=plane.guard_identity,
                                   leases=plane.bridge.someone_leads)
         installed = shutil.which("prometheus") is not None and not prefer_emulation
         if with_prometheus and (installed or emulation is None):

@@ -118,10 +118,11 @@ def _crd(kind: str, plural: str) -> dict[str, object]:
 
 def pod_bound_kubeconfig(
     plane: cluster.ControlPlane, account: str, component: str, path: Path, timeout_s: float = 60.0
-) -> Path:
+) -> tuple[Path, str]:
     """A kubeconfig with a token of ``account`` bound to one of the chart's ``component``
     pods once the scheduler has placed it (gpuguard's own identity: RBAC and the policies
-    judge what it does, and gpuguard-identity requires the pod's claims in the token)."""
+    judge what it does, and gpuguard-identity requires the pod's claims in the token); and
+    that pod's name, the identity its Lease must carry (gpuguard-leader)."""
     deadline = time.monotonic() + timeout_s
     selector = f"app.kubernetes.io/component={component}"
     while True:
@@ -131,7 +132,7 @@ def pod_bound_kubeconfig(
         placed = [p for p in listed.get("items", []) if p["spec"].get("nodeName")]
         if placed:
             token = plane.pod_bound_token(NAMESPACE, account, placed[0])
-            return plane.write_kubeconfig(path, token, account)
+            return plane.write_kubeconfig(path, token, account), placed[0]["metadata"]["name"]
         if time.monotonic() > deadline:
             raise cluster.ControlPlaneError(
                 f"no {component} pod of gpuguard's was placed on a node in {timeout_s:.0f}s"

@@ -19,6 +19,7 @@ class RealParts:
     server: str
     kubeconfig: Path  # cluster-admin, for a person
     guard_kubeconfig: Path  # gpuguard's ServiceAccount, for `gpuguard run`
+    guard_identity: str  # the controller pod that token is bound to: its Lease's holder
     bridge: bridge.Bridge
 
 
@@ -36,7 +37,7 @@ def serve(played: world.World, folder: Path, run: bridge.RunCommand) -> Iterator
         )
         carried = bridge.Bridge(played, plane, run)
         carried.sync()
-        guard = chart.pod_bound_kubeconfig(
+        guard, pod = chart.pod_bound_kubeconfig(
             plane, "gpuguard", "controller", folder / "gpuguard.kubeconfig"
         )
-        yield RealParts(plane.server, plane.kubeconfig, guard, carried)
+        yield RealParts(plane.server, plane.kubeconfig, guard, pod, carried)
