@@ -143,13 +143,7 @@ class Bridge:
             self._created.add(key)
         status = pod.get("status") or {}
         if self._pushed.get(key) != status:
-            self._request(
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-                {"status": status},
-                content_type=STRATEGIC,
-                ok=(200, 404),
-            )
+            self._status({"metadata": {"namespace": namespace, "name": name}}, status)
             self._pushed[key] = copy.deepcopy(status)
 
     def _namespace(self, name: str) -> None:
