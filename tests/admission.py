@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gpuguard.actuators import jobs
 from gpuguard.cli.main import app
+from gpuguard.model import settings
 from tests import cel, chart
 
 GPUGUARD = "system:serviceaccount:gpuguard:gpuguard"
@@ -70,7 +71,8 @@ CARD = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
 def gpu_burnin() -> Obj:
     """A returning GPU's own burn-in, as the GPU-isolation step creates it."""
     return jobs.burnin_job(NODE, "burnin/k", "boot", gpus=1, mode="matmul", image=IMAGE,
-                           runtime_class="nvidia", uuid=CARD)
+                           runtime_class="nvidia", uuid=CARD,
+                           deadline=settings.DEFAULT_BURNIN_DEADLINE)
 
 
 def defaulted(job: Obj) -> Obj:

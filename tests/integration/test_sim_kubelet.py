@@ -13,9 +13,12 @@ import pytest
 
 from gpuguard.actuators import jobs
 from gpuguard.model import jobs as job_model
+from gpuguard.model import settings
 from gpuguard.sim import clock, kubeapi, kubelet, scenario, state, store, world
 
 pytestmark = pytest.mark.integration
+
+DEADLINE = settings.DEFAULT_EVIDENCE_DEADLINE
 
 
 def two_nodes() -> world.World:
@@ -40,7 +43,8 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         return 0, '{"verdict": "power-cycle"}'
 
     runner = kubelet.JobKubelet(played, run, runtime=timedelta(seconds=30))
-    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test",
+                                deadline=DEADLINE)
     name = manifest["metadata"]["name"]
     with kubeapi.serve(played.store) as api, lightkube.Client(
         config=kubeapi.lightkube_config(api.url)
@@ -64,8 +68,10 @@ def test_a_job_waits_while_its_node_is_down_and_fails_on_a_missing_node() -> Non
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, "ok"))
     played.step_to(timedelta(minutes=1, seconds=10))  # gpu-node-b is rebooting
-    down = jobs.evidence_job("gpu-node-b", "t", image="gpuguard:test")
-    ghost = jobs.evidence_job("gpu-node-z", "t", image="gpuguard:test")
+    down = jobs.evidence_job("gpu-node-b", "t", image="gpuguard:test",
+                                deadline=DEADLINE)
+    ghost = jobs.evidence_job("gpu-node-z", "t", image="gpuguard:test",
+                                deadline=DEADLINE)
     for manifest in (down, ghost):
         played.store.create("Job", "gpuguard", manifest)
     runner.step()
@@ -99,7 +105,8 @@ def test_a_hung_job_is_decided_failed_at_its_deadline_while_its_pod_stays_termin
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, "never"))
     hang(played, "gpu-node-a", "evidence")
-    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test",
+                                deadline=DEADLINE)
     name, deadline = manifest["metadata"]["name"], manifest["spec"]["activeDeadlineSeconds"]
     with adapter(played) as guard_jobs:
         guard_jobs.create(manifest)
@@ -120,7 +127,8 @@ def test_a_hung_job_is_decided_failed_at_its_deadline_while_its_pod_stays_termin
 
 def test_a_slow_job_fails_at_its_deadline_once_its_pod_is_gone() -> None:
     played = two_nodes()
-    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test",
+                                deadline=DEADLINE)
     name, deadline = manifest["metadata"]["name"], manifest["spec"]["activeDeadlineSeconds"]
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, "late"),
                                 runtime=timedelta(seconds=deadline * 2))
@@ -140,7 +148,8 @@ def test_a_slow_job_fails_at_its_deadline_once_its_pod_is_gone() -> None:
 def test_the_job_result_outlives_podgc_and_the_ttl_deletes_the_job() -> None:
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"ok": 1}'), pod_gc_threshold=0)
-    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test",
+                                deadline=DEADLINE)
     name, ttl = manifest["metadata"]["name"], manifest["spec"]["ttlSecondsAfterFinished"]
     with adapter(played) as guard_jobs:
         guard_jobs.create(manifest)
@@ -165,7 +174,8 @@ def test_a_failed_pod_is_retried_up_to_the_backoff_limit() -> None:
         return 1, "collector crashed"
 
     runner = kubelet.JobKubelet(played, fail)
-    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test",
+                                deadline=DEADLINE)
     manifest["spec"]["backoffLimit"] = 1
     with adapter(played) as guard_jobs:
         guard_jobs.create(manifest)
@@ -182,7 +192,8 @@ def test_a_failed_pod_is_retried_up_to_the_backoff_limit() -> None:
 def test_a_pod_that_only_carries_the_job_name_label_is_not_read() -> None:
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"verdict": "rma"}'))
-    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "t", image="gpuguard:test",
+                                deadline=DEADLINE)
     name = manifest["metadata"]["name"]
     forged = {
         "metadata": {"name": "forged", "labels": {"job-name": name},
@@ -212,7 +223,7 @@ def test_a_job_of_gpuguards_name_pinned_elsewhere_reads_as_not_ours_never_passed
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"passed": true}'))
     manifest = jobs.burnin_job("gpu-node-a", "t", "boot", gpus=8, mode="matmul",
-                               image="gpuguard:test")
+                               image="gpuguard:test", deadline=settings.DEFAULT_BURNIN_DEADLINE)
     name = manifest["metadata"]["name"]
     manifest["spec"]["template"]["spec"]["nodeName"] = "gpu-node-b"
     if pinned_by == "label-and-node":

@@ -48,7 +48,7 @@ def change_burnin() -> Obj:
     """The burn-in after a declared change: the same shape, named by the change and boot."""
     runtime = settings.ControllerSettings().job_runtime_class  # as the controller is wired
     return jobs.change_burnin_job(NODE, "drv-580", "boot-2", gpus=8, mode="matmul", image=IMAGE,
-                                  runtime_class=runtime)
+                                  runtime_class=runtime, deadline=settings.DEFAULT_BURNIN_DEADLINE)
 
 
 @pytest.mark.parametrize("build", [evidence, burnin, change_burnin],

@@ -19,7 +19,7 @@ recording it leaves a Job the next tick finds again (create → AlreadyExists is
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, cast
 
@@ -79,8 +79,10 @@ def evidence_job(
     image: str,
     namespace: str = "gpuguard",
     runtime_class: str | None = None,
+    deadline: timedelta,
 ) -> dict[str, Any]:
-    """The evidence Job manifest (batch/v1) for one isolation of ``node``."""
+    """The evidence Job manifest (batch/v1) for one isolation of ``node``; the Job controller
+    ends it after ``deadline`` (``controller.evidence_deadline``)."""
     mounts = [
         {"name": f"host-{name}", "mountPath": f"/host{path}", "readOnly": True}
         for name, (path, _) in HOST_PATHS.items()
@@ -112,11 +114,11 @@ def evidence_job(
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
     }
-    return _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes, runtime_class)
+    job = _job(JobKind.EVIDENCE, node, isolated_at, namespace, container, volumes, runtime_class)
+    job["spec"]["activeDeadlineSeconds"] = _seconds(deadline)
+    return job
 
 
-BURNIN_DEADLINE_S = 90 * 60
-"""A memory test (``dcgmi diag -r 4``) takes tens of minutes, up to ~45 on a 4-GPU Hopper."""
 BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
 """``model.return_to_pool.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's
 level-4 diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
@@ -136,6 +138,7 @@ def burnin_job(
     runtime_class: str | None = None,
     inspected: str | None = None,
     uuid: str | None = None,
+    deadline: timedelta,
 ) -> dict[str, Any]:
     """The burn-in Job manifest (batch/v1): ``gpuguard burnin --summary`` on all ``gpus`` GPUs.
 
@@ -188,7 +191,7 @@ def burnin_job(
         annotation_keys.BOOT_ID: boot_id,
         **({annotation_keys.RESET_DONE: reset_done} if reset_done else {}),
     }
-    job["spec"]["activeDeadlineSeconds"] = BURNIN_DEADLINE_S
+    job["spec"]["activeDeadlineSeconds"] = _seconds(deadline)
     return job
 
 
@@ -208,16 +211,21 @@ def change_burnin_job(
     image: str,
     namespace: str = "gpuguard",
     runtime_class: str | None = None,
+    deadline: timedelta,
 ) -> dict[str, Any]:
     """The burn-in after a declared change (docs/change-management.md): the same Job as after
     a repair, so the same admission rules admit it, named by the change and the boot it tests
     (a failed one is not run again on that boot); annotated with the change, not an
     isolation."""
     job = burnin_job(node, _change_key(change), boot_id, gpus=gpus, mode=mode, image=image,
-                     namespace=namespace, runtime_class=runtime_class)
+                     namespace=namespace, runtime_class=runtime_class, deadline=deadline)
     job["metadata"]["annotations"] = {annotation_keys.CHANGE: change,
                                       annotation_keys.BOOT_ID: boot_id}
     return job
+
+
+def _seconds(deadline: timedelta) -> int:
+    return max(1, int(deadline.total_seconds()))  # the API takes whole seconds, at least 1
 
 
 def _change_key(change: str) -> str:

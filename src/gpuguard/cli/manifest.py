@@ -62,8 +62,9 @@ def evidence(
     """
     c = guard.load_settings(config).controller
     manifest = jobs.evidence_job(
-        node, isolated_at, image=c.image, namespace=c.namespace, runtime_class=c.job_runtime_class
-    )
+        node, isolated_at, image=c.image, namespace=c.namespace,
+        runtime_class=c.job_runtime_class, deadline=c.evidence_deadline,
+    )  # fmt: skip
     _emit(manifest, fmt)
 
 
@@ -90,7 +91,8 @@ def burnin(
       gpuguard manifest job burnin --node gpu-node-a --gpus 8
       gpuguard manifest job burnin --node gpu-node-a --gpus 8 --mode matmul --reason xid-79
     """
-    c = guard.load_settings(config).controller
+    loaded = guard.load_settings(config)
+    c = loaded.controller
     manifest = jobs.burnin_job(
         node,
         isolated_at,
@@ -101,5 +103,6 @@ def burnin(
         reason=reason,
         namespace=c.namespace,
         runtime_class=c.job_runtime_class,
+        deadline=loaded.return_to_pool.burnin_deadline,
     )
     _emit(manifest, fmt)

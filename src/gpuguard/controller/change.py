@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gpuguard.actuators import eviction
@@ -96,6 +96,7 @@ class Changes:
     templates: TemplateSource | None = None
     evictions: EvictionPort | None = None  # a change's opt-in drain window
     limits: settings.ChangeLimitSettings = field(default_factory=settings.ChangeLimitSettings)
+    burnin_deadline: timedelta = settings.DEFAULT_BURNIN_DEADLINE
 
     def run(
         self,
@@ -243,7 +244,7 @@ class Changes:
         manifest = job_specs.change_burnin_job(
             node.name, plan.change, node.boot_id, gpus=node.gpu_capacity,
             mode=str(action.burn_in), image=self.image, namespace=self.namespace,
-            runtime_class=self.runtime_class,
+            runtime_class=self.runtime_class, deadline=self.burnin_deadline,
         )  # fmt: skip
         try:
             if self.jobs.create(manifest):

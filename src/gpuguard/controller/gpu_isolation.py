@@ -38,6 +38,7 @@ from gpuguard.model import (
     timestamps,
 )
 from gpuguard.model import jobs as job_model
+from gpuguard.model import settings as settings_model
 from gpuguard.policy import gpu_enforcement as policy
 from gpuguard.policy import gpu_pods
 
@@ -83,6 +84,7 @@ class GpuIsolation:
     namespace: str = "gpuguard"
     rma_deadline: timedelta = timedelta(days=14)
     runtime_class: str | None = "nvidia"
+    burnin_deadline: timedelta = settings_model.DEFAULT_BURNIN_DEADLINE
     evictor: Evictor | None = None  # None: the pods on an isolated GPU are left running
     dra: DraTaints | None = None  # the DRA route's DeviceTaintRules (None: not applied)
     xid_overrides: bool = False  # controller.xid_overrides is set: the Job reads the same file
@@ -207,6 +209,7 @@ class GpuIsolation:
             return job_specs.burnin_job(
                 node.name, plan.key, node.boot_id, gpus=1, mode="matmul", image=self.image,
                 namespace=self.namespace, runtime_class=self.runtime_class, uuid=uuid,
+                deadline=self.burnin_deadline,
             )
         action = "apply" if plan.step is Step.APPLY else "undo"
         return job_specs.gpu_isolation_job(

@@ -21,7 +21,7 @@ from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, InputError
-from gpuguard.model import annotation_keys, decisions, fleet, ports
+from gpuguard.model import annotation_keys, decisions, fleet, ports, settings
 from gpuguard.model import jobs as job_model
 from gpuguard.policy import escalation, recovery
 
@@ -51,6 +51,7 @@ class Recovery:
     notifier: ports.Notifier | None = None
     runtime_class: str | None = None
     merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
+    evidence_deadline: timedelta = settings.DEFAULT_EVIDENCE_DEADLINE
 
     def run(
         self,
@@ -124,6 +125,7 @@ class Recovery:
             image=self.image,
             namespace=self.namespace,
             runtime_class=self.runtime_class,
+            deadline=self.evidence_deadline,
         )
         if self.jobs.create(manifest):
             log.info("%s: evidence Job %s created", node.name, manifest["metadata"]["name"])

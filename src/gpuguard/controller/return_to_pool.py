@@ -231,6 +231,7 @@ class ReturnToPool:
             namespace=self.namespace,
             runtime_class=self.settings.controller.job_runtime_class,
             inspected=node.annotations.get(keys.INSPECTED),
+            deadline=self.settings.return_to_pool.burnin_deadline,
         )
         return self.jobs.create(manifest)
 

@@ -148,6 +148,7 @@ def build_guard(
                 notifier=notifier,
                 runtime_class=c.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
+                evidence_deadline=c.evidence_deadline,
             )
             if c.recovery
             else None,
@@ -189,6 +190,7 @@ def build_guard(
                 templates=changes.JobTemplates(client, c.change_templates),
                 evictions=eviction.Evictor(client),
                 limits=guard_settings.changes,
+                burnin_deadline=guard_settings.return_to_pool.burnin_deadline,
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
@@ -283,6 +285,7 @@ def gpu_isolation_step(
         namespace=namespace,
         runtime_class=c.job_runtime_class,
         xid_overrides=c.xid_overrides is not None,
+        burnin_deadline=guard_settings.return_to_pool.burnin_deadline,
     )
 
 

@@ -185,6 +185,7 @@ def _play(
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
+                evidence_deadline=settings.controller.evidence_deadline,
             ),
             return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, namespace),
@@ -217,6 +218,7 @@ def _play(
                 namespace=namespace,
                 runtime_class=settings.controller.job_runtime_class,
                 templates=changes.JobTemplates(client, settings.controller.change_templates),
+                burnin_deadline=settings.return_to_pool.burnin_deadline,
             ),
             # the gang check with its Events on the owners, over HTTP like the real guard; the
             # interconnect and topology checks run once at the end (demo.findings), not per tick

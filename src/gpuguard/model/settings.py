@@ -49,6 +49,10 @@ PositiveDuration = Annotated[timedelta, BeforeValidator(_duration), AfterValidat
 HttpUrl = Annotated[str, AfterValidator(bounds.http_url)]
 
 
+DEFAULT_EVIDENCE_DEADLINE = timedelta(minutes=10)  # controller.evidence_deadline
+DEFAULT_BURNIN_DEADLINE = timedelta(minutes=90)  # return_to_pool.burnin_deadline
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -231,6 +235,12 @@ class ControllerSettings(_Section):
         default=True,
         description="After an isolation: evidence Job, verdict, ledger line, drafted request.",
     )
+    evidence_deadline: PositiveDuration = Field(
+        default=DEFAULT_EVIDENCE_DEADLINE,
+        description="The evidence Job's activeDeadlineSeconds: the Job controller ends one that "
+        "hangs (a read stuck in a dead GPU's driver) and gpuguard reads it as failed evidence "
+        "(docs/design.md#recovery).",
+    )
     lease_name: str = Field(
         default="gpuguard-leader",
         description="The Lease (in `namespace`) whose holder is the one replica that acts.",
@@ -383,6 +393,11 @@ class ReturnSettings(_Section):
         default=frozenset({48, 63, 64, 94, 95, 140}),
         description="Memory-class Xids: the burn-in adds a memory test (tens of minutes; the "
         "ECC incident's card passed matmul and failed only memtest; docs/design.md#incidents).",
+    )
+    burnin_deadline: PositiveDuration = Field(
+        default=DEFAULT_BURNIN_DEADLINE,
+        description="The burn-in Job's activeDeadlineSeconds: a memory test (`dcgmi diag -r 4`) "
+        "takes tens of minutes, up to ~45 on a 4-GPU Hopper; one that runs longer failed.",
     )
     require_conformance: bool = Field(
         default=False,
