@@ -21,7 +21,7 @@ plus that interval (the follower reads at most that late).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,9 @@ class NodeAgents:
     played: world.World
     hosts: Path
     state_root: Path
-    client: lightkube.Client | None = None  # None: the agents report no node conditions
+    # each node's agent's client (on a real API server, its own pod-bound token); None: the
+    # agents report no node conditions
+    client_for: Callable[[str], lightkube.Client] | None = None
     _running: dict[str, tuple[str, daemon.Agent]] = field(default_factory=dict)
     _answers: dict[str, tuple[tuple[str, int], list[Sample]]] = field(default_factory=dict)
     _followed: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -112,9 +114,9 @@ class NodeAgents:
     def _reporter(
         self, node: str, config: daemon.AgentConfig
     ) -> node_status.ConditionReporter | None:
-        if self.client is None:
+        if self.client_for is None:
             return None
-        patch = node_status.lightkube_patch(self.client, node)
+        patch = node_status.lightkube_patch(self.client_for(node), node)
         return node_status.ConditionReporter(
             patch, config.state_dir, wall=self._wall, monotonic=self._wall
         )

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import lightkube
 
@@ -101,6 +102,30 @@ class ScenarioRun:
     fallback_lists: int = 0  # ticks that listed because a watch cache was not fresh
 
 
+class _AgentClients:
+    """A client per agent identity (one for all on the simulator's API; each node's own on a
+    real one), made when an agent first writes; closed together."""
+
+    def __init__(self, config_for: Callable[[str], lightkube.KubeConfig]) -> None:
+        self._config_for = config_for
+        self._clients: dict[int, lightkube.Client] = {}
+
+    def get(self, node: str) -> lightkube.Client:
+        config = self._config_for(node)
+        if id(config) not in self._clients:
+            self._clients[id(config)] = lightkube.Client(
+                config=config, field_manager=agent_status.FIELD_MANAGER
+            )
+        return self._clients[id(config)]
+
+    def __enter__(self) -> _AgentClients:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for client in self._clients.values():
+            client.close()
+
+
 @dataclass
 class _Activity:
     """When ticks can matter: windows after each change point."""
@@ -127,17 +152,81 @@ _SCRATCH = Path("/dev/shm")
 Observer = Callable[[world.World], None]
 
 
+class Kubelets(Protocol):
+    """What runs gpuguard's Jobs on the simulated nodes: the simulator's own Job controller and
+    kubelets (``sim.kubelet.JobKubelet``), or a real control plane's Job controller with the
+    simulator's kubelets (``demo.real_plane``)."""
+
+    def due(self, now: datetime) -> bool: ...
+    def step(self) -> None: ...
+    def ticked(self) -> None: ...  # the guard wrote: its marks are the world's at the next step
+
+
+@dataclass
+class _OwnKubelets:
+    """The simulator's Job controller and kubelets; the guard writes to the world's own store,
+    so what it wrote is a change the next step sees without being carried."""
+
+    jobs: kubelet.JobKubelet
+
+    def due(self, now: datetime) -> bool:
+        return self.jobs.due(now)
+
+    def step(self) -> None:
+        self.jobs.step()
+
+    def ticked(self) -> None:
+        pass
+
+
+class CatchUp(Protocol):
+    def wait(self, cluster: watched_cluster.WatchedCluster) -> None: ...
+
+
+@dataclass(frozen=True)
+class Api:
+    """The Kubernetes API the guard and the agents talk to, and who runs gpuguard's Jobs."""
+
+    guard: lightkube.KubeConfig
+    agent: Callable[[str], lightkube.KubeConfig]  # each node's agent's
+    kubelets: Kubelets
+    caught_up: CatchUp
+    # the guard's watches end when this API server stops at the end of the run (a real one
+    # outlives it: a watch blocked on its quiet stream ends with the process, watch_cache.stop)
+    stops_with_run: bool = True
+
+
+ApiFactory = Callable[
+    [world.World, Path, settings_model.GuardSettings], AbstractContextManager[Api]
+]
+
+
+@contextmanager
+def in_process_api(
+    played: world.World, hosts: Path, settings: settings_model.GuardSettings
+) -> Iterator[Api]:
+    """The simulator's own API over HTTP (``sim.kubeapi``), its Job controller and kubelets."""
+    jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(
+        played, hosts, settings.controller.xid_overrides))  # fmt: skip
+    with kubeapi.serve(played.store) as server:
+        config = kubeapi.lightkube_config(server.url)
+        yield Api(config, lambda _: config, _OwnKubelets(jobs_kubelet),
+                  guard_reads.CaughtUp(played.store))
+
+
 def play(
     spec: scenario.Scenario,
     settings: settings_model.GuardSettings,
     *,
     observe: Observer | None = None,
+    api: ApiFactory = in_process_api,
 ) -> ScenarioRun:
     """Play ``spec`` with the guard attached; ``observe`` (if given) sees the world at its
-    start and after every step (e.g. to record what a Prometheus would have scraped)."""
+    start and after every step (e.g. to record what a Prometheus would have scraped); ``api``:
+    the Kubernetes API under it all (the simulator's own unless a test brings a real one)."""
     scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="gpuguard-demo-hosts-", dir=scratch) as hosts:
-        return _play(spec, settings, Path(hosts), observe)
+        return _play(spec, settings, Path(hosts), observe, api)
 
 
 def _play(
@@ -145,25 +234,22 @@ def _play(
     settings: settings_model.GuardSettings,
     hosts: Path,
     observe: Observer | None = None,
+    api: ApiFactory = in_process_api,
 ) -> ScenarioRun:
     clock = simclock.SimClock(spec.start)
     objects = store.ObjectStore(now=clock.now)
     played = world.World.from_scenario(spec, objects, clock, hosts_root=hosts)
     run = ScenarioRun(spec, played)
-    jobs_kubelet = kubelet.JobKubelet(played, job_commands.runner(
-        played, hosts, settings.controller.xid_overrides))
     isolation = settings.isolation
     view = prometheus_view.WorldPrometheus(played, isolation.hold_window, isolation.xid_lookback)
     node_agents = agents.NodeAgents(played, hosts, hosts / ".agent-state")
     view.targets.append(node_agents.scrape)
     guard_clock = _GuardClock(clock)
     fast, wakes = fast_path.FastPath(), guard_reads.Wakes()
-    with kubeapi.serve(objects) as server, lightkube.Client(
-        config=kubeapi.lightkube_config(server.url), field_manager=annotation_keys.FIELD_MANAGER
-    ) as client, lightkube.Client(
-        config=kubeapi.lightkube_config(server.url), field_manager=agent_status.FIELD_MANAGER
-    ) as agent_client:
-        node_agents.client = agent_client
+    with api(played, hosts, settings) as served, lightkube.Client(
+        config=served.guard, field_manager=annotation_keys.FIELD_MANAGER
+    ) as client, _AgentClients(served.agent) as agent_clients:
+        node_agents.client_for = agent_clients.get
         reads = wiring.cluster_reads(client, settings, fast)
         writer = reads.writer
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
@@ -229,18 +315,18 @@ def _play(
                 events=workload_events.WorkloadEvents(client),
             ),
         )
-        urgent = _Urgent(node_agents, guard_clock, reads.cluster, wakes, objects)
+        urgent = _Urgent(node_agents, guard_clock, reads.cluster, wakes, served.caught_up)
         try:
             with fast_path.watching(
                 reads.cluster, fast, wakes.wake, telemetry.GuardMetrics(),
                 settings.controller.interval,
             ):
                 urgent.started()
-                _drive(run, guard, view, settings, jobs_kubelet, observe, urgent)
+                _drive(run, guard, view, settings, served.kubelets, observe, urgent)
         finally:
             node_agents.close()
         run.cards = _cards(ledger.Ledger(client, namespace).entries().entries)
-    _ended(reads.cluster, run)
+    _ended(reads.cluster, run, served.stops_with_run)
     run.withheld = _withheld(run)
     run.rollouts = run.rollout_watch.report()
     run.gpu_isolated = _gpu_isolated(run)
@@ -311,11 +397,8 @@ class _Urgent:
     clock: _GuardClock
     cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster
     wakes: guard_reads.Wakes
-    objects: store.ObjectStore
+    caught_up: CatchUp
     woken: int = 0
-
-    def __post_init__(self) -> None:
-        self._caught_up = guard_reads.CaughtUp(self.objects)
 
     def started(self) -> None:
         """The caches listed before the world's first step (a first list wakes nothing)."""
@@ -328,7 +411,7 @@ class _Urgent:
     def catch_up(self) -> None:
         """Before the guard reads: its caches hold the world as it is now."""
         if isinstance(self.cluster, watched_cluster.WatchedCluster):
-            self._caught_up.wait(self.cluster)
+            self.caught_up.wait(self.cluster)
 
     def after_step(self) -> bool:
         self.clock.offset = timedelta(0)
@@ -342,13 +425,15 @@ class _Urgent:
 
 
 def _ended(
-    cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster, run: ScenarioRun
+    cluster: kubernetes.KubernetesReader | watched_cluster.WatchedCluster,
+    run: ScenarioRun,
+    server_stopped: bool,
 ) -> None:
     """The watch threads ended with the simulator's API server (DemoError if not)."""
     if not isinstance(cluster, watched_cluster.WatchedCluster):
         return
     run.fallback_lists = cluster.fallback_lists
-    if not cluster.join(guard_reads.JOIN_S):
+    if server_stopped and not cluster.join(guard_reads.JOIN_S):
         raise guard_reads.DemoError(f"watch threads still running {guard_reads.JOIN_S:.0f}s "
                                     "after the API server stopped")  # fmt: skip
 
@@ -358,7 +443,7 @@ def _drive(
     guard: tick.Guard,
     view: prometheus_view.WorldPrometheus,
     settings: settings_model.GuardSettings,
-    jobs_kubelet: kubelet.JobKubelet,
+    jobs_kubelet: Kubelets,
     observe: Observer | None = None,
     fast: _Urgent | None = None,
 ) -> None:
@@ -391,6 +476,7 @@ def _drive(
             if fast is not None:
                 fast.catch_up()
             _tick(run, guard, findings)  # its writes show up as a change at the next step
+            jobs_kubelet.ticked()
 
     view.scrape(found_after=prometheus_view.SCRAPE)
     if observe is not None:
