@@ -9,6 +9,7 @@ the way each party would:
   patch of ``nodes/NAME/status``, so conditions others own — gpuguard's agent's — stay) and
   renew its Lease in ``kube-node-lease`` while the node is up (a rebooting node's kubelet is
   silent, and the real node lifecycle controller marks it NotReady and taints it);
+- **people**: the ConfigMaps they apply (a declared change, the admin's change Job templates);
 - **the workloads**: the world's Pods (workloads, operator pods) are created once, bound to
   their node, and their status posted; what the real controllers delete stays deleted;
 - **gpuguard's Jobs**: the real Job controller makes the pods; a node's kubelet runs each pod
@@ -63,6 +64,9 @@ class Bridge:
     _renewed: float = 0.0
     _started: dict[str, float] = field(default_factory=dict)  # pod uid -> wall start
     _hung: dict[str, str] = field(default_factory=dict)  # pod uid -> boot id it hangs in
+    # each Node's labels and annotations as last read from the API server: what the world
+    # holds beyond them, the world's own parties wrote (the applying tool, gpu-feature-discovery)
+    _pulled: dict[str, Obj] = field(default_factory=dict)
 
     def sync(self) -> None:
         """One pass: nodes, leases, pods out; people's and gpuguard's node marks in; the
@@ -73,6 +77,8 @@ class Bridge:
             self._renew_leases()
         for pod in self.played.store.list("Pod"):
             self._push_pod(pod)
+        for configmap in self.played.store.list("ConfigMap"):
+            self._push_configmap(configmap)
         self._pull_node_marks()
         self._run_job_pods()
 
@@ -89,12 +95,28 @@ class Bridge:
             }
             self._request("POST", "/api/v1/nodes", body, ok=(201, 409))
             self._created.add(key)
+        self._push_world_marks(name, node["metadata"])
         status = node.get("status") or {}
         if self._pushed.get(key) != status:
             self._request(
                 "PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, content_type=STRATEGIC
             )
             self._pushed[key] = copy.deepcopy(status)
+
+    def _push_world_marks(self, name: str, meta: Obj) -> None:
+        """The labels and annotations the world's parties wrote since the last read."""
+        pulled = self._pulled.get(name)
+        if pulled is None:
+            return  # not read yet: the first pull takes the API server's
+        patch: Obj = {}
+        for part in ("labels", "annotations"):
+            theirs = pulled.get(part) or {}
+            written = {k: v for k, v in (meta.get(part) or {}).items() if theirs.get(k) != v}
+            if written:
+                patch[part] = written
+        if patch:
+            self._request("PATCH", f"/api/v1/nodes/{name}", {"metadata": patch},
+                          content_type=MERGE)  # fmt: skip
 
     def _renew_leases(self) -> None:
         self._renewed = time.monotonic()
@@ -146,6 +168,30 @@ class Bridge:
             self._status({"metadata": {"namespace": namespace, "name": name}}, status)
             self._pushed[key] = copy.deepcopy(status)
 
+    def _push_configmap(self, configmap: Obj) -> None:
+        """A person's ``kubectl apply`` of a ConfigMap (a declared change, the admin's change
+        Job templates): created, then its data merged when the world's changes; what others
+        write on it (gpuguard's rollout progress) stays."""
+        meta = configmap["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        key = ("ConfigMap", namespace, name)
+        data = configmap.get("data") or {}
+        if self._pushed.get(key) == data:
+            return
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        if key not in self._created:
+            self._namespace(namespace)
+            body = {"metadata": {k: v for k, v in meta.items() if k in ("name", "namespace",
+                                                                       "labels", "annotations")},
+                    "data": data}  # fmt: skip
+            created = self._request("POST", path, body, ok=(201, 409))
+            self._created.add(key)
+            if created == 201:
+                self._pushed[key] = copy.deepcopy(data)
+                return
+        self._request("PATCH", f"{path}/{name}", {"data": data}, content_type=MERGE)
+        self._pushed[key] = copy.deepcopy(data)
+
     def _namespace(self, name: str) -> None:
         if name not in self._namespaces:
             self._request("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, ok=(201, 409))
@@ -168,6 +214,8 @@ class Bridge:
                 local = self.played.store.get("Node", "", name)
             except store.StoreNotFound:
                 continue
+            self._pulled[name] = {part: dict(real["metadata"].get(part) or {})
+                                  for part in ("labels", "annotations")}  # fmt: skip
             patch = _marks_patch(local, real)
             if patch:
                 self.played.store.merge_patch("Node", "", name, patch)

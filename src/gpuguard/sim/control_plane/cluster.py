@@ -27,6 +27,7 @@ import secrets
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -64,6 +65,8 @@ class ControlPlane:
     kubeconfig: Path
     bin_dir: Path
     started_s: dict[str, float] = field(default_factory=dict)
+    # one kept-alive connection per thread: a TLS handshake per request cost ~10 ms
+    _connections: threading.local = field(default_factory=threading.local, repr=False)
 
     def kubectl(
         self,
@@ -83,6 +86,31 @@ class ControlPlane:
         if check and done.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()[-1500:]}")
         return done
+
+    def _send(
+        self, method: str, path: str, headers: list[tuple[str, str]], data: bytes | None
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        connection = getattr(self._connections, "kept", None)
+        if connection is None:
+            url = urllib.parse.urlsplit(self.server)
+            connection = http.client.HTTPSConnection(
+                url.hostname or "",
+                url.port,
+                timeout=30,
+                context=ssl.create_default_context(cafile=str(self.ca_cert)),
+            )
+            self._connections.kept = connection
+        try:
+            connection.putrequest(method, path)
+            for name, value in headers:
+                connection.putheader(name, value)
+            connection.endheaders(data)
+            answer = connection.getresponse()
+            return answer, answer.read()
+        except BaseException:
+            connection.close()
+            self._connections.kept = None
+            raise
 
     def write_kubeconfig(self, path: Path, token: str, name: str) -> Path:
         """A kubeconfig for ``token`` against this control plane."""
@@ -117,22 +145,12 @@ class ControlPlane:
                 for key, values in (extra or {}).items()
                 for value in values
             ]
-        url = urllib.parse.urlsplit(self.server)
-        connection = http.client.HTTPSConnection(
-            url.hostname or "",
-            url.port,
-            timeout=30,
-            context=ssl.create_default_context(cafile=str(self.ca_cert)),
-        )
+        headers.append(("Content-Length", str(len(data or b""))))
         try:
-            connection.putrequest(method, path)
-            for name, value in [*headers, ("Content-Length", str(len(data or b"")))]:
-                connection.putheader(name, value)
-            connection.endheaders(data)
-            answer = connection.getresponse()
-            raw = answer.read()
-        finally:
-            connection.close()
+            answer, raw = self._send(method, path, headers, data)
+        except (http.client.RemoteDisconnected, ConnectionError):
+            self._connections.kept = None  # the server closed a kept-alive one: once more
+            answer, raw = self._send(method, path, headers, data)
         try:
             return answer.status, json.loads(raw or b"null")
         except ValueError:
