@@ -67,6 +67,7 @@ class ControlPlane:
     started_s: dict[str, float] = field(default_factory=dict)
     # one kept-alive connection per thread: a TLS handshake per request cost ~10 ms
     _connections: threading.local = field(default_factory=threading.local, repr=False)
+    _opened: list[http.client.HTTPSConnection] = field(default_factory=list, repr=False)
 
     def kubectl(
         self,
@@ -100,6 +101,7 @@ class ControlPlane:
                 context=ssl.create_default_context(cafile=str(self.ca_cert)),
             )
             self._connections.kept = connection
+            self._opened.append(connection)
         try:
             connection.putrequest(method, path)
             for name, value in headers:
@@ -111,6 +113,12 @@ class ControlPlane:
             connection.close()
             self._connections.kept = None
             raise
+
+    def close(self) -> None:
+        """Close the kept-alive connections (every thread's)."""
+        for connection in self._opened:
+            connection.close()
+        self._opened.clear()
 
     def write_kubeconfig(self, path: Path, token: str, name: str) -> Path:
         """A kubeconfig for ``token`` against this control plane."""
@@ -297,7 +305,10 @@ def start(
         if scheduler:
             _component(stack, plane, "kube-scheduler", tokens["scheduler"], [])
             timings["kube-scheduler"] = round(time.monotonic() - began, 2)
-        yield plane
+        try:
+            yield plane
+        finally:
+            plane.close()
 
 
 def _component(
