@@ -25,7 +25,7 @@ from gpuguard.sim import scenario
 from gpuguard.sim.control_plane import chart, cluster
 from tests import demo_runs
 
-SPEED = 10.0
+SPEED = 20.0
 TICK_S = settings_model.ControllerSettings().interval.total_seconds()
 
 SHORTER_JOBS: dict[str, dict[str, Any]] = {

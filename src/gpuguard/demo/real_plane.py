@@ -142,9 +142,10 @@ class PacedKubelets:
         self._pace(played.now)
         self.carried.sync()
         self.syncs += 1
-        self._ticked = False
         self._seen = (played.store.resource_version, len(played.timeline))
-        self._in_flight = self._jobs_in_flight()
+        if self._ticked or self._in_flight:  # only the guard's tick creates a Job
+            self._in_flight = self._jobs_in_flight()
+        self._ticked = False
         if not self._in_flight:
             self._paced_from = None
 
