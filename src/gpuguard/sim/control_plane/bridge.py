@@ -22,8 +22,10 @@ the way each party would:
   annotations) is read back into the world's store, so the world (a device plugin that follows
   a label, a workload that cannot land on a cordoned node) and kube-state-metrics see it.
 
-Requests go as the admin (the simulator plays several parties; gpuguard itself runs with its
-own ServiceAccount's token).
+What a kubelet does goes as that node's kubelet (``system:node:NAME``, impersonated: the Node
+authorizer and NodeRestriction judge it as they judge a real one); what people, the workloads'
+controllers and the node provisioner do goes as the admin. gpuguard itself runs with its own
+ServiceAccount's token.
 """
 
 from __future__ import annotations
@@ -88,20 +90,25 @@ class Bridge:
         name = node["metadata"]["name"]
         key = ("Node", "", name)
         if key not in self._created:
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": node["metadata"].get("labels") or {}},
-            }
-            self._request("POST", "/api/v1/nodes", body, ok=(201, 409))
+            self._register(name, node["metadata"].get("labels") or {})
             self._created.add(key)
         self._push_world_marks(name, node["metadata"])
         status = node.get("status") or {}
         if self._pushed.get(key) != status:
-            self._request(
-                "PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, content_type=STRATEGIC
-            )
+            self._request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                          content_type=STRATEGIC, node=name)  # fmt: skip
             self._pushed[key] = copy.deepcopy(status)
+
+    def _register(self, name: str, labels: dict[str, str]) -> None:
+        """The kubelet registers its Node with the labels NodeRestriction lets it set; the
+        cluster's provisioner adds the rest (a node role, say) as an admin."""
+        own = {k: v for k, v in labels.items() if _kubelet_may_set(k)}
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": own}}
+        self._request("POST", "/api/v1/nodes", body, ok=(201, 409), node=name)
+        if own != labels:
+            others = {k: v for k, v in labels.items() if k not in own}
+            self._request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": others}},
+                          content_type=MERGE)  # fmt: skip
 
     def _push_world_marks(self, name: str, meta: Obj) -> None:
         """The labels and annotations the world's parties wrote since the last read."""
@@ -131,7 +138,8 @@ class Bridge:
             }
             path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node.name}"
             if (
-                self._request("PATCH", path, {"spec": spec}, content_type=MERGE, ok=(200, 404))
+                self._request("PATCH", path, {"spec": spec}, content_type=MERGE,
+                              ok=(200, 404), node=node.name)
                 == 404
             ):
                 self._request(
@@ -139,6 +147,7 @@ class Bridge:
                     path.rsplit("/", 1)[0],
                     {"metadata": {"name": node.name, "namespace": "kube-node-lease"}, "spec": spec},
                     ok=(201, 409),
+                    node=node.name,
                 )
 
     def _push_pod(self, pod: Obj) -> None:
@@ -165,7 +174,8 @@ class Bridge:
             self._created.add(key)
         status = pod.get("status") or {}
         if self._pushed.get(key) != status:
-            self._status({"metadata": {"namespace": namespace, "name": name}}, status)
+            self._status({"metadata": {"namespace": namespace, "name": name},
+                          "spec": pod["spec"]}, status)  # fmt: skip
             self._pushed[key] = copy.deepcopy(status)
 
     def _push_configmap(self, configmap: Obj) -> None:
@@ -289,9 +299,11 @@ class Bridge:
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=0",
             None,
             ok=(200, 404),
+            node=node.name,
         )
 
     def _status(self, pod: Obj, status: Obj) -> None:
+        """The pod's status as its node's kubelet posts it (an unbound pod's: the admin's)."""
         meta = pod["metadata"]
         self._request(
             "PATCH",
@@ -299,6 +311,7 @@ class Bridge:
             {"status": status},
             content_type=STRATEGIC,
             ok=(200, 404),
+            node=pod.get("spec", {}).get("nodeName") or None,
         )
 
     def _request(
@@ -309,8 +322,14 @@ class Bridge:
         *,
         content_type: str = "application/json",
         ok: tuple[int, ...] = (200, 201),
+        node: str | None = None,
     ) -> int:
-        status, answer = self.plane.request(method, path, body, content_type=content_type)
+        """As ``node``'s kubelet (its user and group: the Node authorizer and NodeRestriction
+        judge it), else as the admin (people, the workloads' controllers, the provisioner)."""
+        kubelet_user = (f"system:node:{node}", "system:nodes", "system:authenticated")
+        status, answer = self.plane.request(
+            method, path, body, content_type=content_type, as_user=kubelet_user if node else ()
+        )
         if status not in ok:
             message = answer.get("message") if isinstance(answer, dict) else answer
             log.warning("simulated kubelet: %s %s: %s %s", method, path, status, message)
@@ -335,6 +354,27 @@ def _marks_patch(local: Obj, real: Obj) -> Obj:
         if changed:
             patch.setdefault("metadata", {})[part] = changed
     return patch
+
+
+_KUBELET_LABELS = {
+    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
+    "beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type", "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+}  # fmt: skip
+
+
+def _kubelet_may_set(label: str) -> bool:
+    """NodeRestriction: a kubelet sets no label in the kubernetes.io / k8s.io namespaces but
+    its well-known ones and those under kubelet.kubernetes.io / node.kubernetes.io
+    (kubernetes plugin/pkg/admission/noderestriction, KEP-279)."""
+    prefix = label.split("/", 1)[0] if "/" in label else ""
+    restricted = any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    if not restricted or label in _KUBELET_LABELS:
+        return True
+    return any(prefix == d or prefix.endswith("." + d)
+               for d in ("kubelet.kubernetes.io", "node.kubernetes.io"))  # fmt: skip
 
 
 def _of_a_job(pod: Obj) -> bool:
