@@ -33,15 +33,6 @@ SHORTER_JOBS: dict[str, dict[str, Any]] = {
     "evidence-job-hangs": {"controller": {"evidence_deadline": timedelta(minutes=2)}},
     "burnin-hangs": {"return_to_pool": {"burnin_deadline": timedelta(minutes=5)}},
 }
-UNEXPLAINED: dict[str, set[tuple[str, str, str]]] = {
-    # On the simulator's API both findings show for one tick (810 s) as the canary comes back
-    # from its reboot, before its exporter and agent are scraped again; on the real plane that
-    # tick does not show them. Not explained yet (docs/real-control-plane.md#scenario-tier).
-    "driver-kernel-rollout-canary-stops": {
-        ("guard_finding", "gpu-node-000", "exporter-silent"),
-        ("guard_finding", "gpu-node-000", "agent-silent"),
-    },
-}
 TIER = [
     "xid79-twice",
     "small-fleet-two-faults",
@@ -75,12 +66,11 @@ def test_a_scenario_on_a_real_control_plane_ends_as_on_the_simulators_api(
             real_plane.wall_clock_settings(settings, SPEED),
             api=real_plane.api(plane, SPEED),
         )
-    unexplained = UNEXPLAINED.get(name, set())
-    assert outcome(real, unexplained) == outcome(simulated, unexplained)
+    assert outcome(real) == outcome(simulated)
     assert_within_a_tick(decisions(real), decisions(simulated))
 
 
-def outcome(run: harness.ScenarioRun, unexplained: set[tuple[str, str, str]]) -> dict[str, Any]:
+def outcome(run: harness.ScenarioRun) -> dict[str, Any]:
     """How the scenario ended: who is isolated and why, verdicts, returns, cards, what is
     withheld or GPU-isolated at the end, breaker trips, and every decision's kind."""
     return {
@@ -92,11 +82,7 @@ def outcome(run: harness.ScenarioRun, unexplained: set[tuple[str, str, str]]) ->
         "withheld": run.withheld,
         "gpu_isolated": run.gpu_isolated,
         "trips": len(run.trips),
-        "decisions": Counter(
-            key
-            for d in run.guard_timeline
-            if (key := (d["kind"], d["node"], d["reason"])) not in unexplained
-        ),
+        "decisions": Counter((d["kind"], d["node"], d["reason"]) for d in run.guard_timeline),
     }
 
 

@@ -135,6 +135,9 @@ class PacedKubelets:
         return self._in_flight or self._ticked or moved
 
     def ticked(self) -> None:
+        """What the guard wrote on Nodes is the world's before its next step (on the
+        simulator's API the world reads the guard's writes from its own store)."""
+        self.carried.pull_node_marks()
         self._ticked = True
 
     def step(self) -> None:

@@ -69,19 +69,22 @@ class Bridge:
     # each Node's labels and annotations as last read from the API server: what the world
     # holds beyond them, the world's own parties wrote (the applying tool, gpu-feature-discovery)
     _pulled: dict[str, Obj] = field(default_factory=dict)
+    _down: set[str] = field(default_factory=set)  # nodes down at the last sync
 
     def sync(self) -> None:
         """One pass: nodes, leases, pods out; people's and gpuguard's node marks in; the
         kubelets' work on gpuguard's Job pods."""
+        down = {n.name for n in self.played.nodes if n.down_until is not None}
+        if self._down - down or time.monotonic() - self._renewed >= LEASE_RENEW_S:
+            self._renew_leases()  # a kubelet that starts renews its Lease at once
+        self._down = down
         for node in self.played.store.list("Node"):
             self._push_node(node)
-        if time.monotonic() - self._renewed >= LEASE_RENEW_S:
-            self._renew_leases()
         for pod in self.played.store.list("Pod"):
             self._push_pod(pod)
         for configmap in self.played.store.list("ConfigMap"):
             self._push_configmap(configmap)
-        self._pull_node_marks()
+        self.pull_node_marks()
         self._run_job_pods()
 
     # ---- out: what the kubelets post ----------------------------------------------------
@@ -216,7 +219,8 @@ class Bridge:
 
     # ---- in: what people and gpuguard write on Nodes -------------------------------------
 
-    def _pull_node_marks(self) -> None:
+    def pull_node_marks(self) -> None:
+        """What people and gpuguard wrote on the Nodes, into the world's store."""
         _, listed = self.plane.request("GET", "/api/v1/nodes")
         for real in listed.get("items", []) if isinstance(listed, dict) else []:
             name = real["metadata"]["name"]
