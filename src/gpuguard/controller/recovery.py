@@ -51,6 +51,7 @@ class Recovery:
     notifier: ports.Notifier | None = None
     runtime_class: str | None = None
     merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
+    lookback: timedelta = recovery.DEFAULT_LOOKBACK  # isolation.xid_lookback
 
     def run(
         self,
@@ -96,7 +97,13 @@ class Recovery:
             return None
         try:
             return recovery.decide(
-                node, job, entries, self.catalog, now, merge_window=self.merge_window
+                node,
+                job,
+                entries,
+                self.catalog,
+                now,
+                merge_window=self.merge_window,
+                lookback=self.lookback,
             )
         except InputError as e:  # a malformed gpuguard annotation on this node only
             message = f"{node.name}: recovery skipped, fix the node's annotation: {e}"

@@ -148,6 +148,7 @@ def build_guard(
                 notifier=notifier,
                 runtime_class=c.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
+                lookback=isolation.xid_lookback,
             )
             if c.recovery
             else None,
