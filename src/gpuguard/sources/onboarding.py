@@ -113,10 +113,12 @@ def check_statuses(
     prometheus_url: str | None, node: str, timeout_s: float = 10.0
 ) -> dict[str, decisions.CheckStatus]:
     """The agent's current status per check on ``node``; empty when Prometheus has none (or
-    no Prometheus is given). A bad answer is a ``SourceError``."""
+    no Prometheus is given). A bad answer is a ``SourceError``. The query is the return facts'
+    own, scoped to the node (every label a series may name its node in), so any Prometheus
+    that answers gpuguard's queries answers it, the simulator's emulation included."""
     if not prometheus_url:
         return {}
-    promql = f'{names.CHECK_STATUS}{{node="{node}"}} == 1'
+    promql = return_facts.ReturnFactsPlan(nodes=(node,)).queries()[names.CHECK_STATUS]
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
         with httpx.Client(timeout=timeout_s) as client:
