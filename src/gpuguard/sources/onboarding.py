@@ -19,7 +19,7 @@ from lightkube.resources.batch_v1 import Job
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, decisions, jobs, onboarding
+from gpuguard.model import annotation_keys, decisions, jobs, onboarding, waits
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
@@ -121,7 +121,7 @@ def check_statuses(
     promql = return_facts.ReturnFactsPlan(nodes=(node,)).queries()[names.CHECK_STATUS]
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        with httpx.Client(timeout=timeout_s) as client, waits.on(f"Prometheus ({url})"):
             response = client.get(url, params={"query": promql})
     except httpx.HTTPError as e:
         raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
