@@ -13,6 +13,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+import gpuguard.cli
 from gpuguard.cli import deadline
 from gpuguard.cli.main import app
 
@@ -43,13 +44,6 @@ def silent_server() -> Iterator[str]:
     for connection in held:
         connection.close()
     listener.close()
-
-
-@pytest.fixture(autouse=True)
-def started_now(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deadline counts from the command line's start: here each invocation's, as for any
-    but the first in a process (that one's counts from the process's start)."""
-    monkeypatch.setattr(deadline._START, "begun", True)
 
 
 @pytest.mark.parametrize(
@@ -102,6 +96,16 @@ def test_a_bad_deadline_is_refused_naming_the_flag(value: str) -> None:
     assert result.exit_code == 2
     assert "--deadline" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_an_invocation_in_a_running_program_counts_from_its_own_start() -> None:
+    """The deadline of ``gpuguard`` run as a program counts from the process's start (its
+    imports included); the app invoked later in a running program (this test's runner, long
+    after the import) counts from the invocation, never from the import."""
+    deadline.begin(process=True)
+    assert deadline._START.at == gpuguard.cli.STARTED
+    deadline.begin(process=False)
+    assert time.monotonic() - deadline._START.at < 1
 
 
 def test_every_command_given_a_deadline_is_one_of_gpuguards() -> None:

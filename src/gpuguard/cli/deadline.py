@@ -45,19 +45,16 @@ class DeadlineExceeded(BaseException):  # KeyboardInterrupt's kind: no except Ex
 @dataclass
 class _Start:
     at: float = cli.STARTED  # time.monotonic() of the command line's start
-    begun: bool = False  # a command line of this process began already
 
 
 _START = _Start()
 
 
-def begin() -> None:
-    """A command line starts (``cli.failures``): the first in this process counts from the
-    process's start, its imports included (``cli.STARTED``); a later one (a test, a program
-    invoking the app again) from now."""
-    if _START.begun:
-        _START.at = time.monotonic()
-    _START.begun = True
+def begin(*, process: bool) -> None:
+    """A command line starts (``cli.failures``): run as the ``gpuguard`` program (``process``)
+    it counts from the process's start, its imports included (``cli.STARTED``); invoked in a
+    running program (a test's runner), from now."""
+    _START.at = cli.STARTED if process else time.monotonic()
 
 
 def arm(command: str, limit: timedelta) -> None:

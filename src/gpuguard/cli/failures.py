@@ -116,7 +116,7 @@ class GuardedGroup(typer.core.TyperGroup):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         output.reset()
-        deadline.begin()
+        deadline.begin(process=args is None)  # the program's own argv, not a caller's list
         try:
             result = super().main(
                 argv, prog_name or "gpuguard", complete_var, standalone_mode=False, **extra
