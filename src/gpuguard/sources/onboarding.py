@@ -19,7 +19,7 @@ from lightkube.resources.batch_v1 import Job
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, decisions, jobs, onboarding, waits
+from gpuguard.model import annotation_keys, decisions, jobs, node_conditions, onboarding, waits
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
@@ -75,7 +75,8 @@ class GateReader:
 def gate_node(node: Mapping[str, Any]) -> onboarding.GateNode:
     """The gate's view of a Node object as the API server sent it (raw JSON)."""
     meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
-    info = _mapping(_mapping(node.get("status")).get("nodeInfo"))
+    status = _mapping(node.get("status"))
+    info = _mapping(status.get("nodeInfo"))
     taints = spec.get("taints")
     return onboarding.GateNode(
         name=str(meta.get("name") or "?"),
@@ -84,6 +85,7 @@ def gate_node(node: Mapping[str, Any]) -> onboarding.GateNode:
         labels={str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
         taints=tuple(t for t in taints if isinstance(t, dict)) if isinstance(taints, list)
         else (),
+        malformed_times=node_conditions.malformed_times(status.get("conditions")),
     )
 
 
