@@ -69,6 +69,11 @@ def test_the_return_facts_scoped_to_one_node_answer_only_that_node(
     xids = {s.value for s in samples if s.name == mn.DCGM_XID_LAST}
     assert xids == {79.0}
     assert any(s.name == mn.DCGM_PCIE_LINK_WIDTH for s in samples)
+    # the GPU plan sends the same text for its last utilisation: one text, one answer, and the
+    # return facts need it (no utilisation series reads as "dcgm-exporter not reporting")
+    assert {s.labels.get("gpu") for s in samples if s.name == mn.DCGM_GPU_UTIL} == {
+        str(i) for i in range(8) if i != 4  # GPU 4 fell off the bus
+    }
 
 
 def test_health_and_gate_read_the_nodes_check_statuses_from_it(cluster: live.LiveCluster) -> None:
