@@ -16,7 +16,7 @@ from gpuguard.errors import SourceError
 from gpuguard.model import metric_names as mn
 from gpuguard.model import series, settings
 from gpuguard.sim import live, scenario
-from gpuguard.sources import prometheus, return_facts
+from gpuguard.sources import onboarding, prometheus, return_facts
 
 SPEED = 600.0  # ten minutes of scenario per second: xid79-twice's fault (3m59s) in 0.4 s
 FAULT_SEEN = timedelta(minutes=5)
@@ -69,6 +69,18 @@ def test_the_return_facts_scoped_to_one_node_answer_only_that_node(
     xids = {s.value for s in samples if s.name == mn.DCGM_XID_LAST}
     assert xids == {79.0}
     assert any(s.name == mn.DCGM_PCIE_LINK_WIDTH for s in samples)
+    # the GPU plan sends the same text for its last utilisation: one text, one answer, and the
+    # return facts need it (no utilisation series reads as "dcgm-exporter not reporting")
+    assert {s.labels.get("gpu") for s in samples if s.name == mn.DCGM_GPU_UTIL} == {
+        str(i) for i in range(8) if i != 4  # GPU 4 fell off the bus
+    }
+
+
+def test_health_and_gate_read_the_nodes_check_statuses_from_it(cluster: live.LiveCluster) -> None:
+    """``gpuguard health`` and ``gate`` ask for one node's agent check statuses: the query is
+    answered (the simulated agents report none), not refused with HTTP 400."""
+    assert cluster.prometheus is not None
+    assert onboarding.check_statuses(cluster.prometheus, "gpu-node-b") == {}
 
 
 def test_a_query_it_cannot_answer_gets_prometheus_error_shape(cluster: live.LiveCluster) -> None:

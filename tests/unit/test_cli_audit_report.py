@@ -34,7 +34,7 @@ def test_an_empty_cluster_view_leaves_no_rule_passing_on_missing_inputs() -> Non
     results = registry.run(view({Input.NODES: [node("a")]}, missing=everything_missing),
                            catalogue.RULES)
     checked = [r.rule for r in results if r.status is not RuleStatus.NOT_CHECKED]
-    assert set(checked) == {"CORDON-1", "COND-1", "GG-1"}  # the node-only rules
+    assert set(checked) == {"CORDON-1", "COND-1", "COND-2", "GG-1"}  # the node-only rules
 
 
 def report_with(*names: str) -> dict[str, object]:

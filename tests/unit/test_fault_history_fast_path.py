@@ -20,7 +20,7 @@ from tests.tick_world import FELL, NOW, PCI, UUID, gone_from_bus, healthy, xid79
 
 SOURCES = ["agent", "dcgm-count", "dcgm-gauge"]
 FIRST_LINE = faults.LedgerEntry(
-    at=NOW, node="gpu-node-b", xid=79, pci=PCI, uuid=UUID, recorder=faults.Recorder.GPUGUARD,
+    at=FELL, node="gpu-node-b", xid=79, pci=PCI, uuid=UUID, recorder=faults.Recorder.GPUGUARD,
     kind=faults.FaultKind.XID, confirmation=faults.Confirmation.KERNEL_LOG,
 )  # fmt: skip
 
@@ -121,8 +121,8 @@ def test_a_line_the_woken_tick_could_not_store_is_written_after_a_restart() -> N
     world.restart()  # the controller crashed: the pending line was only in its memory
     world.later(timedelta(seconds=30), gone_from_bus(allocatable=7), [])
     (line,) = world.guard.tick().history.recorded
-    assert (line.xid, line.uuid, line.pci, line.confirmation) == (
-        79, UUID, PCI, faults.Confirmation.KERNEL_LOG)  # fmt: skip
+    assert (line.at, line.xid, line.uuid, line.pci, line.confirmation) == (
+        FELL, 79, UUID, PCI, faults.Confirmation.KERNEL_LOG)  # fmt: skip  # written 30 s late
     assert world.ledger.lines == [line]
 
 
@@ -134,7 +134,8 @@ def test_the_same_card_falling_again_after_a_repair_is_a_second_line() -> None:
     again: datetime = NOW + timedelta(hours=3)
     world.later(timedelta(hours=1), gone_from_bus(since=again - timedelta(seconds=1)), [])
     world.guard.tick(urgent=True)
-    assert [line.at for line in world.ledger.lines] == [NOW, again]
+    # each line has the time its fall happened (the condition's transition), not the tick's
+    assert [line.at for line in world.ledger.lines] == [FELL, again - timedelta(seconds=1)]
 
 
 def test_a_condition_naming_the_card_by_slot_only_and_the_gauge_later_are_one_fault() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuguard.model import node_conditions as nc
 
 GONE = nc.GpuNamed("3", "0000:3b:00.0", "GPU-3b", 79)
@@ -48,3 +50,27 @@ def test_urgent_when_new_or_naming_a_new_gpu_only() -> None:
     assert nc.newly_urgent(gone, second)
     assert not nc.newly_urgent(second, gone)
     assert not nc.newly_urgent(None, _fallen("KernelReportedFallenOffBus", GONE))
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        pytest.param([{"type": "Ready", "lastTransitionTime": "2026-09-21T05:53:30Z",
+                       "lastHeartbeatTime": "2026-09-21T05:53:30.123456+00:00"}], (),
+                     id="rfc3339"),
+        pytest.param([{"type": "Ready"}], (), id="no-times"),
+        pytest.param([{"type": "Ready", "lastTransitionTime": "yesterday"}],
+                     ("Ready lastTransitionTime 'yesterday'",), id="not-a-time"),
+        pytest.param([{"type": "Ready", "lastHeartbeatTime": "2026-09-21T05:53:30"}],
+                     ("Ready lastHeartbeatTime '2026-09-21T05:53:30'",), id="no-zone"),
+        pytest.param([{"type": "GpuFallenOffBus", "lastTransitionTime": 1758434010}],
+                     ("GpuFallenOffBus lastTransitionTime '1758434010'",), id="a-number"),
+        pytest.param([{"lastTransitionTime": "x"}, "not a condition"],
+                     ("? lastTransitionTime 'x'",), id="no-type"),
+        pytest.param("not a list", (), id="not-a-list"),
+    ],
+)  # fmt: skip
+def test_malformed_times_names_each_condition_and_field(
+    conditions: object, expected: tuple[str, ...]
+) -> None:
+    assert nc.malformed_times(conditions) == expected

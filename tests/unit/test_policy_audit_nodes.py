@@ -62,6 +62,27 @@ def test_schedulable_gpu_node_with_a_fault_condition_or_lost_gpu() -> None:
     assert [f.objects for f in result.findings] == [("Node/xid",), ("Node/lost",)]
 
 
+def test_a_node_with_a_malformed_condition_time_is_named_with_the_condition() -> None:
+    """One bad time on one node: that node and that condition (and its text) are named, the
+    rest of the fleet is read as usual."""
+    bad = node("gpu-bad")
+    bad["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-09-21T05:53:30Z"},
+        {"type": "GpuFallenOffBus", "status": "True", "lastTransitionTime": "yesterday",
+         "lastHeartbeatTime": "2026-09-21T05:53:30Z"},
+    ]  # fmt: skip
+    good = node("gpu-good")
+    good["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                     "lastTransitionTime": "2026-09-21T05:53:30+02:00"}]
+    result = run_rule("COND-2", view({N: [bad, good, node("no-times")]}))
+    [finding] = result.findings
+    assert finding.objects == ("Node/gpu-bad",)
+    assert finding.severity is Severity.MEDIUM
+    assert finding.evidence == (
+        "condition time not an RFC 3339 time: GpuFallenOffBus lastTransitionTime 'yesterday'"
+    )
+
+
 def test_gpus_gpuguard_isolated_on_purpose_are_not_missing() -> None:
     entry = gpu_isolation.IsolatedGpu("GPU-3", "0000:1b:00.0", "3", AT, "xid-48", capacity=8)
     isolated = gpu_isolation.to_annotation((entry,))

@@ -18,6 +18,7 @@ from gpuguard.model import (
 )
 from gpuguard.model.decisions import CheckStatus, Reason
 from gpuguard.policy import fitness, interconnect
+from gpuguard.sources import onboarding as gate_source
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 READY = {"Ready": "True"}
@@ -115,3 +116,31 @@ def test_telemetry_names_each_dcgm_field_not_collected_and_what_goes_blind() -> 
     assert checks["unread"].status is CheckStatus.WARN
     verdict = judged(replace(healthy(), dcgm_series=defaults))
     assert verdict.fit  # a blind check is no fault of the node
+
+
+def test_a_malformed_condition_time_is_named_as_a_warning() -> None:
+    """The node and its condition are named in the checks (the time is unknown to gpuguard);
+    the GPUs are no less fit for it."""
+    bad = ("GpuFallenOffBus lastTransitionTime 'yesterday'",)
+    verdict = judged(replace(healthy(), malformed_times=bad))
+    assert verdict.fit
+    [check] = [c for c in verdict.checks if c.name == "conditions"]
+    assert (check.status, check.detail) == (
+        CheckStatus.WARN,
+        "time not RFC 3339 (read as unknown): GpuFallenOffBus lastTransitionTime 'yesterday'",
+    )
+    assert [c.status for c in judged(healthy()).checks if c.name == "conditions"] == [
+        CheckStatus.PASS
+    ]
+
+
+def test_health_and_gate_read_the_malformed_times_from_the_nodes_raw_json() -> None:
+    """``gpuguard health`` reads the node as the API server sent it (``sources.onboarding``),
+    so one bad time neither breaks the read nor goes unnamed."""
+    raw = {"metadata": {"name": "gpu-1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "yesterday"},
+        {"type": "MemoryPressure", "status": "False",
+         "lastTransitionTime": "2026-03-01T12:00:00Z"},
+    ]}}  # fmt: skip
+    node = gate_source.gate_node(raw)
+    assert (node.name, node.malformed_times) == ("gpu-1", ("Ready lastTransitionTime 'yesterday'",))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import dataclasses
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -194,20 +195,63 @@ def test_a_started_job_that_is_gone_is_a_result_never_a_second_job() -> None:
     assert "evidence unavailable (the evidence Job is gone" in gone.evidence[0].value
 
 
-def test_the_merge_window_follows_the_hold_window() -> None:
-    """With a 30 min hold the fault is first seen up to 30 min before its isolation line: one
-    fault, not two, when the window is derived from the hold window."""
-    from datetime import timedelta
+def seen_by_gpuguard(before: timedelta, xid: int = 79) -> faults.LedgerEntry:
+    """gpuguard's first-sighting line of the isolated card's fault, ``before`` the isolation."""
+    return faults.LedgerEntry(
+        datetime.fromisoformat(ISOLATED_AT) - before, "gpu-node-b", xid, SLOT, CARD,
+        faults.Recorder.GPUGUARD, confirmation=faults.Confirmation.KERNEL_LOG,
+    )  # fmt: skip
 
-    seen = faults.LedgerEntry(
-        datetime.fromisoformat(ISOLATED_AT) - timedelta(minutes=28), "gpu-node-b", 79, SLOT,
-        CARD, faults.Recorder.GPUGUARD, confirmation=faults.Confirmation.DEVICE_PLUGIN,
-    )
-    job = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
-    narrow = decide(job, [seen])
-    wide = recovery.decide(
-        isolated(), job, [seen], CATALOG, NOW,
-        merge_window=escalation.merge_window_for(timedelta(minutes=30)),
-    )
-    assert narrow.escalation is escalation.Escalation.INSPECTION
-    assert wide.escalation is escalation.Escalation.NONE
+
+POWER_CYCLED = jobs.JobResult(jobs.JobState.SUCCEEDED, summary_json(decisions.Verdict.POWER_CYCLE))
+
+
+@pytest.mark.parametrize(
+    "before",
+    [timedelta(minutes=28), timedelta(hours=6)],
+    ids=["isolated-past-the-merge-window", "controller-started-six-hours-late"],
+)
+def test_the_isolation_line_has_its_faults_time_and_joins_its_occurrence(
+    before: timedelta,
+) -> None:
+    """The fault first seen long before its isolation (a late controller, a withheld fault):
+    the isolation's line carries the fault's time, so the two lines are one fault, not two,
+    whatever the merge window."""
+    seen = seen_by_gpuguard(before)
+    step = decide(POWER_CYCLED, [seen])
+    assert step.record is not None
+    assert step.record.at == seen.at
+    assert step.escalation is escalation.Escalation.NONE
+    again = decide(POWER_CYCLED, [seen, step.record])
+    assert again.record is None  # its own line is found again: written once
+
+
+@pytest.mark.parametrize(
+    ("ledger", "why"),
+    [
+        ([], "no line of the fault"),
+        ([seen_by_gpuguard(timedelta(hours=25))], "first seen before the Xid lookback"),
+        ([seen_by_gpuguard(timedelta(minutes=5), xid=48)], "another fault of the card"),
+        ([manual("2026-09-21T05:00:00+00:00")], "a person's line is a fault of its own"),
+    ],
+    ids=["no-first-line", "outside-the-lookback", "another-fault", "manual-line"],
+)
+def test_the_isolation_line_keeps_the_isolations_time_without_its_faults_line(
+    ledger: list[faults.LedgerEntry], why: str
+) -> None:
+    step = decide(POWER_CYCLED, ledger)
+    assert step.record is not None
+    assert step.record.at == datetime.fromisoformat(ISOLATED_AT), why
+
+
+def test_a_new_fall_after_an_earlier_isolation_joins_its_own_first_line() -> None:
+    """The card fell, was isolated and returned (its verdict line), and fell again: the new
+    isolation's line joins the new fall's first line, not the earlier fall's: the card's
+    second fault."""
+    earlier = seen_by_gpuguard(timedelta(hours=3))
+    verdict = dataclasses.replace(earlier, verdict=decisions.Verdict.POWER_CYCLE)
+    again = seen_by_gpuguard(timedelta(minutes=1))
+    step = decide(POWER_CYCLED, [earlier, verdict, again])
+    assert step.record is not None
+    assert step.record.at == again.at
+    assert step.escalation is escalation.Escalation.INSPECTION

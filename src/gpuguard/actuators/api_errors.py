@@ -17,6 +17,7 @@ import msgspec
 from lightkube import ApiError
 
 from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
+from gpuguard.model import waits
 
 # lightkube sends requests with httpx2 and decodes objects with msgspec: an object that does
 # not fit its model (``leaseDurationSeconds: "fifteen"``) raises msgspec's ValidationError, an
@@ -39,9 +40,11 @@ def from_api_error(
 
 @contextlib.contextmanager
 def translated(what: str, fallback: type[GpuguardError] = GpuguardError) -> Iterator[None]:
-    """Run the block; raise its lightkube, transport or decoding error as gpuguard's."""
+    """Run the block; raise its lightkube, transport or decoding error as gpuguard's. The
+    block's wait is named ``what`` (``model.waits``: a command's deadline names it)."""
     try:
-        yield
+        with waits.on(f"the Kubernetes API ({what})"):
+            yield
     except ApiError as e:
         raise from_api_error(e, what, fallback) from e
     except _NOT_API_ERRORS as e:

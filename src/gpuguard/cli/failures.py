@@ -7,7 +7,8 @@ Every command raises; nothing below the CLI prints errors. Here an exception is 
   (``InputError``, click's usage errors, pydantic validation, unreadable or unparsable files,
   a port that cannot be bound);
 - 1: a dependency failed — the API server or Prometheus unreachable or answering nonsense
-  (``SourceError`` and the rest of ``GpuguardError``), and anything unexpected;
+  (``SourceError`` and the rest of ``GpuguardError``), the command's overall deadline ran out
+  (``cli.deadline``), and anything unexpected;
 - 130: interrupted (Ctrl-C).
 
 The traceback is shown only with ``gpuguard --debug``.
@@ -30,7 +31,7 @@ import yaml
 # typer vendors click (typer._click); its commands raise these, not the ``click`` package's.
 from typer._click import exceptions as click
 
-from gpuguard.cli import output
+from gpuguard.cli import deadline, output
 from gpuguard.errors import GpuguardError, InputError
 
 BAD_INPUT = 2
@@ -64,6 +65,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
             return _os_error(exc)
         case KeyboardInterrupt():
             return INTERRUPTED, "interrupted"
+        case deadline.DeadlineExceeded():
+            return FAILED, str(exc)
         case _:
             return FAILED, (
                 f"unexpected {type(exc).__name__}: {exc} (rerun with `gpuguard --debug ...` "
@@ -113,6 +116,7 @@ class GuardedGroup(typer.core.TyperGroup):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         output.reset()
+        deadline.begin(process=args is None)  # the program's own argv, not a caller's list
         try:
             result = super().main(
                 argv, prog_name or "gpuguard", complete_var, standalone_mode=False, **extra
@@ -123,7 +127,7 @@ class GuardedGroup(typer.core.TyperGroup):
         except typer.Abort:
             output.error_line("aborted")
             return _finish(FAILED, standalone_mode)
-        except (Exception, KeyboardInterrupt) as e:
+        except (Exception, KeyboardInterrupt, deadline.DeadlineExceeded) as e:
             if "--debug" in argv:
                 traceback.print_exception(e)
             code, message = describe(e)

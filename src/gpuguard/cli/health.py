@@ -51,7 +51,7 @@ def health(
     problems, unread = _links(prom, result, node, settings)
     facts = fitness.FitnessFacts(found, result.at, said, None if result.ok else result.error,
                                  view.check_status, view.burnin_jobs, problems, unread,
-                                 _dcgm_series(prom, result, settings))
+                                 _dcgm_series(prom, result, settings), view.node.malformed_times)
     required = settings.return_to_pool.require_conformance
     verdict = fitness.verdict(facts, require_conformance=required)
     data: dict[str, Any] = {"node": node, "fit": verdict.fit, "reasons": verdict.reasons(),

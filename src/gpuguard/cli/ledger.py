@@ -31,9 +31,9 @@ from gpuguard.sources import kubernetes
 
 app = typer.Typer(
     help=(
-        "The fault ledger: one line per GPU fault (time, node, Xid, PCI slot, card UUID, how "
-        "it was confirmed), kept in ConfigMaps of gpuguard's namespace. A card's confirmed "
-        "faults are counted by UUID across nodes: 2nd fault -> inspection, 3rd -> "
+        "The fault ledger: one line per GPU fault (when it happened, node, Xid, PCI slot, card "
+        "UUID, how it was confirmed), kept in ConfigMaps of gpuguard's namespace. A card's "
+        "confirmed faults are counted by UUID across nodes: 2nd fault -> inspection, 3rd -> "
         "replacement; two cards failing in one slot -> riser/slot/power check. Corrections "
         "(amend, remove) are audit lines with who and why, never deletions."
     ),
@@ -181,10 +181,10 @@ def ledger_list(
         bool, typer.Option("--audit", help="Show the audit trail (amend, remove) instead.")
     ] = False,
 ) -> None:
-    """List recorded faults, oldest first, each with its id (for amend and remove), how it
-    was confirmed, and how many confirmed faults its card has in total (what escalation
-    counts); lines a person removed are not listed: ``--audit`` shows who removed or amended
-    what, and why.
+    """List recorded faults, oldest first, each with the time the fault happened (``at``,
+    docs/ledger.md#the-lines-time), its id (for amend and remove), how it was confirmed, and
+    how many confirmed faults its card has in total (what escalation counts); lines a person
+    removed are not listed: ``--audit`` shows who removed or amended what, and why.
 
     Examples:
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from importlib import metadata
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from gpuguard.cli import (
     burnin,
     change,
     check,
+    deadline,
     demo,
     evidence,
     failures,
@@ -23,6 +25,7 @@ from gpuguard.cli import (
     guard,
     health,
     hygiene,
+    inputs,
     ledger,
     manifest,
     phantom,
@@ -56,6 +59,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
+    deadline_: Annotated[timedelta, typer.Option(
+        "--deadline", envvar=deadline.ENV, parser=inputs.duration(longest=deadline.LONGEST),
+        metavar=inputs.DURATION, show_default="15s",
+        help="The most a command that reads the cluster (status, gate, ledger ...) may take: "
+        "past it, one line naming what it waited on, exit 1.",
+    )] = deadline.DEFAULT,
     debug: Annotated[bool, typer.Option(
         "--debug", help="Show the traceback when a command fails (for bug reports).",
     )] = False,
@@ -69,6 +79,9 @@ def _root(
     Start with `gpuguard demo` (runs on the built-in simulator, no cluster needed).
     Exit status: 0 done, 1 a dependency failed (API server, Prometheus), 2 bad input.
     """
+    if ctx.invoked_subcommand in deadline.COMMANDS:
+        deadline.arm(ctx.invoked_subcommand, deadline_)
+        ctx.call_on_close(deadline.disarm)
 app.add_typer(xid.app, name="xid")
 sim.app.command("serve")(sim_serve.serve)
 app.add_typer(sim.app, name="sim")

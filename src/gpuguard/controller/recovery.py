@@ -52,6 +52,7 @@ class Recovery:
     runtime_class: str | None = None
     merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW  # merge_window_for(hold window)
     evidence_deadline: timedelta = settings.DEFAULT_EVIDENCE_DEADLINE
+    lookback: timedelta = recovery.DEFAULT_LOOKBACK  # isolation.xid_lookback
 
     def run(
         self,
@@ -97,7 +98,13 @@ class Recovery:
             return None
         try:
             return recovery.decide(
-                node, job, entries, self.catalog, now, merge_window=self.merge_window
+                node,
+                job,
+                entries,
+                self.catalog,
+                now,
+                merge_window=self.merge_window,
+                lookback=self.lookback,
             )
         except InputError as e:  # a malformed gpuguard annotation on this node only
             message = f"{node.name}: recovery skipped, fix the node's annotation: {e}"

@@ -149,6 +149,7 @@ def build_guard(
                 runtime_class=c.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
                 evidence_deadline=c.evidence_deadline,
+                lookback=isolation.xid_lookback,
             )
             if c.recovery
             else None,

@@ -272,6 +272,7 @@ def _play(
                 runtime_class=settings.controller.job_runtime_class,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
                 evidence_deadline=settings.controller.evidence_deadline,
+                lookback=isolation.xid_lookback,
             ),
             return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, namespace),

@@ -62,14 +62,26 @@ class EmulatedPrometheus:
         return datetime.now(UTC)
 
     def instant(self, query: str, at: datetime) -> list[prometheus_api.Sample]:
-        route = self.routes.get(query) or self._scoped_route(query)
-        if route is None:
+        fleet_wide = self.routes.get(query)
+        routes = [fleet_wide] if fleet_wide else self._scoped_routes(query)
+        if not routes:
             raise prometheus_api.QueryRefused(
                 f"the simulator answers only gpuguard's own queries with the settings "
                 f"'gpuguard sim serve' was given (install prometheus for any PromQL); "
                 f"not this one: {query!r:.120}"
             )
-        family, name = route
+        # One text, one answer: where two plans send the same text (the GPU plan's last
+        # utilisation and the return facts' exporter series, of the same nodes), the first
+        # emulation that has its series answers (the GPU windows know only some nodes).
+        for family, name in routes:
+            answer = self._answer(query, family, name, at)
+            if answer:
+                return answer
+        return []
+
+    def _answer(
+        self, query: str, family: Family, name: str, at: datetime
+    ) -> list[prometheus_api.Sample]:
         with self.lock:
             scenario_at = self._scenario_time(at)
             if name in _FRESHNESS:
@@ -82,28 +94,31 @@ class EmulatedPrometheus:
         return [(s.labels, self._wall(s.value) if stamped else s.value)
                 for s in samples if s.name == name]
 
-    def _scoped_route(self, query: str) -> tuple[Family, str] | None:
+    def _scoped_routes(self, query: str) -> list[tuple[Family, str]]:
         """A return-facts, GPU-pods or phantom query scoped to some nodes by a node label
         matcher: the fleet-wide query's answer, of those nodes only (what Prometheus answers
-        to the matcher)."""
+        to the matcher); every plan's route that sends this text, in order."""
         nodes = node_scope.scope_of(query)
         if nodes is None:
-            return None
+            return []
+        asked = frozenset(nodes)
         if query == gpu_pods.GpuPodsPlan(nodes).queries()[names.DCGM_GPU_PODS]:
-            pods = self.view.pods_on_clean_gpus
-            return partial(_of_nodes, pods, frozenset(nodes)), names.DCGM_GPU_PODS
-        for queries_of, family in self.node_plans:
-            name = next((n for n, text in queries_of(nodes).items() if text == query), None)
-            if name is not None:
-                return partial(_of_nodes, family, frozenset(nodes)), name
+            return [(partial(_of_nodes, self.view.pods_on_clean_gpus, asked),
+                     names.DCGM_GPU_PODS)]
+        routes: list[tuple[Family, str]] = [
+            (partial(_of_nodes, family, asked), name)
+            for queries_of, family in self.node_plans
+            for name, text in queries_of(nodes).items()
+            if text == query
+        ]
         scoped = return_facts.ReturnFactsPlan(nodes=nodes).queries()
         fleet_wide = return_facts.ReturnFactsPlan().queries()
         name = next((n for n, text in scoped.items() if text == query), None)
         wide = None if name is None else self.routes.get(fleet_wide[name])
-        if wide is None:
-            return None
-        family, routed = wide
-        return partial(_of_nodes, family, frozenset(nodes)), routed
+        if wide is not None:
+            family, routed = wide
+            routes.append((partial(_of_nodes, family, asked), routed))
+        return routes
 
     def _freshness(self, at: datetime, metric: str) -> list[prometheus_api.Sample]:
         """``max(timestamp(m))``: the newest scrape that found ``metric``."""

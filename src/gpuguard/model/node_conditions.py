@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from gpuguard.model import timestamps
 
 GPU_FALLEN_OFF_BUS = "GpuFallenOffBus"
 GPU_HARDWARE_XID = "GpuHardwareXid"
@@ -22,6 +25,7 @@ GPU_DRIVER_MISMATCH = "GpuDriverMismatch"
 GPU_KERNEL_LOG_UNREADABLE = "GpuKernelLogUnreadable"
 TYPES = (GPU_FALLEN_OFF_BUS, GPU_HARDWARE_XID, GPU_DRIVER_MISMATCH, GPU_KERNEL_LOG_UNREADABLE)
 
+TIME_FIELDS = ("lastTransitionTime", "lastHeartbeatTime")  # RFC 3339 in the Node API
 GONE_FROM_BUS = "GpuGoneFromBus"  # kernel line + config space all ones: the card is gone
 MAX_MESSAGE = 1024  # characters; a longer message is cut (a Node object is capped at 1.5 MB)
 _FIELDS = ("gpu", "pci", "uuid", "xid")
@@ -106,3 +110,21 @@ def newly_urgent(
         return False
     was = None if before is None else unambiguous_fault(before)
     return was is None or set(now.gpus) - set(was.gpus) != set()
+
+
+def malformed_times(conditions: object) -> tuple[str, ...]:
+    """Each time of a Node's ``status.conditions`` (raw JSON, any condition type) that is not
+    a time with a zone, as ``<type> <field> '<text>'``: readers that parse them whole
+    (lightkube's models, kubectl) fail on the node, and gpuguard reads the time as unknown
+    (``timestamps.parse_utc``), so people must see which node and which condition. A missing
+    time is no fault (the API server's own objects may omit ``lastHeartbeatTime``)."""
+    found = []
+    for condition in conditions if isinstance(conditions, list) else ():
+        if not isinstance(condition, Mapping):
+            continue
+        for key in TIME_FIELDS:
+            text: Any = condition.get(key)
+            if text is None or (isinstance(text, str) and timestamps.parse_utc(text)):
+                continue
+            found.append(f"{condition.get('type') or '?'} {key} {str(text)[:64]!r}")
+    return tuple(found)

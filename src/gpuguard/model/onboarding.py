@@ -21,6 +21,7 @@ class GateNode:
     kubelet_version: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    malformed_times: tuple[str, ...] = ()  # node_conditions.malformed_times of its conditions
 
     @property
     def onboarding(self) -> bool:

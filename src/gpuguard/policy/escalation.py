@@ -100,6 +100,11 @@ def occurrences(
 _Key = tuple[str, str | None, int | None, faults.FaultKind]
 
 
+def same_fault(a: faults.LedgerEntry, b: faults.LedgerEntry) -> bool:
+    """The two lines can be one occurrence: same node, card and fault (``_key``)."""
+    return _key(a) == _key(b)
+
+
 def _key(entry: faults.LedgerEntry) -> _Key:
     """Lines of one occurrence share node, card (UUID, else slot) and fault (Xid 79 and the
     kernel's "fallen off the bus" are one fault: ``faults.fault_identity``)."""

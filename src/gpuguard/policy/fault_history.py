@@ -90,7 +90,7 @@ def record(
             if not _is_new(signal, previous, ledger, since, merge_window):
                 continue
             how = _confirmation(signal, by_name.get(signal.node), tripped)
-            entries.append(_entry(signal, how, now))
+            entries.append(_entry(signal, how, fault_time(signal, now)))
             evidence.append(signal.evidence)
     return FaultRecords(tuple(entries), seen, tuple(evidence))
 
@@ -155,11 +155,21 @@ def _isolated_confirmed(node: fleet.Node, signal: xid_signals.HardwareXid) -> bo
     return gpu_isolation.is_isolated(entries, signal.uuid, signal.pci)
 
 
+def fault_time(signal: xid_signals.HardwareXid, now: datetime) -> datetime:
+    """When the fault happened, as near as the signal tells (docs/ledger.md#the-lines-time):
+    the agent's condition turned true when the kernel said the GPU fell off the bus (its
+    ``lastTransitionTime``); a count or a gauge only says it happened by this tick."""
+    at = signal.evidence.at
+    if signal.source is xid_signals.XidSource.CONDITION and at is not None and at <= now:
+        return at.replace(microsecond=0)
+    return now
+
+
 def _entry(
-    signal: xid_signals.HardwareXid, how: faults.Confirmation, now: datetime
+    signal: xid_signals.HardwareXid, how: faults.Confirmation, at: datetime
 ) -> faults.LedgerEntry:
     return faults.LedgerEntry(
-        at=now,
+        at=at,
         node=signal.node,
         xid=signal.xid,
         pci=pci.try_normalize_pci(signal.pci),

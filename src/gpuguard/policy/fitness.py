@@ -41,6 +41,7 @@ class FitnessFacts:
     links: tuple[str, ...] = ()  # throttling and interconnect problems on the node now
     links_unread: str | None = None  # why they could not be read (a WARN, not a pass)
     dcgm_series: frozenset[str] | None = None  # DCGM series Prometheus has; None: not read
+    malformed_times: tuple[str, ...] = ()  # node_conditions.malformed_times of its conditions
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,19 @@ def verdict(facts: FitnessFacts, *, require_conformance: bool) -> FitnessVerdict
         burnin(facts.burnin_jobs, facts.at),
         links(facts.links, facts.links_unread),
         telemetry(facts.dcgm_series),
+        condition_times(facts.malformed_times),
     )
     return FitnessVerdict(facts.node.name, checks)
+
+
+def condition_times(malformed: tuple[str, ...]) -> Check:
+    """WARN naming each condition whose time is not one (``node_conditions.malformed_times``):
+    its time is unknown to gpuguard (a GPU condition's fault time is lost), no fault of the
+    node's GPUs."""
+    if not malformed:
+        return Check("conditions", CheckStatus.PASS, "every condition time is a time")
+    return Check("conditions", CheckStatus.WARN,
+                 "time not RFC 3339 (read as unknown): " + "; ".join(malformed))
 
 
 def telemetry(present: frozenset[str] | None) -> Check:

@@ -19,6 +19,7 @@ Pure: the controller gathers the Job's result and the ledger, and applies the st
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ from gpuguard.model import (
 from gpuguard.policy import admission, escalation
 
 REQUEST = annotation_keys.REQUEST
+DEFAULT_LOOKBACK = timedelta(hours=24)  # isolation.xid_lookback's default (model.settings)
 ESCALATION = annotation_keys.ESCALATION
 
 
@@ -70,9 +72,11 @@ def decide(
     now: datetime,
     *,
     merge_window: timedelta = escalation.DEFAULT_MERGE_WINDOW,
+    lookback: timedelta = DEFAULT_LOOKBACK,
 ) -> RecoveryStep:
     """``merge_window``: lines closer than this are one fault (``escalation.merge_window_for``
-    the hold window: the fault's first sighting and its isolation line)."""
+    the hold window: the fault's first sighting and its isolation line); ``lookback``: how far
+    before the isolation its fault's first line is looked for (``fault_time``)."""
     isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
     _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
     started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
@@ -85,6 +89,8 @@ def decide(
         return RecoveryStep(node.name, waiting="evidence Job running", started_mark=mark)
     verdict, proof = _verdict(node, job)
     entry = _entry(node, verdict)
+    if entry is not None:
+        entry = dataclasses.replace(entry, at=fault_time(entry, ledger, merge_window, lookback))
     if entry is None:  # a phantom cordon: no hardware fault to record or escalate
         return RecoveryStep(
             node=node.name,
@@ -162,6 +168,29 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry |
         if verdict in admission.CONFIRMING_VERDICTS
         else faults.Confirmation.OBSERVED,
     )
+
+
+def fault_time(
+    entry: faults.LedgerEntry,
+    ledger: Sequence[faults.LedgerEntry],
+    merge_window: timedelta,
+    lookback: timedelta = DEFAULT_LOOKBACK,
+) -> datetime:
+    """When the isolated fault happened (docs/ledger.md#the-lines-time): when gpuguard first
+    recorded it — the first line of the latest occurrence of the same node, card and fault
+    begun by gpuguard within ``lookback`` before the isolation (its first-sighting line, at the
+    fault's time) — else the isolation's own time. So the isolation's line joins its fault's
+    occurrence however long the isolation came after the fault (a controller started late, a
+    fault the breaker withheld): one occurrence, never two; and a retry finds the same time,
+    so the line is written once. A new fall of a card isolated before has its own first line,
+    written before its isolation (``policy.fault_history``), so it is never joined to the
+    earlier fall's."""
+    since = entry.at - lookback
+    same = [e for e in ledger if since <= e.at <= entry.at and escalation.same_fault(e, entry)]
+    found = escalation.occurrences(same, merge_window)
+    if not found or found[-1].lines[0].recorder is not faults.Recorder.GPUGUARD:
+        return entry.at
+    return found[-1].at
 
 
 def _pci(text: str | None) -> str | None:

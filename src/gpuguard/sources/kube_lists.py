@@ -33,6 +33,7 @@ from lightkube.config.kubeconfig import SingleConfig
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import SourceError
+from gpuguard.model import waits
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -152,7 +153,8 @@ class RawApi:
     def _get_json(self, resource: Resource, params: Mapping[str, str]) -> Obj:
         what = f"listing {resource.plural}"
         try:
-            response = self._http.get(resource.path, params=dict(params))
+            with waits.on(f"the Kubernetes API ({what})"):
+                response = self._http.get(resource.path, params=dict(params))
         except httpx2.HTTPError as e:
             raise SourceError(f"{what}: {api_errors.transport_failure(e)}") from e
         body = _decoded(what, response.status_code, response.content)

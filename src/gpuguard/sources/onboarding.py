@@ -19,7 +19,7 @@ from lightkube.resources.batch_v1 import Job
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, decisions, jobs, onboarding
+from gpuguard.model import annotation_keys, decisions, jobs, node_conditions, onboarding, waits
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
@@ -75,7 +75,8 @@ class GateReader:
 def gate_node(node: Mapping[str, Any]) -> onboarding.GateNode:
     """The gate's view of a Node object as the API server sent it (raw JSON)."""
     meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
-    info = _mapping(_mapping(node.get("status")).get("nodeInfo"))
+    status = _mapping(node.get("status"))
+    info = _mapping(status.get("nodeInfo"))
     taints = spec.get("taints")
     return onboarding.GateNode(
         name=str(meta.get("name") or "?"),
@@ -84,6 +85,7 @@ def gate_node(node: Mapping[str, Any]) -> onboarding.GateNode:
         labels={str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
         taints=tuple(t for t in taints if isinstance(t, dict)) if isinstance(taints, list)
         else (),
+        malformed_times=node_conditions.malformed_times(status.get("conditions")),
     )
 
 
@@ -113,13 +115,15 @@ def check_statuses(
     prometheus_url: str | None, node: str, timeout_s: float = 10.0
 ) -> dict[str, decisions.CheckStatus]:
     """The agent's current status per check on ``node``; empty when Prometheus has none (or
-    no Prometheus is given). A bad answer is a ``SourceError``."""
+    no Prometheus is given). A bad answer is a ``SourceError``. The query is the return facts'
+    own, scoped to the node (every label a series may name its node in), so any Prometheus
+    that answers gpuguard's queries answers it, the simulator's emulation included."""
     if not prometheus_url:
         return {}
-    promql = f'{names.CHECK_STATUS}{{node="{node}"}} == 1'
+    promql = return_facts.ReturnFactsPlan(nodes=(node,)).queries()[names.CHECK_STATUS]
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        with httpx.Client(timeout=timeout_s) as client, waits.on(f"Prometheus ({url})"):
             response = client.get(url, params={"query": promql})
     except httpx.HTTPError as e:
         raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e

@@ -24,7 +24,7 @@ import httpx
 import msgspec
 
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, promql_scope, subquery
+from gpuguard.model import fleet, promql_scope, subquery, waits
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -179,7 +179,8 @@ class PrometheusSource:
         self, url: str, name: str, params: Mapping[str, str | float], kind: str
     ) -> list[fleet.MetricSample]:
         try:
-            response = self._client.get(url, params=params)
+            with waits.on(f"Prometheus ({url}, query {name!r})"):
+                response = self._client.get(url, params=params)
         except httpx.HTTPError as e:
             raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
         return parse_answer(name, response.status_code, response.content, kind)

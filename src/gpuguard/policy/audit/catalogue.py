@@ -53,6 +53,11 @@ RULES: tuple[Rule, ...] = (
          (In.NODES,), nodes.fault_condition_schedulable,
          "https://learn.microsoft.com/en-us/azure/aks/gpu-health-monitoring",
          "cordon the node (gpuguard isolates it when its guard runs) and diagnose the GPU"),
+    Rule("COND-2", "Node condition with a malformed time", (In.NODES,),
+         nodes.malformed_condition_times,
+         f"{K8S}/reference/kubernetes-api/cluster-resources/node-v1/#NodeStatus",
+         "fix the writer of the condition (the node's managedFields name its field manager) "
+         "to write RFC 3339 times; until then the condition's time is unknown to gpuguard"),
     Rule("UPG-1", "Driver or kernel drift in a GPU pool; GPU stack pods restarting",
          (In.NODES, In.PODS), nodes.version_drift,
          "https://github.com/kubernetes-sigs/kubespray/issues/8540",

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuguard.model import annotation_keys, fleet, gpu_isolation, withheld
+from gpuguard.model import annotation_keys, fleet, gpu_isolation, node_conditions, withheld
 from gpuguard.model.audit import AuditView, Input, Obj, Severity
 from gpuguard.policy.audit import kube
 from gpuguard.policy.audit.registry import Hit, NotChecked
@@ -131,6 +131,20 @@ def fault_condition_schedulable(view: AuditView) -> Iterator[Hit]:
                          f"allocatable {kube.gpu_allocatable(node)}")
         yield Hit(Severity.HIGH, (kube.ref("Node", node),),
                   "; ".join(facts) + "; the node is still schedulable")
+
+
+# COND-2 -----------------------------------------------------------------------------------
+
+
+def malformed_condition_times(view: AuditView) -> Iterator[Hit]:
+    """A node whose conditions carry a time that is not one: each named, with its text (the
+    readers that parse conditions whole fail on the node; gpuguard reads the time as unknown,
+    so a GPU condition's fault time is lost)."""
+    for node in view.of(Input.NODES):
+        bad = node_conditions.malformed_times(kube.status(node).get("conditions"))
+        if bad:
+            yield Hit(Severity.MEDIUM, (kube.ref("Node", node),),
+                      "condition time not an RFC 3339 time: " + "; ".join(bad))
 
 
 def unexplained_missing(node: Obj) -> int:
