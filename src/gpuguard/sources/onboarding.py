@@ -19,7 +19,7 @@ from lightkube.resources.batch_v1 import Job
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, decisions, jobs, onboarding
+from gpuguard.model import annotation_keys, decisions, jobs, onboarding, promql_scope
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
@@ -110,13 +110,18 @@ def burnin_job(job: Job) -> onboarding.BurnInJob:
 
 
 def check_statuses(
-    prometheus_url: str | None, node: str, timeout_s: float = 10.0
+    prometheus_url: str | None,
+    node: str,
+    timeout_s: float = 10.0,
+    scopes: Mapping[str, str] | None = None,
 ) -> dict[str, decisions.CheckStatus]:
-    """The agent's current status per check on ``node``; empty when Prometheus has none (or
-    no Prometheus is given). A bad answer is a ``SourceError``."""
+    """The agent's current status per check on ``node`` (its scrape target's ``node``, and
+    the agent's scrape job when ``prometheus.scrape_scope`` names it: docs/security.md
+    #metric-forgery); empty when Prometheus has none (or no Prometheus is given). A bad
+    answer is a ``SourceError``."""
     if not prometheus_url:
         return {}
-    promql = f'{names.CHECK_STATUS}{{node="{node}"}} == 1'
+    promql = promql_scope.scoped(f'{names.CHECK_STATUS}{{node="{node}"}} == 1', scopes or {})
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
         with httpx.Client(timeout=timeout_s) as client:
