@@ -44,11 +44,11 @@ class FakeJobs:
     results: dict[str, jobs.JobResult] = field(default_factory=dict)
     created: list[dict[str, Any]] = field(default_factory=list)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> str | None:
         if any(m["metadata"]["name"] == manifest["metadata"]["name"] for m in self.created):
-            return False
+            return None
         self.created.append(manifest)
-        return True
+        return f"uid-{manifest['metadata']['name']}"
 
     def result(self, name: str) -> jobs.JobResult:
         return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))

@@ -57,7 +57,7 @@ AWAITING_VERDICT = "waiting for the evidence verdict"
 
 
 class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> bool: ...
+    def create(self, manifest: dict[str, Any]) -> str | None: ...
 
     def result(self, name: str) -> job_model.JobResult: ...
 
@@ -232,7 +232,7 @@ class ReturnToPool:
             runtime_class=self.settings.controller.job_runtime_class,
             inspected=node.annotations.get(keys.INSPECTED),
         )
-        return self.jobs.create(manifest)
+        return self.jobs.create(manifest) is not None
 
     def _announce(self, decision: model.ReturnDecision, now: datetime) -> None:
         """An Event on the node for every step written; people hear of returns and failures."""
