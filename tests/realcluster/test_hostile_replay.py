@@ -1,7 +1,8 @@
 """The hostile suite (tests/hostile), every case as the real request it describes, against the
-real API server with the chart installed by Helm (default values): CONNECT (exec, attach,
-port-forward), subresources (status, eviction, token, ephemeralcontainers), Secrets and Leases
-included, each as its own user with exactly its own claims (none added).
+real API server with the chart installed by Helm (default values; then upgraded to each set of
+opt-in values the suite judges cases with): CONNECT (exec, attach, port-forward),
+subresources (status, eviction, token, ephemeralcontainers), Secrets and Leases included, each
+as its own user with exactly its own claims (none added).
 
 A refused case agrees when the server refuses it by one of the policies named for it; an
 admitted one when no policy refuses it. Every case that does not is sorted into a named cause
@@ -13,12 +14,15 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuguard.sim.control_plane import chart as plane_chart
 from gpuguard.sim.control_plane import cluster
 from tests.hostile import model
 from tests.hostile.test_hostile import CASES
@@ -66,7 +70,8 @@ class Sent:
             return None
         if self.case.refused_by and self.verdict in BEFORE_POLICIES:
             return self.verdict
-        return next((key for key in CAUSES if key in self.case.id), "unnamed")
+        named = CAUSES if self.case.values is None else OPT_IN_CAUSES
+        return next((key for key in named if key in self.case.id), "unnamed")
 
 
 def send(replayer: replay.Replayer, case: model.Case) -> Sent:
@@ -132,13 +137,18 @@ def _ephemeral(replayer: replay.Replayer, case: model.Case) -> Sent:
 # Why the real server's answer differs from the offline one, and why that is not a hole.
 _OPT_IN = (
     "judged offline with the chart's opt-in values (the case's `values`); this plane runs "
-    "the default install, whose policies pin the default shapes"
+    "the default install; they are replayed by the next test, the release upgraded to them"
+)
+_BOUND = (
+    "its stored form is a running agent pod, which carries the nodeName its binding gave it: "
+    "gpuguard-agent-pod refuses a pod created with one (and gpuguard-creators one made by "
+    "hand), and this plane has no DaemonSet controller or scheduler to make it"
 )
 CAUSES: dict[str, str] = {
-    "agent-ephemeral-debug-container": "its stored form is a running agent pod, which carries "
-    "the nodeName its binding gave it: gpuguard-agent-pod refuses a pod created with one, "
-    "and this plane has no DaemonSet controller or scheduler to make it (the ephemeral "
-    "container itself is refused offline by agent-pod-fields)",
+    "agent-ephemeral-debug-container": _BOUND,  # refused offline by agent-pod-fields
+}
+OPT_IN_CAUSES: dict[str, str] = {
+    "agent-pod-bound-": _BOUND,  # an update of the bound pod (a label change), admitted offline
 }
 BEFORE_POLICIES = {
     "refused by the API's validation": "the object is one the API server's own validation "
@@ -209,3 +219,73 @@ def test_the_real_api_server_answers_the_hostile_suite_as_offline(
     )
     stale = [key for key in CAUSES if key not in causes]
     assert not stale, f"named causes no longer seen (remove them): {stale}"
+
+
+SETTLE_S = 20.0  # a changed policy takes effect a moment after helm stores it
+
+
+def test_the_cases_judged_with_opt_in_values_on_a_plane_upgraded_to_those_values(
+    hostile_plane: cluster.ControlPlane, tmp_path: Path
+) -> None:
+    """The same, for the cases judged offline with opt-in chart values: the release upgraded
+    to each case's values in turn (``helm upgrade``), then that group's cases sent. Runs after
+    the default install's test (same plane)."""
+    replayer = replay.Replayer(hostile_plane, add_claims=False)
+    groups: dict[str, list[model.Case]] = collections.defaultdict(list)
+    for case in CASES:
+        if case.values is not None:
+            groups[json.dumps(case.values, sort_keys=True)].append(case)
+    sent: list[Sent] = []
+    for index, (values, cases) in enumerate(sorted(groups.items())):
+        path = tmp_path / f"values-{index}.json"
+        path.write_text(values)
+        _forget_accounts(replayer)
+        plane_chart.helm(hostile_plane, "upgrade", plane_chart.RELEASE,
+                         str(plane_chart.chart_dir()), f"--namespace={plane_chart.NAMESPACE}",
+                         f"--values={path}")  # fmt: skip
+        sent += _settled(replayer, cases)
+    print(f"\nopt-in values: {sum(s.agrees for s in sent)}/{len(sent)} agree over "
+          f"{len(groups)} values sets")
+    for s in sent:
+        print(f"  {s.case.id}: {s.verdict}")
+    causes = collections.Counter(s.cause for s in sent if s.cause is not None)
+    unnamed = [s for s in sent if s.cause == "unnamed"]
+    assert not unnamed, "\n".join(
+        f"{s.case.id}: offline {sorted(s.case.refused_by) or 'admitted'}; server {s.verdict} "
+        f"{s.status} {s.setup_error or s.message[:240]}"
+        for s in unnamed
+    )
+    stale = [key for key in OPT_IN_CAUSES if key not in causes]
+    assert not stale, f"named causes no longer seen (remove them): {stale}"
+
+
+def _forget_accounts(replayer: replay.Replayer) -> None:
+    """Delete the service accounts earlier cases made in gpuguard's namespace (Helm will not
+    take over an object it did not create); the chart's own and ``default`` stay."""
+    where = f"/api/v1/namespaces/{plane_chart.NAMESPACE}/serviceaccounts"
+    _, found = hostile_request(replayer, "GET", where)
+    for account in found.get("items", []):
+        meta = account["metadata"]
+        if meta["name"] != "default" and (meta.get("labels") or {}).get(MANAGED_BY) != "Helm":
+            hostile_request(replayer, "DELETE", f"{where}/{meta['name']}")
+            replayer._accounts.discard((plane_chart.NAMESPACE, meta["name"]))
+
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+def hostile_request(replayer: replay.Replayer, method: str, path: str) -> tuple[int, Any]:
+    """A request as the admin."""
+    status, body = replayer.plane.request(method, path)
+    return status, body if isinstance(body, dict) else {}
+
+
+def _settled(replayer: replay.Replayer, cases: list[model.Case]) -> list[Sent]:
+    """The cases sent once the upgraded policies answer them as offline, or as they answer at
+    the deadline (a case that never agrees is reported, not retried for ever)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        sent = [send(replayer, case) for case in cases]
+        if all(s.cause in (None, *BEFORE_POLICIES) for s in sent) or time.monotonic() > deadline:
+            return sent
+        time.sleep(1.0)
