@@ -91,12 +91,14 @@ class FakeWriter:
 class FakeJobs:
     results: dict[str, jobs.JobResult] = field(default_factory=dict)
     created: list[dict[str, Any]] = field(default_factory=list)
+    read: list[tuple[str, str | None]] = field(default_factory=list)  # (name, created_uid)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> str | None:
         self.created.append(manifest)
-        return True
+        return f"uid-{manifest['metadata']['name']}"
 
-    def result(self, name: str) -> jobs.JobResult:
+    def result(self, name: str, created_uid: str | None = None) -> jobs.JobResult:
+        self.read.append((name, created_uid))
         return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
 
 
@@ -107,7 +109,7 @@ class FakeBurnIns(FakeJobs):
 
     failing: set[str] = field(default_factory=set)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> str | None:
         passed = manifest["spec"]["template"]["spec"]["nodeName"] not in self.failing
         checks = [] if passed else [{"check": "throughput-floor", "status": "FAIL",
                                      "evidence": "GPU 3 at 0.61 of its model"}]

@@ -50,9 +50,10 @@ def test_a_pinned_job_runs_on_its_node_and_reports_its_message() -> None:
         config=kubeapi.lightkube_config(api.url)
     ) as client:
         adapter = jobs.Jobs(client)
-        assert adapter.create(manifest) is True
-        assert adapter.create(manifest) is False  # the next tick finds it again
-        assert adapter.result(name).state is job_model.JobState.RUNNING  # no pod yet
+        uid = adapter.create(manifest)
+        assert uid == played.store.get("Job", "gpuguard", name)["metadata"]["uid"]
+        assert adapter.create(manifest) is None  # the next tick finds it again
+        assert adapter.result(name, created_uid=uid).state is job_model.JobState.RUNNING
         runner.step()
         assert adapter.result(name).state is job_model.JobState.RUNNING
         played.step_to(timedelta(seconds=45))
@@ -234,7 +235,33 @@ def test_a_job_of_gpuguards_name_pinned_elsewhere_reads_as_not_ours_never_passed
         runner.step()
         played.step_to(timedelta(seconds=30))
         runner.step()
-        assert guard_jobs.create(manifest) is False  # gpuguard finds "its" Job there
+        assert guard_jobs.create(manifest) is None  # gpuguard finds "its" Job there
         result = guard_jobs.result(name)
     assert result.state is job_model.JobState.FAILED
     assert result.detail.startswith(f"not gpuguard's Job: {name} is pinned to gpu-node-b")
+
+
+@pytest.mark.parametrize("recorded", ["", "uid-of-the-job-gpuguard-created"])
+def test_a_job_of_exactly_gpuguards_shape_made_first_reads_as_not_created_never_a_verdict(
+    recorded: str,
+) -> None:
+    """The admission policies uninstalled, someone creates the evidence Job of gpuguard's
+    name and exact shape on the right node first: gpuguard's create finds it there (recorded
+    on the node: none), or another uid is recorded. Its result is a failure naming its uid."""
+    played = two_nodes()
+    runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"verdict": "power-cycle"}'))
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    name = manifest["metadata"]["name"]
+    with adapter(played) as guard_jobs:
+        planted = played.store.create("Job", "gpuguard", manifest)
+        runner.step()
+        played.step_to(timedelta(seconds=45))
+        runner.step()
+        assert guard_jobs.create(manifest) is None
+        assert guard_jobs.result(name).state is job_model.JobState.SUCCEEDED  # unchecked
+        result = guard_jobs.result(name, created_uid=recorded)
+    assert result.state is job_model.JobState.FAILED
+    assert result.message is None
+    assert result.detail.startswith(
+        f"not gpuguard's Job: {name} has uid {planted['metadata']['uid']}, gpuguard created"
+    )

@@ -131,8 +131,9 @@ def load(folder: Path) -> list[Case]:
 class Replayer:
     """Sends cases to one control plane (its chart installed)."""
 
-    def __init__(self, plane: cluster.ControlPlane) -> None:
+    def __init__(self, plane: cluster.ControlPlane, *, add_claims: bool = True) -> None:
         self.plane = plane
+        self.add_claims = add_claims  # a request as gpuguard without claims gets its pod's
         self._namespaces: set[str] = set()
         self._runtimes: set[str] = set()
         self._params_now: Obj | None = None
@@ -187,10 +188,9 @@ class Replayer:
         assert case.obj is not None
         if case.obj["metadata"].get("name") != case.old["metadata"]["name"]:
             return Outcome(case, 0, frozenset(), "", setup_error="the update renames the object")
-        new = copy.deepcopy(case.obj)
-        new.setdefault("metadata", {})["resourceVersion"] = stored["metadata"]["resourceVersion"]
-        new["metadata"]["uid"] = stored["metadata"]["uid"]
-        path = _item(new) + ("/status" if _status_only(case.old, new) else "")
+        new = _as_client_writes(case.old, case.obj, stored)
+        as_sent = {**case.obj, "metadata": new["metadata"]}  # the taints kept are no change
+        path = _item(new) + ("/status" if _status_only(case.old, as_sent) else "")
         status, body = self._send("PUT", path, new, case)
         return _outcome(case, status, body)
 
@@ -266,11 +266,14 @@ class Replayer:
         errors = []
         for user in (None, GPUGUARD):
             self._delete(old, user)
-            status, stored = self._request("POST", _collection(old), body, user, _token(user))
+            claims = _token(user, holder=_holder(old))
+            status, stored = self._request("POST", _collection(old) + _managed(user), body, user,
+                                           claims)  # fmt: skip
             if status == 409:
                 status, current = self._request("GET", _item(old), None, None, {})
                 body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                status, stored = self._request("PUT", _item(old), body, user, _token(user))
+                status, stored = self._request("PUT", _item(old) + _managed(user), body, user,
+                                               claims)  # fmt: skip
                 status = 201 if status == 200 else status
                 del body["metadata"]["resourceVersion"]
             if status == 201:
@@ -292,7 +295,7 @@ class Replayer:
             put = _overlaid(stored, old, status_too=user == AGENT) if status < 300 else stored
             if status >= 300 or put == stored:
                 continue
-            status, answer = self._request("PUT", _item(old) + sub, put, user,
+            status, answer = self._request("PUT", _item(old) + sub + _managed(user), put, user,
                                            _token(user, old["metadata"]["name"]))
             if status >= 300:
                 errors.append(f"{user}: {status} {_message(answer)}")
@@ -310,7 +313,8 @@ class Replayer:
         with its pod-bound token's (the offline tests judge the other policies, which do not
         read them; gpuguard-identity refuses it without, tests/hostile says so)."""
         separator = "&" if "?" in path else "?"
-        extra = case.extra or (_token(GPUGUARD) if case.username == GPUGUARD else {})
+        claims = self.add_claims and case.username == GPUGUARD
+        extra = case.extra or (_token(GPUGUARD) if claims else {})
         return self._request(method, f"{path}{separator}dryRun=All", body, case.username, extra)
 
     def _request(
@@ -332,12 +336,26 @@ _PEOPLES = ("gpuguard.io/hold", "gpuguard.io/reset-done", "gpuguard.io/inspected
             "gpuguard.io/gate-report", "gpuguard.io/gpu-return", "gpuguard.io/change-applied")
 
 
-def _token(user: str | None, node: str = "cpu-node-a") -> dict[str, list[str]]:
+def _managed(user: str | None) -> str:
+    """gpuguard's setup writes under its field manager (``annotation_keys.FIELD_MANAGER``), as
+    its own writes are recorded in ``managedFields``."""
+    return "?fieldManager=gpuguard" if user == GPUGUARD else ""
+
+
+def _holder(obj: Obj) -> str | None:
+    """The pod a stored Lease names as holder: gpuguard-leader lets only that pod write it."""
+    return (obj.get("spec") or {}).get("holderIdentity") if obj["kind"] == "Lease" else None
+
+
+def _token(
+    user: str | None, node: str = "cpu-node-a", holder: str | None = None
+) -> dict[str, list[str]]:
     """The claims of gpuguard's pods' bound tokens (the controller's, or the agent's on
-    ``node``) for a setup request as that account; none for anyone else."""
+    ``node``) for a setup request as that account; none for anyone else. ``holder``: the
+    controller pod a stored Lease names."""
     if user not in (GPUGUARD, AGENT):
         return {}
-    pod = "gpuguard-5d8f7c9b4-replay" if user == GPUGUARD else "gpuguard-agent-replay"
+    pod = (holder or "gpuguard-5d8f7c9b4-replay") if user == GPUGUARD else "gpuguard-agent-replay"
     return {"authentication.kubernetes.io/pod-name": [pod],
             "authentication.kubernetes.io/pod-uid": ["00000000-0000-4000-8000-000000000001"],
             "authentication.kubernetes.io/node-name": [node if user == AGENT else "cpu-node-a"]}
@@ -457,3 +475,38 @@ def _status_only(old: Obj, new: Obj) -> bool:
     rest = {k: v for k, v in new.items() if k not in ("status", "metadata")}
     old_rest = {k: v for k, v in old.items() if k not in ("status", "metadata")}
     return rest == old_rest and (new.get("status") != old.get("status") or new == old)
+
+
+def _as_client_writes(old: Obj, obj: Obj, stored: Obj) -> Obj:
+    """``obj`` as a client PUTs it over ``stored``: the stored version and uid; the taints the
+    server added at registration (TaintNodesByCondition) kept when the case changes none; the
+    stored ``managedFields`` kept when the case changes none, else those of the managers the
+    case keeps (``[{}]`` resets them all, as the API documents)."""
+    new = copy.deepcopy(obj)
+    meta = new.setdefault("metadata", {})
+    meta["resourceVersion"] = stored["metadata"]["resourceVersion"]
+    meta["uid"] = stored["metadata"]["uid"]
+    if obj["kind"] == "Node" and (old.get("spec") or {}).get("taints") == (
+        (obj.get("spec") or {}).get("taints")
+    ):
+        taints = (stored.get("spec") or {}).get("taints")
+        new.setdefault("spec", {}).pop("taints", None)
+        if taints:
+            new["spec"]["taints"] = copy.deepcopy(taints)
+    if "managedFields" in meta or "managedFields" in old.get("metadata", {}):
+        before = {_owner(e) for e in old["metadata"].get("managedFields", [])}
+        kept = {_owner(e) for e in meta.get("managedFields", [])}
+        meta.pop("managedFields", None)
+        if kept != before:
+            have = stored["metadata"].get("managedFields", [])
+            entries = [e for e in have if _owner(e) in kept]
+            ours = {_owner(e) for e in have}
+            entries += [e for e in obj["metadata"].get("managedFields", [])
+                        if _owner(e) not in ours]  # an entry the case adds: as written
+            meta["managedFields"] = entries or [{}]
+    return new
+
+
+def _owner(entry: Obj) -> tuple[str, str, str]:
+    """A managedFields entry's owner: its manager, operation and subresource."""
+    return (entry.get("manager", ""), entry.get("operation", ""), entry.get("subresource", ""))

@@ -34,7 +34,6 @@ OFFLINE = [
 ]
 REPLAY_ENV = "GPUGUARD_ADMISSION_REPLAY"
 HOSTILE = "tests/hostile/"
-HOSTILE_FLOOR = 0.9  # agreed on 1630 of 1748 combined cases when first replayed
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +89,10 @@ def test_the_real_api_server_judges_every_case_as_the_offline_tests(
     hostile = [o for o in outcomes if o.case.test.startswith(HOSTILE)]
     print(f"  of them tests/hostile: {sum(o.agrees for o in hostile)}/{len(hostile)} agree "
           f"({sum(o.verdict == 'unreplayable' for o in hostile)} not replayable here)")
-    # The hostile suite's cases are judged offline with each case's chart values and may name
-    # subresources and pod-bound claims this replayer does not send yet: reported, and held
-    # to a floor, not gated case by case (docs/real-control-plane.md).
-    assert sum(o.agrees for o in hostile) >= HOSTILE_FLOOR * len(hostile)
+    # The hostile suite's per-policy evaluations are judged offline with each case's chart
+    # values and name subresources this corpus does not record: reported here; each hostile
+    # case is gated as its whole request, with its values and subresource, by
+    # test_hostile_replay.py (docs/real-control-plane.md).
     wrong = [o for o in outcomes if not o.agrees and not o.case.test.startswith(HOSTILE)]
     named = {
         o.case.test: reason

@@ -35,9 +35,9 @@ class FakeJobs:
     created: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, job_model.JobResult] = field(default_factory=dict)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> str | None:
         self.created.append(manifest)
-        return True
+        return f"uid-{manifest['metadata']['name']}"
 
     def result(self, name: str) -> job_model.JobResult:
         return self.results.get(name, job_model.JobResult(job_model.JobState.ABSENT))

@@ -39,7 +39,9 @@ def test_job_then_ledger_then_verdict_annotation() -> None:
     assert [(e.node, e.xid, e.verdict) for e in book.lines] == [
         ("gpu-node-b", 79, decisions.Verdict.POWER_CYCLE)]
     started, (name, marks) = writer.annotated
-    assert started == ("gpu-node-b", {annotation_keys.EVIDENCE_STARTED: "2026-09-21T06:05:10Z"})
+    job = step_jobs.created[0]["metadata"]["name"]
+    assert started == ("gpu-node-b", {annotation_keys.EVIDENCE_STARTED: "2026-09-21T06:05:10Z",
+                                      annotation_keys.EVIDENCE_JOB_UID: f"uid-{job}"})
     assert name == "gpu-node-b"
     assert marks[annotation_keys.VERDICT] == "power-cycle"
     assert [a.reason for a in writer.events] == [decisions.Reason.VERDICT_RECORDED]
@@ -148,3 +150,16 @@ class Told:
 
     def notify(self, action: decisions.Action, now: datetime) -> None:
         self.actions.append(action)
+
+
+def test_the_evidence_job_is_read_against_the_uid_recorded_at_its_creation() -> None:
+    """docs/security.md: a Job of gpuguard's name that gpuguard did not create is no verdict."""
+    rec, step_jobs, _, writer = make()
+    rec.run((isolated_node(),), NOW, may_write=lambda: True)
+    (_, marks), = writer.annotated
+    job = step_jobs.created[0]["metadata"]["name"]
+    node = isolated_node()
+    marked = fleet.Node(node.name, node.boot_id, 8, 7, unschedulable=True,
+                        annotations={**node.annotations, **marks})  # fmt: skip
+    rec.run((marked,), NOW, may_write=lambda: True)
+    assert step_jobs.read == [(job, ""), (job, f"uid-{job}")]  # none recorded, then its own

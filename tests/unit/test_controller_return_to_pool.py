@@ -44,13 +44,13 @@ class FakeJobs:
     results: dict[str, jobs.JobResult] = field(default_factory=dict)
     created: list[dict[str, Any]] = field(default_factory=list)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any]) -> str | None:
         if any(m["metadata"]["name"] == manifest["metadata"]["name"] for m in self.created):
-            return False
+            return None
         self.created.append(manifest)
-        return True
+        return f"uid-{manifest['metadata']['name']}"
 
-    def result(self, name: str) -> jobs.JobResult:
+    def result(self, name: str, created_uid: str | None = None) -> jobs.JobResult:
         return self.results.get(name, jobs.JobResult(jobs.JobState.ABSENT))
 
     def finish(self, tflops: Sequence[float]) -> None:
@@ -187,7 +187,10 @@ def test_sept_22_return_runs_the_checklist_then_a_burn_in_then_one_uncordon_patc
     assert job["spec"]["template"]["spec"]["nodeName"] == "gpu-node-b"
     assert job["metadata"]["annotations"][keys.BOOT_ID] == BOOT_AFTER
     assert job["metadata"]["labels"][keys.BURNIN_NODE_LABEL] == "gpu-node-b"
-    assert (w.writer.uncordoned, w.writer.annotated) == ([], [])
+    job_name = job["metadata"]["name"]
+    assert (w.writer.uncordoned, w.writer.annotated) == (
+        [], [("gpu-node-b", {keys.BURNIN_JOB_UID: f"{job_name}=uid-{job_name}"})]
+    )  # the uid it created, read back against (docs/security.md)
     assert [e.kind for e in w.writer.events] == [decisions.ActionKind.START_BURNIN_JOB]
 
     w.jobs.results[job["metadata"]["name"]] = jobs.JobResult(jobs.JobState.RUNNING)
@@ -311,7 +314,7 @@ def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> Non
     w.jobs.finish([740.0] * 7 + [520.0])  # GPU 7 at 70 % of the others
     failed = w.tick(node)
     assert failed.decision.step is Step.STAY_ISOLATED
-    ((name, marks),) = w.writer.annotated
+    (_, (name, marks)) = w.writer.annotated  # the burn-in's uid, then the failure
     assert name == "gpu-node-b"
     reason = marks[keys.RETURN_FAILED]
     assert reason is not None
@@ -327,7 +330,7 @@ def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> Non
     assert (again.decision.step, again.done) == (Step.STAY_ISOLATED, "-")
     assert (gone.decision.step, gone.done) == (Step.STAY_ISOLATED, "-")
     assert len(w.jobs.created) == 1
-    assert len(w.writer.annotated) == 1
+    assert len(w.writer.annotated) == 2
     assert len(w.notices) == 1
     assert len(w.ledger.lines) == lines
     assert w.writer.uncordoned == []
@@ -352,12 +355,12 @@ def test_dry_run_or_a_standby_decides_but_writes_nothing() -> None:
     assert w.writer.events == []
     w.tick(node)
     w.jobs.finish([740.0] * 8)
-    started = list(w.writer.events)
+    started, marked = list(w.writer.events), list(w.writer.annotated)
     outcome = w.tick(node, may_write=False)
     assert (outcome.decision.step, outcome.done, outcome.returned) == (
         Step.UNCORDON, "dry-run", False)  # fmt: skip
     assert (w.writer.uncordoned, w.writer.annotated, w.writer.events, w.notices) == (
-        [], [], started, [])  # fmt: skip
+        [], marked, started, [])  # fmt: skip
 
 
 def test_a_human_uncordon_first_cleans_gpuguards_annotations_and_says_burn_in_skipped() -> None:
@@ -486,3 +489,13 @@ def test_facts_are_asked_only_of_the_isolated_nodes_and_not_at_all_without_them(
     assert outcome.decision.step is Step.START_BURN_IN  # the facts of gpu-node-b were all read
     w.step.run(fleet.FleetSnapshot(NOW, nodes=(healthy,)), NOW, may_write=lambda: False)
     assert w.facts.asked_nodes == [("gpu-node-b",)]
+
+
+def test_a_burn_in_is_read_against_the_uid_gpuguard_recorded_for_that_job() -> None:
+    """A Job of this name that gpuguard did not create (none recorded, or recorded for
+    another Job) is checked against "": not gpuguard's, a failure (actuators.jobs)."""
+    node = isolated({keys.BURNIN_JOB_UID: "gpuguard-burnin-gpu-node-b-d3af99b4=u-1"})
+    assert return_to_pool.burnin_created_uid(node, "gpuguard-burnin-gpu-node-b-d3af99b4") == "u-1"
+    assert return_to_pool.burnin_created_uid(node, "gpuguard-burnin-gpu-node-b-0000") == ""
+    unmarked = isolated()
+    assert return_to_pool.burnin_created_uid(unmarked, "gpuguard-burnin-gpu-node-b-d3af99b4") == ""

@@ -265,10 +265,10 @@ def test_a_node_whose_step_raises_costs_only_that_node() -> None:
     results = {"gpu-node-x": RuntimeError("unexpected")}
     original = step_jobs.result
 
-    def result(name: str) -> jobs.JobResult:
+    def result(name: str, created_uid: str | None = None) -> jobs.JobResult:
         if "gpu-node-x" in name:
             raise results["gpu-node-x"]
-        return original(name)
+        return original(name, created_uid)
 
     step_jobs.result = result  # type: ignore[method-assign]
     errors: list[tuple[str, str]] = []

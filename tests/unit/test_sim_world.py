@@ -303,6 +303,7 @@ EVERY_KIND = """
 {at: 33m, annotate: {node: 1, key: gpuguard.io/hold, value: "waiting for RMA"}}
 {at: 34m, prometheus_down: {duration: 1m}}
 {at: 35m, bad_metric: {node: 0, gpu: 2, xid: 79}}
+{at: 35m, forged_metric: {node: 1, claims: gpu-node-a, gpu: 2, xid: 79, metric: agent}}
 {at: 35m, exporter_down: {node: 0, duration: 2m}}
 {at: 35m, job_hang: {node: 1, job: burnin}}
 {at: 36m, host_job: {node: 1, gpu: 0}}

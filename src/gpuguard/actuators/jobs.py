@@ -429,20 +429,25 @@ class Jobs:
         self._client = client
         self._namespace = namespace
 
-    def create(self, manifest: dict[str, Any]) -> bool:
-        """Create the Job; False when it already exists (an earlier tick made it)."""
+    def create(self, manifest: dict[str, Any]) -> str | None:
+        """Create the Job; its uid (for the node mark that ``result`` checks), or None when it
+        already exists (an earlier tick made it, or someone else did)."""
         job = cast(Job, Job.from_dict(manifest))
         try:
             with api_errors.translated(f"creating Job {manifest['metadata']['name']}"):
-                self._client.create(job, namespace=self._namespace)
+                made = self._client.create(job, namespace=self._namespace)
         except ConflictError:
-            return False
-        return True
+            return None
+        if not (uid := made.metadata.uid if made.metadata else None):
+            raise SourceError(f"creating Job {manifest['metadata']['name']}: the API named no uid")
+        return uid
 
-    def result(self, name: str) -> job_model.JobResult:
+    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult:
         """The Job's own state (its ``Complete``/``Failed`` condition) and, from the pods it
         owns, the termination message. ABSENT when the Job does not exist (never created, or
-        deleted by its TTL)."""
+        deleted by its TTL). ``created_uid``: the uid gpuguard recorded when it created the
+        Job ("" when it recorded none): a Job of another uid is not gpuguard's (``not_created``);
+        None: not checked."""
         with api_errors.translated(f"reading Job {name}", SourceError):
             try:
                 job = self._client.get(Job, name, namespace=self._namespace)
@@ -451,6 +456,8 @@ class Jobs:
                     return job_model.JobResult(job_model.JobState.ABSENT)
                 raise
         uid = job.metadata.uid if job.metadata else None
+        if created_uid is not None and (foreign := not_created(name, uid, created_uid)):
+            return job_model.JobResult(job_model.JobState.FAILED, detail=foreign)
         with api_errors.translated(f"reading the pods of Job {name}", SourceError):
             pods = list(
                 self._client.list(Pod, namespace=self._namespace, labels={"job-name": name})
@@ -459,6 +466,18 @@ class Jobs:
         if (foreign := not_ours(name, job, owned)) is not None:
             return job_model.JobResult(job_model.JobState.FAILED, detail=foreign)
         return job_result(job, owned)
+
+
+def not_created(name: str, uid: str | None, created_uid: str) -> str | None:
+    """Why the Job named ``name`` is not the one gpuguard created (its uid is not the one
+    recorded on the node at creation), else None. A Job of exactly gpuguard's name and shape
+    made by someone else first (the admission policies uninstalled) has another uid, or none
+    was recorded: gpuguard's create found it already there (docs/security.md)."""
+    if created_uid and uid == created_uid:
+        return None
+    recorded = f"gpuguard created uid {created_uid}" if created_uid else "gpuguard created none"
+    return (f"not gpuguard's Job: {name} has uid {uid or 'none'}, {recorded}; "
+            f"its result is not read")
 
 
 def not_ours(name: str, job: Job, pods: list[Pod]) -> str | None:

@@ -47,7 +47,8 @@ def audit(
     conn = guard.connection(kubeconfig, kube_server, prometheus_url)
     prom = conn.prometheus_url or settings.prometheus.url
     with wiring.kube_client(conn) as client:
-        reader = audit_source.AuditReader(client, prom, settings.prometheus.timeout.total_seconds())
+        reader = audit_source.AuditReader(client, prom, settings.prometheus.timeout.total_seconds(),
+                                          settings.prometheus.scrape_scope)
         view = reader.read(datetime.now(UTC), settings)
     results = registry.run(view, catalogue.RULES)
     cluster = conn.kube_server or str(conn.kubeconfig or "default kubeconfig")

@@ -99,6 +99,7 @@ def _run(
         plan,
         staleness=settings.prometheus.staleness,
         timeout_s=settings.prometheus.timeout.total_seconds(),
+        scopes=settings.prometheus.scrape_scope,
     )
     classifier = xid_catalog.load_catalog(settings.controller.xid_overrides)
     try:

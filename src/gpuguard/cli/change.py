@@ -156,7 +156,8 @@ def _preview(name: str, config: Any, kubeconfig: Any, kube_server: Any,
     url = prometheus_url or settings.prometheus.url
     checks = prometheus.PrometheusSource(url, changes.ConformancePlan(),
                                          staleness=settings.prometheus.staleness,
-                                         timeout_s=settings.prometheus.timeout.total_seconds())
+                                         timeout_s=settings.prometheus.timeout.total_seconds(),
+                                         scopes=settings.prometheus.scrape_scope)
     now = datetime.now(UTC)
     with wiring.kube_client(conn) as client:
         reader = kubernetes.KubernetesReader(client)

@@ -58,6 +58,7 @@ DryRunOpt = Annotated[bool, typer.Option(help="Decide and print; change nothing.
 
 def gate(
     node: NodeArg,
+    config: guard.ConfigOpt = None,
     kubeconfig: guard.KubeconfigOpt = None,
     kube_server: guard.ServerOpt = None,
     prometheus_url: guard.PromOpt = None,
@@ -86,9 +87,10 @@ def gate(
       gpuguard gate gpu-node-17 --prometheus-url http://prometheus:9090 --dry-run -o json
       gpuguard gate gpu-node-17 --api-server-version v1.34.3+rke2r1 --dry-run
     """
+    scopes = guard.load_settings(config).prometheus.scrape_scope  # docs/security.md
     conn = guard.connection(kubeconfig, kube_server, prometheus_url)
     try:
-        checks = gate_reader.check_statuses(prometheus_url, node)
+        checks = gate_reader.check_statuses(prometheus_url, node, scopes=scopes)
         with wiring.kube_client(conn) as client:
             view = gate_reader.GateReader(client).read(
                 node, checks, namespace=burnin_namespace, read_version=not api_server_version

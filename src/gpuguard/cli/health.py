@@ -42,7 +42,7 @@ def health(
     found = _node(result, node, conn, settings)
     prom = conn.prometheus_url or settings.prometheus.url
     with wiring.kube_client(conn) as client:
-        statuses = onboarding.check_statuses(prom, node)
+        statuses = onboarding.check_statuses(prom, node, scopes=settings.prometheus.scrape_scope)
         view = onboarding.GateReader(client).read(
             node, statuses, namespace=settings.controller.namespace, read_version=False)
     decision = result.decision

@@ -79,7 +79,8 @@ def fetch_readings(query: Query, settings: settings_model.GuardSettings) -> gpu_
     timeout = settings.prometheus.timeout.total_seconds()
     try:
         with gpu_metrics.GpuMetricsSource(
-            query.url, plan, staleness=staleness, timeout_s=timeout
+            query.url, plan, staleness=staleness, timeout_s=timeout,
+            scopes=settings.prometheus.scrape_scope,
         ) as source:
             return source.readings(query.at)
     except SourceError as e:

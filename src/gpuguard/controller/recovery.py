@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 
 
 class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> bool: ...
+    def create(self, manifest: dict[str, Any]) -> str | None: ...
 
-    def result(self, name: str) -> job_model.JobResult: ...
+    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult: ...
 
 
 class LedgerPort(Protocol):
@@ -91,8 +91,10 @@ class Recovery:
         name = job_specs.job_name(
             job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
         )
+        # the uid recorded when gpuguard created it ("" none: the Job was there before it)
+        created = node.annotations.get(annotation_keys.EVIDENCE_JOB_UID, "")
         try:
-            job = self.jobs.result(name)
+            job = self.jobs.result(name, created_uid=created)
         except GpuguardError as e:
             log.warning("%s: evidence Job %s unreadable, next tick retries: %s", node.name, name, e)
             return None
@@ -113,10 +115,10 @@ class Recovery:
 
     def _apply(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:
         try:
-            if step.start_evidence_job:
-                self._start_job(node)
-            if step.started_mark is not None:
-                self.writer.annotate(node, dict(step.started_mark))
+            made = self._start_job(node) if step.start_evidence_job else None
+            if step.started_mark is not None or made is not None:
+                uid = {} if made is None else {annotation_keys.EVIDENCE_JOB_UID: made}
+                self.writer.annotate(node, {**(step.started_mark or {}), **uid})
             if step.record is not None:
                 self.ledger.append(step.record)
             if step.annotations is not None:
@@ -125,7 +127,8 @@ class Recovery:
         except GpuguardError as e:
             log.warning("%s: recovery step not completed (next tick retries): %s", node.name, e)
 
-    def _start_job(self, node: fleet.Node) -> None:
+    def _start_job(self, node: fleet.Node) -> str | None:
+        """Create the evidence Job; its uid, or None when a Job of its name was there."""
         manifest = job_specs.evidence_job(
             node.name,
             node.annotations[annotation_keys.ISOLATED_AT],
@@ -134,8 +137,10 @@ class Recovery:
             runtime_class=self.runtime_class,
             deadline=self.evidence_deadline,
         )
-        if self.jobs.create(manifest):
+        made = self.jobs.create(manifest)
+        if made is not None:
             log.info("%s: evidence Job %s created", node.name, manifest["metadata"]["name"])
+        return made
 
     def _announce(self, node: fleet.Node, step: recovery.RecoveryStep, now: datetime) -> None:
         action = decisions.Action(

@@ -57,9 +57,9 @@ AWAITING_VERDICT = "waiting for the evidence verdict"
 
 
 class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> bool: ...
+    def create(self, manifest: dict[str, Any]) -> str | None: ...
 
-    def result(self, name: str) -> job_model.JobResult: ...
+    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult: ...
 
 
 class LedgerReader(Protocol):
@@ -233,7 +233,11 @@ class ReturnToPool:
             inspected=node.annotations.get(keys.INSPECTED),
             deadline=self.settings.return_to_pool.burnin_deadline,
         )
-        return self.jobs.create(manifest)
+        uid = self.jobs.create(manifest)
+        if uid is not None:  # read back against it (burnin_created_uid)
+            name = manifest["metadata"]["name"]
+            self.writer.annotate(node, {keys.BURNIN_JOB_UID: f"{name}={uid}"})
+        return uid is not None
 
     def _announce(self, decision: model.ReturnDecision, now: datetime) -> None:
         """An Event on the node for every step written; people hear of returns and failures."""
@@ -303,6 +307,13 @@ def _marks(node: fleet.Node) -> dict[str, str]:
 
 def _reset_key(node: fleet.Node) -> str | None:
     return node.annotations.get(keys.RESET_DONE)
+
+
+def burnin_created_uid(node: fleet.Node, name: str) -> str:
+    """The uid gpuguard recorded when it created the burn-in Job ``name`` on ``node`` ("" when
+    it recorded none for that Job: a Job of that name is then not gpuguard's)."""
+    recorded, _, uid = node.annotations.get(keys.BURNIN_JOB_UID, "").rpartition("=")
+    return uid if recorded == name else ""
 
 
 def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
@@ -375,7 +386,8 @@ class _Gatherer:
 
     def burn_in(self, node: fleet.Node, mode: model.BurnInMode) -> model.BurnInResult | None:
         try:
-            job = self.step.jobs.result(burnin_job_name(node, mode))
+            name = burnin_job_name(node, mode)
+            job = self.step.jobs.result(name, created_uid=burnin_created_uid(node, name))
         except GpuguardError as e:
             log.warning("%s: burn-in Job unreadable: %s", node.name, e)
             return None

@@ -24,7 +24,9 @@ GATE_REPORT = PREFIX + "gate-report"  # the onboarding gate's last report (JSON)
 BURNIN_NODE_LABEL = PREFIX + "burnin-node"  # on a burn-in Job: the node it burns in
 WITHHELD = PREFIX + "withheld"  # a fault the breaker withheld, pending (model.withheld)
 EVIDENCE_STARTED = PREFIX + "evidence-started"  # the isolation its evidence Job was made for
+EVIDENCE_JOB_UID = PREFIX + "evidence-job-uid"  # the uid of the evidence Job gpuguard created
 BURNIN_FAILED = PREFIX + "burnin-failed"  # the burn-in key (isolation/boot/reset/...) that failed
+BURNIN_JOB_UID = PREFIX + "burnin-job-uid"  # <name>=<uid> of the burn-in Job gpuguard created
 GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
@@ -48,7 +50,9 @@ PER_ISOLATION = (
     RETURN_FAILED,
     WITHHELD,
     EVIDENCE_STARTED,
+    EVIDENCE_JOB_UID,
     BURNIN_FAILED,
+    BURNIN_JOB_UID,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""

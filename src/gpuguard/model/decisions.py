@@ -44,6 +44,7 @@ class Reason(StrEnum):
     BREAKER_RESET = "breaker-reset"
     ESCALATED = "escalated"
     FAULT_RECORDED = "fault-recorded"
+    FORGED_SERIES = "forged-series"  # a scrape target exported a series for another node
     MARKS_NOT_GPUGUARDS = "marks-not-gpuguards"  # gpuguard.io/isolated-at written by another
     TICK_LIMIT = "tick-limit"
     SOURCE_ERROR = "source-error"

@@ -194,10 +194,11 @@ class PrometheusSettings(_Section):
     scrape_scope: dict[str, str] = Field(
         default_factory=dict,
         description="Metric name prefix -> the label matchers of the scrape job that exports "
-        "it, added to every selector of every query the controller sends, e.g. {DCGM_: "
+        "it, added to every selector of every query gpuguard sends (the controller, backtest, "
+        "change, phantom, audit, health, gate), e.g. {DCGM_: "
         "'job=\"nvidia-dcgm-exporter\", namespace=\"gpu-operator\"'}: a series a tenant "
         "exports under an exporter's metric name is not read (docs/security.md#metric-forgery). "
-        "Empty: unscoped.",
+        "Empty: unscoped by job; a series is still read only for its scrape target's node.",
     )
 
 

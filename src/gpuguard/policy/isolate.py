@@ -93,7 +93,7 @@ def decide(
     signals = xid_signals.all_signals(snapshot, classifier)
     held = _gpu_loss_held(snapshot.samples)
     candidates: dict[str, _Admissible] = {}
-    findings: list[decisions.Finding] = []
+    findings: list[decisions.Finding] = xid_signals.forgeries(snapshot.samples)
     for node in snapshot.nodes:
         current = _not_isolated(node, signals.get(node.name, []))
         candidate, finding = _assess(node, current, held, settings, snapshot)

@@ -83,7 +83,9 @@ _XID_SERIES = frozenset((
 def hardware_xids(
     samples: Iterable[fleet.MetricSample], classifier: XidClassifier
 ) -> dict[str, list[HardwareXid]]:
-    """Current hardware Xid signals per node, each from that node's best source."""
+    """Current hardware Xid signals per node, each from that node's best source. A series
+    that claims a node other than its scrape target's is read for no node
+    (``model.series.claimed_node``; ``forgeries`` reports it)."""
     families: dict[str, dict[str, list[fleet.MetricSample]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -91,13 +93,38 @@ def hardware_xids(
         if sample.name not in _XID_SERIES:
             continue  # of the tick's ~10 series per GPU, only these say anything of Xids
         node = node_of(sample.labels)
-        if node is not None:
+        if node is not None and series.claimed_node(sample.labels) is None:
             families[node][sample.name].append(sample)
     return {
         node: signals
         for node, by_name in families.items()
         if (signals := _node_signals(node, by_name, classifier))
     }
+
+
+def forgeries(samples: Iterable[fleet.MetricSample]) -> list[decisions.Finding]:
+    """One finding per scrape target and node it claims: Xid series exported by a target
+    for a node it does not run on (docs/security.md#metric-forgery). The finding is on the
+    target's node and names the target (job, namespace, pod, instance)."""
+    found: dict[tuple[str, str, str], fleet.MetricSample] = {}
+    for sample in samples:
+        if sample.name not in _XID_SERIES:
+            continue
+        claimed = series.claimed_node(sample.labels)
+        if claimed is not None:
+            key = (sample.labels["node"], claimed, series.source_of(sample.labels))
+            found.setdefault(key, sample)
+    return [
+        decisions.Finding(
+            kind="metric-forgery",
+            node=target,
+            reason=decisions.Reason.FORGED_SERIES,
+            evidence=(_evidence(sample, f"claims node {claimed}"),),
+            detail=f"{source} on {target} exports {sample.name.split()[0]} for node {claimed}: "
+            "not read (a series is read only for its scrape target's node)",
+        )
+        for (target, claimed, source), sample in sorted(found.items(), key=lambda kv: kv[0])
+    ]
 
 
 def all_signals(

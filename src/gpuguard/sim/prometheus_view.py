@@ -92,6 +92,8 @@ class WorldPrometheus:
             seen |= self._scrape_node(node, now)
         for target in self.targets:
             seen |= {self._put(name, labels, value, now) for name, labels, value in target()}
+        seen |= {self._put(name, labels, value, now)
+                 for name, labels, value in self.world.memory.forged}  # tenants' pods
         for key, series in self._series.items():
             if key not in seen:
                 series.record(now, None)

@@ -107,6 +107,8 @@ class Memory:
     # (driver, kernel), and the nodes it is changing (change name, boot ID when it started)
     playbooks: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     applying: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # series tenants' pods export (forged_metric): name, labels with the scrape target's
+    forged: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
 
 
 class Stage(Protocol):
@@ -206,6 +208,27 @@ def on_bad_metric(w: Stage, p: scenario.BadMetricPayload, node: state.SimNode) -
     gpu.offered = False
     w.record("bad_metric", node.name, f"GPU {gpu.index} reported Xid {p.xid}; the card is sound")
     w.touch(node)
+
+
+FORGER_JOB = "kubernetes-pods"
+"""The scrape job of pods annotated ``prometheus.io/scrape`` (Prometheus' example Kubernetes
+configuration), which writes ``namespace``, ``pod`` and ``node`` from service discovery."""
+
+
+def on_forged_metric(w: Stage, p: scenario.ForgedMetricPayload, node: state.SimNode) -> None:
+    """A tenant's pod on ``node`` starts exporting an Xid series for another node's GPU. The
+    card and the node it claims are sound; Prometheus scrapes the pod from now on and adds the
+    target's labels (an exported ``node`` becomes ``exported_node``: the target has one)."""
+    target = {"job": FORGER_JOB, "namespace": p.namespace, "pod": p.pod,
+              "instance": f"{p.pod}.{p.namespace}:9400", "node": node.name}  # fmt: skip
+    if p.metric == "dcgm":
+        labels = {"Hostname": p.claims, "gpu": str(p.gpu), **target}
+        w.memory.forged.append((mn.DCGM_XID_LAST, labels, float(p.xid)))
+    else:
+        labels = {"exported_node": p.claims, "gpu": str(p.gpu), "xid": str(p.xid), **target}
+        w.memory.forged.append((mn.XID_TOTAL, labels, 1.0))
+    w.record("forged_metric", node.name,
+             f"pod {p.namespace}/{p.pod} exports Xid {p.xid} for GPU {p.gpu} of {p.claims}")
 
 
 def on_pcie_degrade(w: Stage, p: scenario.PcieDegradePayload, node: state.SimNode) -> None:
@@ -807,6 +830,7 @@ REACTIONS: Mapping[str, Reaction] = {
     "annotate": on_annotate,
     "prometheus_down": on_prometheus_down,
     "bad_metric": on_bad_metric,
+    "forged_metric": on_forged_metric,
     "exporter_down": on_exporter_down,
     "job_hang": on_job_hang,
     "host_job": on_host_job,

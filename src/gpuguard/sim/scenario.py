@@ -151,6 +151,18 @@ class BadMetricPayload(GpuPayload):
     xid: Annotated[int, pydantic.Field(ge=1, le=999)] = 79
 
 
+class ForgedMetricPayload(GpuPayload):
+    """A tenant's pod on ``node`` exports an Xid series for GPU ``gpu`` of node ``claims``
+    (docs/security.md#metric-forgery): dcgm-exporter's gauge with ``Hostname: claims``, or the
+    agent's counter with ``node: claims``, scraped by the cluster's pod-annotation job."""
+
+    claims: Annotated[str, pydantic.Field(min_length=1)]
+    xid: Annotated[int, pydantic.Field(ge=1, le=999)] = 79
+    metric: Literal["dcgm", "agent"] = "dcgm"
+    pod: Annotated[str, pydantic.Field(min_length=1)] = "metrics-sidecar"
+    namespace: Annotated[str, pydantic.Field(min_length=1)] = "tenant-a"
+
+
 class HostJobPayload(GpuPayload):
     """A job started on the host outside Kubernetes (``docker run --gpus device=N``)."""
 
@@ -272,6 +284,7 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "annotate": AnnotatePayload,
     "prometheus_down": PrometheusDownPayload,
     "bad_metric": BadMetricPayload,
+    "forged_metric": ForgedMetricPayload,
     "exporter_down": ExporterDownPayload,
     "job_hang": JobHangPayload,
     "host_job": HostJobPayload,
@@ -598,6 +611,8 @@ def _event(raw: Any, index: int, names: tuple[str, ...], gpus: int, source: str)
         raise ScenarioError(f"{where}.{kind}: unknown event kind (known: {', '.join(PAYLOADS)})")
     payload = _validate(PAYLOADS[kind], raw[kind] or {}, f"{where}.{kind}.")
     node = _payload_node(payload, names, f"{where}.{kind}.node")
+    if isinstance(payload, ForgedMetricPayload):
+        _resolve_node(payload.claims, names, f"{where}.{kind}.claims")
     _check_gpus(payload, gpus, f"{where}.{kind}")
     return Event(index=index, at=at, kind=kind, node=node, payload=payload)
 

@@ -26,7 +26,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from gpuguard.actuators import api_errors
 from gpuguard.catalog import dcgm_fields
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
-from gpuguard.model import audit, fleet
+from gpuguard.model import audit, fleet, promql_scope
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model.audit import Input
@@ -57,9 +57,14 @@ class AuditReader:
     """Reads one ``AuditView`` through one lightkube client and (optionally) Prometheus."""
 
     def __init__(
-        self, client: Client, prometheus_url: str | None, timeout_s: float = 10.0
+        self,
+        client: Client,
+        prometheus_url: str | None,
+        timeout_s: float = 10.0,
+        scopes: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
+        self._scopes = dict(scopes or {})  # prometheus.scrape_scope (model.promql_scope)
         self._api = kube_lists.SharedApi(lambda: client.config)
         self._prom = prometheus_url.rstrip("/") if prometheus_url else None
         self._timeout_s = timeout_s
@@ -166,17 +171,24 @@ class AuditReader:
     def _labels(
         self, http: httpx.Client, at: datetime, promql: str, keys: tuple[str, ...]
     ) -> frozenset[str]:
-        return label_values(http, self._prom or "", at, promql, keys)
+        return label_values(http, self._prom or "", at, promql, keys, self._scopes)
 
 
 def label_values(
-    http: httpx.Client, url: str, at: datetime, promql: str, keys: tuple[str, ...]
+    http: httpx.Client,
+    url: str,
+    at: datetime,
+    promql: str,
+    keys: tuple[str, ...],
+    scopes: Mapping[str, str] | None = None,
 ) -> frozenset[str]:
-    """The values of ``keys`` on the series ``promql`` answers at ``at`` (``SourceError`` on a
-    failed or bad answer)."""
+    """The values of ``keys`` on the series ``promql`` answers at ``at``, scoped to the
+    exporters' scrape jobs (``model.promql_scope``); ``SourceError`` on a failed or bad
+    answer."""
+    query = promql_scope.scoped(promql, scopes or {})
     try:
         response = http.get(f"{url}/api/v1/query",
-                            params={"query": promql, "time": at.timestamp()})
+                            params={"query": query, "time": at.timestamp()})
     except httpx.HTTPError as e:
         raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
     series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
@@ -220,7 +232,8 @@ def health_samples(
     partial answers refused: ``SourceError``)."""
     plan = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
     source = prometheus.PrometheusSource(url, plan, timeout_s=timeout_s,
-                                         staleness=settings.prometheus.staleness)
+                                         staleness=settings.prometheus.staleness,
+                                         scopes=settings.prometheus.scrape_scope)
     try:
         return source.samples(at)
     finally:

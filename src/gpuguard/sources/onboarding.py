@@ -19,7 +19,15 @@ from lightkube.resources.batch_v1 import Job
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import NotFoundError, SourceError
-from gpuguard.model import annotation_keys, decisions, jobs, node_conditions, onboarding, waits
+from gpuguard.model import (
+    annotation_keys,
+    decisions,
+    jobs,
+    node_conditions,
+    onboarding,
+    promql_scope,
+    waits,
+)
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
 
@@ -112,15 +120,21 @@ def burnin_job(job: Job) -> onboarding.BurnInJob:
 
 
 def check_statuses(
-    prometheus_url: str | None, node: str, timeout_s: float = 10.0
+    prometheus_url: str | None,
+    node: str,
+    timeout_s: float = 10.0,
+    scopes: Mapping[str, str] | None = None,
 ) -> dict[str, decisions.CheckStatus]:
     """The agent's current status per check on ``node``; empty when Prometheus has none (or
     no Prometheus is given). A bad answer is a ``SourceError``. The query is the return facts'
     own, scoped to the node (every label a series may name its node in), so any Prometheus
-    that answers gpuguard's queries answers it, the simulator's emulation included."""
+    that answers gpuguard's queries answers it, the simulator's emulation included; and to the
+    agent's scrape job when ``prometheus.scrape_scope`` names it (docs/security.md
+    #metric-forgery)."""
     if not prometheus_url:
         return {}
-    promql = return_facts.ReturnFactsPlan(nodes=(node,)).queries()[names.CHECK_STATUS]
+    plan = return_facts.ReturnFactsPlan(nodes=(node,))
+    promql = promql_scope.scoped(plan.queries()[names.CHECK_STATUS], scopes or {})
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
         with httpx.Client(timeout=timeout_s) as client, waits.on(f"Prometheus ({url})"):
