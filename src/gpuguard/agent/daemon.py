@@ -47,7 +47,7 @@ from gpuguard.agent import (
     position,
 )
 from gpuguard.agent import topology as agent_topology
-from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.checks import gpu_state, nvidia, result
 from gpuguard.agent.evidence import hostread, pci
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import SourceError
@@ -63,6 +63,7 @@ CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
 POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
+_STATES = frozenset({nvidia.NAME, gpu_state.RECOVERY, gpu_state.FABRIC})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,8 @@ class Agent:
         self._last_check_start: float | None = None
         self.reporter = self.collector.reporter = reporter
         self._boot_baseline = _boot_baseline(config, self.tally)
-        self._driver: tuple[decisions.CheckStatus, str] | None = None
+        self._states: dict[str, tuple[decisions.CheckStatus, str]] = {}
+        """The last status and evidence of the checks the conditions read, by check."""
         self.conditions: dict[str, nc.GpuCondition] = {}
 
     # ---- one step each (tests drive these directly) -------------------------------------------
@@ -160,7 +162,9 @@ class Agent:
             gpu_index=self.tally.gpu_index,
             config_all_ff=self._config_space(counts),
             kernel_log_problem=self.kernel_log_problem,
-            driver=self._driver,
+            driver=self._states.get(nvidia.NAME),
+            recovery=self._states.get(gpu_state.RECOVERY),
+            fabric=self._states.get(gpu_state.FABRIC),
         )
         now = datetime.fromtimestamp(self._wall(), UTC)
         self.conditions = conditions.compute(seen, self._classifier, now)
@@ -197,9 +201,7 @@ class Agent:
             self.topology.run(datetime.fromtimestamp(self._wall(), UTC), self._hung_signs())
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
-        self._driver = next(
-            ((r.status, r.evidence) for r in results if r.check == nvidia.NAME), None
-        )
+        self._states = {r.check: (r.status, r.evidence) for r in results if r.check in _STATES}
         if self.reporter is not None:
             self.report_conditions()
         return cycle

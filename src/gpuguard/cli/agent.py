@@ -102,7 +102,8 @@ XidOverridesOption = Annotated[Path | None, typer.Option(
 ReportOption = Annotated[bool, typer.Option(
     "--report-conditions/--no-report-conditions",
     help="Report what the agent sees as conditions on this node's status (GpuFallenOffBus, "
-    "GpuHardwareXid, GpuDriverMismatch, GpuKernelLogUnreadable; kubectl describe node shows "
+    "GpuHardwareXid, GpuDriverMismatch, GpuKernelLogUnreadable, GpuRecoveryRequired, "
+    "GpuFabricFault; kubectl describe node shows "
     "them), through the pod's service-account token: the controller isolates a GPU gone from "
     "the bus within seconds. Needs the chart's agent.nodeConditions.enabled (RBAC: patch "
     "nodes/status, its own node only). docs/design.md#fast-path",

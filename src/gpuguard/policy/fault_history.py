@@ -86,6 +86,8 @@ def record(
     entries, evidence = [], []
     for node_signals in signals.values():
         for signal in node_signals:
+            if signal.fabric:
+                continue  # a switch or the fabric, no card: the ledger is per card
             since = _ledger_since(signal, now - lookback, merge_window)
             if not _is_new(signal, previous, ledger, since, merge_window):
                 continue
