@@ -166,7 +166,8 @@ def _persistent(node: str, condition: node_conditions.GpuCondition) -> list[Hard
     evidence = condition_evidence(node, condition)
     if condition.type == node_conditions.GPU_FABRIC_FAULT:
         code = condition.message.partition(" sxid=")[2].partition(",")[0].partition(";")[0]
-        label = f"sxid-{code}" if code.isdecimal() else FABRIC_REGISTRATION
+        fatal_sxid = condition.reason == node_conditions.FATAL_SXID and code.isdecimal()
+        label = f"sxid-{code}" if fatal_sxid else FABRIC_REGISTRATION
         return [HardwareXid(node, "?", None, XidSource.CONDITION, evidence, fabric=label)]
     named = condition.gpus or (node_conditions.GpuNamed("?", xid=messages.RECOVERY_ACTION_XID),)
     return [
