@@ -171,7 +171,8 @@ def _recovery(
 ) -> nc.GpuCondition:
     kind = nc.GPU_RECOVERY_REQUIRED
     if status is decisions.CheckStatus.FAIL:
-        named = [_named(seen, p, "", None, messages.RECOVERY_ACTION_XID) for p, _ in gpu_state.failing_gpus(evidence)]
+        named = [_named(seen, p, "", None, messages.RECOVERY_ACTION_XID)
+                 for p, _ in gpu_state.failing_gpus(evidence)]
         return nc.GpuCondition(kind, "True", nc.DRIVER_ASKS_RECOVERY,
                                nc.message(named, f"nvidia-smi gpu_recovery_action: {evidence}"),
                                now)

@@ -63,6 +63,7 @@ CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
 POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
+CHECK_INTERVAL_S = 300.0  # the check thread runs the checks this often (the CLI's default)
 _STATES = frozenset({nvidia.NAME, gpu_state.RECOVERY, gpu_state.FABRIC})
 
 
@@ -71,7 +72,7 @@ class AgentConfig:
     node: str
     root: Path
     state_dir: Path
-    check_interval_s: float = 300.0
+    check_interval_s: float = CHECK_INTERVAL_S
     poll_interval_s: float = POLL_INTERVAL_S
     process_scan_budget_s: float = gpu_processes.BUDGET_S
     pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)

@@ -238,6 +238,8 @@ def _where(entry: faults.LedgerEntry) -> str:
 
 
 def _fault_words(entry: faults.LedgerEntry, catalog: xid_catalog.XidCatalog) -> str:
+    if entry.kind is faults.FaultKind.FABRIC:
+        return "NVLink fabric fault (a fatal NVSwitch SXid or a failed fabric registration)"
     if entry.xid is None:
         return str(entry.kind).replace("_", " ")
     return f"Xid {entry.xid}, {catalog.entry(entry.xid).name}"

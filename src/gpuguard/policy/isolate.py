@@ -3,11 +3,12 @@
 A node is isolated when a hardware Xid coincides with GPU loss (capacity > allocatable) held
 through the hold window, or when its agent's ``GpuFabricFault`` condition (a fatal NVSwitch
 SXid, a failed fabric registration: the GPUs stay on the bus, their NVLink peers are gone) has
-held through the hold window (docs/xid-events.md#persistent-states); unambiguous faults (Xid 79, the kernel's "fallen off the bus") with the
-GPU gone take a fast path on the first tick that sees both. Never a node a human cordoned,
-never more than N per tick, never past the breaker (``policy.admission``), through which the
-opt-in phantom cordons pass too. Everything not acted on becomes a finding with its reason, so
-``explain`` can say why a node was left alone; a fault the breaker withholds is marked on its
+held through the hold window (docs/xid-events.md#persistent-states); unambiguous faults
+(Xid 79, the kernel's "fallen off the bus") with the GPU gone take a fast path on the first
+tick that sees both. Never a node a human cordoned, never more than N per tick, never past the
+breaker (``policy.admission``), through which the opt-in phantom cordons pass too. Everything
+not acted on becomes a finding with its reason, so ``explain`` can say why a node was left
+alone; a fault the breaker withholds is marked on its
 node (``model.withheld``) so it stays pending and visible until the breaker allows it, and is
 isolated then if it still holds (the GPU still gone), even after its Xid left the lookback.
 

@@ -162,6 +162,13 @@ def condition_evidence(node: str, condition: node_conditions.GpuCondition) -> de
 FABRIC_REGISTRATION = "fabric-registration-failed"
 
 
+def is_fabric_label(label: str) -> bool:
+    """Whether an isolation reason names a fabric fault (``sxid-20034``, the registration)."""
+    return label == FABRIC_REGISTRATION or (
+        label.startswith("sxid-") and label.removeprefix("sxid-").isdecimal()
+    )
+
+
 def _persistent(node: str, condition: node_conditions.GpuCondition) -> list[HardwareXid]:
     evidence = condition_evidence(node, condition)
     if condition.type == node_conditions.GPU_FABRIC_FAULT:
