@@ -198,8 +198,8 @@ def on_gpu_recovery(w: Stage, p: scenario.GpuRecoveryPayload, node: state.SimNod
     message = f"GPU recovery action changed from {_action(before)} to {_action(p.action)}"
     lines = [kernel_lines.xid(gpu.pci, 154, message)] if p.logged else []
     _xid(w, node, gpu, 154, lines, message)
-    if not p.logged:
-        w.record("xid", node.name, f"GPU {gpu.index}: the Xid 154 line never reached the log")
+    missed = "" if p.logged else "; its Xid 154 line never reached the log"
+    w.record("gpu_recovery", node.name, f"GPU {gpu.index} recovery action: {p.action}{missed}")
 
 
 def _action(name: str) -> str:
