@@ -38,7 +38,8 @@ def test_an_sxid_is_a_kernel_line_the_agent_reads_and_leaves_the_gpus_offered() 
               "message: Link 30 LTSSM Fault Up}}")
     (line,) = [x for x in w.node("hgx-a").kernel_log if messages.SXID_MARKER in x]
     read = messages.read_sxid(line)
-    assert read is not None and (read.code, read.severity, read.pci) == (
+    assert read is not None
+    assert (read.code, read.severity, read.pci) == (
         20034, "Fatal", "0000:06:00.0")
     assert all(g.offered and g.on_bus for g in w.node("hgx-a").gpus)
 
