@@ -49,6 +49,8 @@ def test_a_fatal_sxid_and_a_failed_fabric_isolate_their_nodes_after_the_hold_win
     assert "reboot the node to reset its NVSwitches and GPUs" in said["hgx-node-1"]
     assert "restart it, or reboot the node" in said["hgx-node-2"]
     assert all("NVLink fabric fault" in text for text in said.values())
+    assert sorted(r["returned"]) == ["hgx-node-1", "hgx-node-2"]  # the reboot 25 min in
+    assert [line["kind"] for line in r["ledger"]] == ["fabric", "fabric"]
 
 
 def test_non_fatal_sxids_are_logged_and_isolate_nothing() -> None:
@@ -64,6 +66,9 @@ def test_a_missed_xid_154_is_isolated_through_the_recovery_action() -> None:
     assert 600 <= r["time_to_isolate_s"]["gb200-node-1"] <= 660
     assert isolations(r)["gb200-node-1"].startswith("xid-154 on GPU 2 (node-condition)")
     assert "the driver asks for recovery: 0000:3a:00.0: GPU Reset" in requests(r)["gb200-node-1"]
+    assert r["returned"] == ["gb200-node-1"]  # the reboot cleared the recovery action
+    assert {line["confirmation"] for line in r["ledger"]} <= {"confirmed-by-device-plugin",
+                                                               "observed"}
 
 
 def test_without_the_persistent_state_reads_only_the_kernel_line_is_caught() -> None:

@@ -4,6 +4,7 @@ follower counts the kernel line (docs/design.md#fast-path)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,6 +134,13 @@ def test_a_recovery_action_not_asked_or_not_read_is_no_fault(
     condition = compute(seen(recovery=(status, "x")))[nc.GPU_RECOVERY_REQUIRED]
     assert condition.status == want
     assert nc.persistent_faults({condition.type: condition}) == []
+
+
+def test_the_recovery_condition_names_the_card_the_kernel_log_mapped() -> None:
+    known = dataclasses.replace(seen(recovery=(FAIL, f"the driver asks for recovery: {PCI}: "
+                                                      "Node Reboot")), uuid_by_pci={PCI: UUID})
+    condition = compute(known)[nc.GPU_RECOVERY_REQUIRED]
+    assert condition.gpus == (nc.GpuNamed("4", PCI, UUID, 154),)
 
 
 def test_the_recovery_condition_only_once_checked() -> None:

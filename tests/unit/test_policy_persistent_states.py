@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuguard.model import annotation_keys, decisions, fleet, settings
+from gpuguard.model import annotation_keys, decisions, faults, fleet, settings
 from gpuguard.model import metric_names as names
 from gpuguard.model import node_conditions as nc
-from gpuguard.policy import isolate, xid_signals
+from gpuguard.policy import fault_history, isolate, xid_signals
 
 NOW = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
 PCI = "0000:99:00.0"
@@ -110,3 +110,22 @@ def test_a_recovery_action_the_agent_counted_too_is_one_signal() -> None:
     snap = fleet.FleetSnapshot(taken_at=NOW, nodes=(node(recovery()),), samples=(counted,))
     (signal,) = xid_signals.all_signals(snap, Classifier())["hgx-1"]
     assert signal.source is xid_signals.XidSource.AGENT
+
+
+def ledger_lines(n: fleet.Node) -> tuple[faults.LedgerEntry, ...]:
+    snap = fleet.FleetSnapshot(taken_at=NOW, nodes=(n,), samples=())
+    signals = xid_signals.all_signals(snap, Classifier())
+    return fault_history.record(signals, None, (n,), [], tripped=False, now=NOW,
+                                lookback=timedelta(hours=1)).entries
+
+
+def test_a_recovery_action_is_a_ledger_line_the_kernel_log_never_confirmed() -> None:
+    (line,) = ledger_lines(node(recovery(), allocatable=7))
+    assert (line.xid, line.pci) == (154, PCI)
+    assert line.confirmation is faults.Confirmation.DEVICE_PLUGIN
+    (unconfirmed,) = ledger_lines(node(recovery()))
+    assert unconfirmed.confirmation is faults.Confirmation.OBSERVED
+
+
+def test_a_fabric_fault_names_no_card_and_writes_no_ledger_line() -> None:
+    assert ledger_lines(node(fabric())) == ()

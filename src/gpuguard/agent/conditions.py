@@ -20,7 +20,7 @@ contained it, while a fatal one leaves the switch and its GPUs needing a reset.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +59,7 @@ class Seen:
     config_all_ff: Mapping[str, bool | None]
     kernel_log_problem: str | None
     driver: tuple[decisions.CheckStatus, str] | None = None
+    uuid_by_pci: Mapping[str, str] = field(default_factory=dict)  # from the kernel's GPU-at lines
     recovery: tuple[decisions.CheckStatus, str] | None = None  # ``gpu-recovery``, if run
     fabric: tuple[decisions.CheckStatus, str] | None = None  # ``nvlink-fabric``, if run
 
@@ -171,7 +172,7 @@ def _recovery(
 ) -> nc.GpuCondition:
     kind = nc.GPU_RECOVERY_REQUIRED
     if status is decisions.CheckStatus.FAIL:
-        named = [_named(seen, p, "", None, messages.RECOVERY_ACTION_XID)
+        named = [_named(seen, p, seen.uuid_by_pci.get(p, ""), None, messages.RECOVERY_ACTION_XID)
                  for p, _ in gpu_state.failing_gpus(evidence)]
         return nc.GpuCondition(kind, "True", nc.DRIVER_ASKS_RECOVERY,
                                nc.message(named, f"nvidia-smi gpu_recovery_action: {evidence}"),
@@ -192,7 +193,8 @@ def _fabric(seen: Seen, now: datetime) -> nc.GpuCondition:
         return nc.GpuCondition(kind, "True", nc.FATAL_SXID, text[: nc.MAX_MESSAGE], now)
     status, evidence = seen.fabric or (None, "not checked")
     if status is decisions.CheckStatus.FAIL:
-        named = [_named(seen, p, "", None, None) for p, _ in gpu_state.failing_gpus(evidence)]
+        named = [_named(seen, p, seen.uuid_by_pci.get(p, ""), None, None)
+                 for p, _ in gpu_state.failing_gpus(evidence)]
         return nc.GpuCondition(kind, "True", nc.FABRIC_NOT_REGISTERED,
                                nc.message(named, evidence), now)
     text = f"no fatal NVSwitch SXid this boot; fabric: {status or ''} {evidence}"

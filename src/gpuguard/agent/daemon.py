@@ -157,6 +157,8 @@ class Agent:
         """Compute the node conditions from what the agent knows now and offer them to the
         reporter (which writes them when they changed, rate-limited)."""
         counts = self.tally.as_json()
+        with self.tally.lock:  # the follower thread learns cards as it reads
+            uuids = dict(self.tally.uuid_by_pci)
         seen = conditions.Seen(
             counts=counts,
             baseline=self._boot_baseline,
@@ -164,6 +166,7 @@ class Agent:
             config_all_ff=self._config_space(counts),
             kernel_log_problem=self.kernel_log_problem,
             driver=self._states.get(nvidia.NAME),
+            uuid_by_pci=uuids,
             recovery=self._states.get(gpu_state.RECOVERY),
             fabric=self._states.get(gpu_state.FABRIC),
         )

@@ -140,7 +140,9 @@ def _by_ledger(signal: xid_signals.HardwareXid, previous: Seen | None) -> bool:
 def _confirmation(
     signal: xid_signals.HardwareXid, node: fleet.Node | None, tripped: bool
 ) -> faults.Confirmation:
-    if signal.source is xid_signals.XidSource.CONDITION:  # the kernel said so, config all ones
+    if signal.source is xid_signals.XidSource.CONDITION and (
+        signal.fallen_off_bus or signal.xid == faults.FALLEN_OFF_BUS_XID
+    ):  # GpuGoneFromBus: the kernel said so, config all ones
         return faults.Confirmation.KERNEL_LOG
     if signal.fallen_off_bus and signal.source is xid_signals.XidSource.AGENT:
         return faults.Confirmation.KERNEL_LOG
