@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuguard.model import annotation_keys, decisions, faults, fleet, settings
+from gpuguard.model import annotation_keys, decisions, faults, fleet, settings, withheld
 from gpuguard.model import metric_names as names
 from gpuguard.model import node_conditions as nc
 from gpuguard.policy import fault_history, isolate, xid_signals
@@ -129,3 +129,12 @@ def test_a_recovery_action_is_a_ledger_line_the_kernel_log_never_confirmed() -> 
 
 def test_a_fabric_fault_names_no_card_and_writes_no_ledger_line() -> None:
     assert ledger_lines(node(fabric())) == ()
+
+
+def test_a_withheld_fabric_fault_whose_condition_cleared_is_not_pending() -> None:
+    mark = withheld.WithheldMark(Reason.BREAKER_RATE, NOW - timedelta(hours=1), "sxid-20034",
+                                 "?", "", "")
+    held = fleet.Node(name="hgx-1", boot_id="boot-1", gpu_capacity=8, gpu_allocatable=7,
+                      conditions={"Ready": "True"},
+                      annotations={withheld.KEY: mark.to_annotation()})
+    assert decide(held, (HELD_LOSS,)).actions == ()  # a lost GPU alone is no fabric fault

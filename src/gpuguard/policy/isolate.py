@@ -471,8 +471,8 @@ def _cordon(
 def _pending_fault(node: fleet.Node) -> xid_signals.HardwareXid | None:
     """The hardware fault a withheld mark keeps pending after its Xid left the lookback."""
     mark = withheld.read(node)
-    if mark is None or not mark.hardware:
-        return None
+    if mark is None or not mark.hardware or xid_signals.is_fabric_label(mark.fault):
+        return None  # a fabric fault holds only while its condition does (its own signal)
     code = mark.fault.removeprefix("xid-")
     return xid_signals.HardwareXid(
         node=node.name,
