@@ -91,8 +91,9 @@ TopologyOption = Annotated[bool, typer.Option(
 GpuStateOption = Annotated[bool, typer.Option(
     "--gpu-state",
     help="Also read each GPU's recovery action and NVLink fabric state (nvidia-smi --query-gpu) "
-    "every check cycle, as the checks gpu-recovery and nvlink-fabric: a missed Xid 154 or a "
-    "Fabric Manager failure is seen again; needs the NVIDIA runtime class.",
+    "every check cycle, as the checks gpu-recovery and nvlink-fabric, reported as the node "
+    "conditions GpuRecoveryRequired and GpuFabricFault: a missed Xid 154 or a Fabric Manager "
+    "failure is seen again and isolated; needs the NVIDIA runtime class. docs/xid-events.md",
 )]  # fmt: skip
 XidOverridesOption = Annotated[Path | None, typer.Option(
     help="The cluster's Xid class override file, the controller's controller.xid_overrides "
