@@ -331,7 +331,7 @@ class Replayer:
 
 AGENT = "system:serviceaccount:gpuguard:gpuguard-agent"
 _GPU_CONDITIONS = ("GpuFallenOffBus", "GpuHardwareXid", "GpuDriverMismatch",
-                   "GpuKernelLogUnreadable")
+                   "GpuKernelLogUnreadable", "GpuRecoveryRequired", "GpuFabricFault")
 _PEOPLES = ("gpuguard.io/hold", "gpuguard.io/reset-done", "gpuguard.io/inspected",
             "gpuguard.io/gate-report", "gpuguard.io/gpu-return", "gpuguard.io/change-applied")
 

@@ -4,6 +4,7 @@ follower counts the kernel line (docs/design.md#fast-path)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,14 +56,19 @@ class Patches:
 def seen(xids: list[list[Any]] | None = None, fallen: list[list[Any]] | None = None,
          config: dict[str, bool | None] | None = None, problem: str | None = None,
          baseline: dict[str, Any] | None = None,
-         driver: tuple[decisions.CheckStatus, str] | None = None) -> conditions.Seen:
+         driver: tuple[decisions.CheckStatus, str] | None = None,
+         recovery: tuple[decisions.CheckStatus, str] | None = None,
+         fabric: tuple[decisions.CheckStatus, str] | None = None,
+         sxids: list[list[Any]] | None = None) -> conditions.Seen:
     return conditions.Seen(
-        counts={"xids": xids or [], "fallen_off": fallen or []},
+        counts={"xids": xids or [], "fallen_off": fallen or [], "sxids": sxids or []},
         baseline=baseline or {},
-        gpu_index={UUID: "4"},
+        gpu_index={UUID: "4", PCI: "4"},
         config_all_ff=config or {},
         kernel_log_problem=problem,
         driver=driver,
+        recovery=recovery,
+        fabric=fabric,
     )
 
 
@@ -71,6 +77,74 @@ def compute(s: conditions.Seen) -> dict[str, nc.GpuCondition]:
 
 
 # ---- what the conditions say ------------------------------------------------------------------
+
+FAIL, PASS, WARN = (decisions.CheckStatus.FAIL, decisions.CheckStatus.PASS,
+                    decisions.CheckStatus.WARN)
+SWITCH = "0000:a9:00.0"
+
+
+@pytest.mark.parametrize(
+    ("sxids", "fabric", "want"),
+    [
+        pytest.param([[SWITCH, "20034", "Fatal", 1]], None, ("True", nc.FATAL_SXID),
+                     id="fatal-sxid-is-a-fabric-fault"),
+        pytest.param([[SWITCH, "12028", "Non-fatal", 7]], (PASS, "8 GPU(s) registered"),
+                     ("False", conditions.NO_FABRIC_FAULT), id="non-fatal-sxids-are-not"),
+        pytest.param([], (FAIL, f"NVLink fabric registration failed or never started: {PCI}: "
+                             "state not started, status n/a"),
+                     ("True", nc.FABRIC_NOT_REGISTERED), id="fabric-manager-down"),
+        pytest.param([], (WARN, "NVLink fabric registration in progress"),
+                     ("False", conditions.NO_FABRIC_FAULT), id="registration-in-progress-waits"),
+    ],
+)
+def test_the_fabric_condition(
+    sxids: list[list[Any]], fabric: tuple[decisions.CheckStatus, str] | None,
+    want: tuple[str, str],
+) -> None:
+    condition = compute(seen(sxids=sxids, fabric=fabric))[nc.GPU_FABRIC_FAULT]
+    assert (condition.status, condition.reason) == want
+
+
+def test_a_fatal_sxid_before_this_boot_is_no_fault() -> None:
+    row = [SWITCH, "20034", "Fatal", 1]
+    out = compute(seen(sxids=[row], baseline={"sxids": [row]}))
+    assert out[nc.GPU_FABRIC_FAULT].status == "False"
+
+
+def test_a_fatal_sxid_names_the_switch_and_code() -> None:
+    condition = compute(seen(sxids=[[SWITCH, "20034", "Fatal", 2]]))[nc.GPU_FABRIC_FAULT]
+    assert condition.message.startswith(f"nvswitch={SWITCH} sxid=20034; ")
+
+
+def test_the_recovery_condition_names_each_gpu_the_driver_asks_for() -> None:
+    evidence = f"the driver asks for recovery: {PCI}: GPU Reset"
+    condition = compute(seen(recovery=(FAIL, evidence)))[nc.GPU_RECOVERY_REQUIRED]
+    assert (condition.status, condition.reason) == ("True", nc.DRIVER_ASKS_RECOVERY)
+    assert condition.gpus == (nc.GpuNamed("4", PCI, None, 154),)
+
+
+@pytest.mark.parametrize(
+    ("status", "want"),
+    [(PASS, "False"), (WARN, "Unknown"), (decisions.CheckStatus.UNKNOWN, "Unknown")],
+    ids=["none-pending", "driver-too-old", "nvidia-smi-failed"],
+)
+def test_a_recovery_action_not_asked_or_not_read_is_no_fault(
+    status: decisions.CheckStatus, want: str
+) -> None:
+    condition = compute(seen(recovery=(status, "x")))[nc.GPU_RECOVERY_REQUIRED]
+    assert condition.status == want
+    assert nc.persistent_faults({condition.type: condition}) == []
+
+
+def test_the_recovery_condition_names_the_card_the_kernel_log_mapped() -> None:
+    known = dataclasses.replace(seen(recovery=(FAIL, f"the driver asks for recovery: {PCI}: "
+                                                      "Node Reboot")), uuid_by_pci={PCI: UUID})
+    condition = compute(known)[nc.GPU_RECOVERY_REQUIRED]
+    assert condition.gpus == (nc.GpuNamed("4", PCI, UUID, 154),)
+
+
+def test_the_recovery_condition_only_once_checked() -> None:
+    assert nc.GPU_RECOVERY_REQUIRED not in compute(seen())
 
 
 def test_xid79_with_config_space_all_ones_is_gone_from_bus_naming_the_gpu() -> None:
@@ -141,7 +215,8 @@ def test_a_change_is_written_at_once_then_coalesced_to_one_write_a_second(
 def test_only_gpuguards_types_are_patched_with_a_heartbeat(tmp_path: Path) -> None:
     patches, clock = Patches(), Clock()
     writer = reporter(tmp_path, patches, clock)
-    writer.offer(compute(seen(driver=(decisions.CheckStatus.PASS, "550.90 matches"))))
+    writer.offer(compute(seen(driver=(decisions.CheckStatus.PASS, "550.90 matches"),
+                              recovery=(decisions.CheckStatus.PASS, "none pending"))))
     assert set(patches.last()) == set(nc.TYPES)
     written = patches.bodies[0]["status"]["conditions"]
     assert patches.bodies[0] == {"status": {"conditions": written}}

@@ -72,6 +72,20 @@ def test_mnemonics_and_nvidia_actions_are_the_reference_tables(
         assert entry.name == ("Unused/reserved" if cells[2] == "Unused" else cells[2]), code
 
 
+def test_nvidias_resolution_prose_is_carried_for_163_and_168_only(
+    catalog: catalog_xid.XidCatalog,
+) -> None:
+    """NVIDIA's catalog gives these two a resolution in prose, no bucket (the reference's
+    resolution section); 163 stays informational (no reset needed), 168 is a repair."""
+    with_prose = {code for code, entry in catalog.entries.items() if entry.resolution}
+    assert with_prose == {163, 168}
+    assert (catalog.entry(163).xid_class, catalog.entry(168).xid_class) == (
+        Cls.INFORMATIONAL, Cls.HARDWARE)
+    assert "ECC" in catalog.entry(168).resolution
+    text = REFERENCE.read_text(encoding="utf-8")
+    assert all(f"| {code} | {catalog.entry(code).resolution} |" in text for code in with_prose)
+
+
 def test_packaged_json_is_what_the_generator_makes_from_the_reference() -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts/build-xid-catalog"), "--check"],

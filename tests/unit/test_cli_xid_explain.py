@@ -57,6 +57,28 @@ def test_json_carries_nvidias_catalog_entry() -> None:
     assert out["fast_path"] is True
 
 
+@pytest.mark.parametrize(
+    ("code", "xid_class", "says"),
+    [
+        pytest.param("163", "informational", "No GPU reset is needed", id="163-pshc-disengaged"),
+        pytest.param("168", "hardware", "enable ECC", id="168-reduced-memory"),
+    ],
+)
+def test_nvidias_resolution_prose_is_shown_for_163_and_168(
+    code: str, xid_class: str, says: str
+) -> None:
+    out = explained(code)
+    assert (out["class"], out["immediate_action"]) == (xid_class, None)
+    assert says in str(out["resolution"])
+    exit_code, table, _ = run(code)
+    assert exit_code == 0
+    assert "NVIDIA resolution" in table
+
+
+def test_codes_with_a_bucket_carry_no_resolution_prose() -> None:
+    assert explained("79")["resolution"] is None
+
+
 def test_only_79_takes_the_fast_path() -> None:
     assert explained("48")["fast_path"] is False
     assert "fast path" not in str(explained("48")["handling"])

@@ -6,8 +6,9 @@
 - an NVSwitch node whose Fabric Manager failed: fatal SXid lines are counted by switch and
   code, and the fabric state fails conformance.
 
-Neither isolates a node on its own (0 false isolations): conformance failing makes the node
-not fit (``gpuguard health``) and keeps it from returning to the pool."""
+Conformance failing makes the node not fit (``gpuguard health``) and keeps it from returning
+to the pool; the node conditions the same reads make are isolation signals
+(tests/unit/test_policy_persistent_states.py, tests/scenarios/test_demo_persistent_states.py)."""
 
 from __future__ import annotations
 

@@ -375,3 +375,24 @@ def test_the_kernels_fallen_off_bus_and_xid79_of_one_fall_are_one_fault() -> Non
     assert escalation.escalate(history) is Escalation.NONE
     other_fault = line(timedelta(0), faults.Confirmation.DEVICE_PLUGIN, xid=48)
     assert len(escalation.occurrences([kernel, other_fault])) == 2
+
+
+def test_a_code_nvidia_resolves_in_prose_carries_that_resolution_in_the_request() -> None:
+    reduced = dataclasses.replace(fault("2026-10-02"), xid=168)
+    history = escalation.history_for([reduced], CARD_A, "gpu-node-b", SLOT)
+    text = escalation.request_text(reduced, decisions.Verdict.HUMAN_DIAGNOSIS, history,
+                                   escalation.escalate(history))
+    assert "Xid 168, Errors found in WPR" in text
+    assert "NVIDIA's catalog says: Expected only with ECC disabled: enable ECC" in text
+    plain = escalation.request_text(fault("2026-10-02"), decisions.Verdict.POWER_CYCLE, history,
+                                    escalation.escalate(history))
+    assert "NVIDIA's catalog says" not in plain
+
+
+def test_a_fabric_fault_is_named_as_one_not_as_a_fall_off_the_bus() -> None:
+    fabric = dataclasses.replace(fault("2026-10-02", uuid=None, pci=None), xid=None,
+                                 kind=faults.FaultKind.FABRIC)
+    history = escalation.history_for([fabric], None, "gpu-node-b", None)
+    text = escalation.request_text(fabric, decisions.Verdict.HUMAN_DIAGNOSIS, history,
+                                   escalation.escalate(history))
+    assert text.startswith("gpu-node-b (slot unknown, card unknown): NVLink fabric fault")

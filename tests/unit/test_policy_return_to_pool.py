@@ -519,3 +519,16 @@ def test_explain_checklist_shows_every_condition_with_status_and_evidence() -> N
     assert "capacity 7 != 8 at isolation" in table[2][3]
     assert text[0].startswith("return to pool: hold")
     assert any("gpuguard.io/gpu-capacity = 8" in line for line in text)
+
+
+@pytest.mark.parametrize("reason", ["sxid-20034", "fabric-registration-failed"])
+def test_a_fabric_fault_names_no_card_so_its_history_does_not_wait(reason: str) -> None:
+    """docs/xid-events.md#persistent-states: the ledger is per card; a fabric fault names none."""
+    decision = return_to_pool.decide(node(marks(reason)), facts(card_faults=None), GUARD, NOW)
+    card = next(c for c in decision.checks if c.name is Condition.CARD_HISTORY)
+    assert card.status is decisions.CheckStatus.PASS
+    assert decision.step is Step.START_BURN_IN
+    unknown_card = return_to_pool.decide(node(marks("xid-154")), facts(card_faults=None), GUARD,
+                                         NOW)
+    assert unknown_card.blocking is not None
+    assert unknown_card.blocking.name is Condition.CARD_HISTORY  # any other fault still waits

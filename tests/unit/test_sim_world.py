@@ -315,6 +315,9 @@ EVERY_KIND = """
 {at: 41m, throttle: {node: 1, gpu: 1, reason: hw-thermal, duration: 5m}}
 {at: 41m, nvlink_errors: {node: 1, gpu: 1, rate: 3, duration: 5m}}
 {at: 41m, ib_flap: {node: 1, count: 2}}
+{at: 42m, sxid: {node: 1, sxid: 20034, severity: Fatal, message: "Link 30 LTSSM Fault Up"}}
+{at: 42m, fabric: {node: 1, state: Not Started}}
+{at: 43m, gpu_recovery: {node: 1, gpu: 3, action: GPU Reset, logged: false}}
 """
 
 

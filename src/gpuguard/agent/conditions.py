@@ -8,16 +8,25 @@ kernel said a GPU fell off the bus (Xid 79 or its message) *and* that GPU's conf
 reads all ones; with a card that still answers (or cannot be read) the reason is
 ``KernelSaidFallenOffBus``, which never isolates by itself. A condition keeps its
 ``last_transition`` while its status holds (``carry_transitions``).
+
+``GpuRecoveryRequired`` and ``GpuFabricFault`` carry persistent states (docs/xid-events.md#
+persistent-states): the driver's recovery action as the ``gpu-recovery`` check last read it
+(a missed Xid 154 line is seen again), and a ``Fatal`` NVSwitch SXid line this boot or a GPU
+whose fabric registration failed (``nvlink-fabric``). A ``Non-fatal`` SXid is counted, never a
+fault: NVIDIA's Fabric Manager user guide ("NVSwitch SXid errors") says the switch corrected or
+contained it, while a fatal one leaves the switch and its GPUs needing a reset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from gpuguard.agent import exporter
+from gpuguard.agent.checks import gpu_state
+from gpuguard.kernlog import messages
 from gpuguard.model import decisions, faults
 from gpuguard.model import node_conditions as nc
 from gpuguard.policy import xid_signals
@@ -31,6 +40,10 @@ MATCH = "NvmlDriverMatch"
 MISMATCH_UNKNOWN = "NvmlDriverUnknown"
 UNREADABLE = "KernelLogUnreadable"
 READABLE = "KernelLogReadable"
+NO_RECOVERY = "NoRecoveryAction"
+RECOVERY_UNKNOWN = "RecoveryActionUnknown"
+NO_FABRIC_FAULT = "NoFabricFault"
+FATAL = "Fatal"  # the driver's severity word on an SXid line (kernlog.messages.read_sxid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,9 @@ class Seen:
     config_all_ff: Mapping[str, bool | None]
     kernel_log_problem: str | None
     driver: tuple[decisions.CheckStatus, str] | None = None
+    uuid_by_pci: Mapping[str, str] = field(default_factory=dict)  # from the kernel's GPU-at lines
+    recovery: tuple[decisions.CheckStatus, str] | None = None  # ``gpu-recovery``, if run
+    fabric: tuple[decisions.CheckStatus, str] | None = None  # ``nvlink-fabric``, if run
 
 
 def compute(
@@ -56,9 +72,12 @@ def compute(
         _fallen_off(seen, now),
         _hardware_xids(seen, classifier, now),
         _kernel_log(seen.kernel_log_problem, now),
+        _fabric(seen, now),
     ]
     if seen.driver is not None:
         out.append(_driver(*seen.driver, now))
+    if seen.recovery is not None:
+        out.append(_recovery(seen, *seen.recovery, now))
     return {c.type: c for c in out}
 
 
@@ -148,6 +167,41 @@ def _driver(status: decisions.CheckStatus, evidence: str, now: datetime) -> nc.G
     return nc.GpuCondition(nc.GPU_DRIVER_MISMATCH, "Unknown", MISMATCH_UNKNOWN, text, now)
 
 
+def _recovery(
+    seen: Seen, status: decisions.CheckStatus, evidence: str, now: datetime
+) -> nc.GpuCondition:
+    kind = nc.GPU_RECOVERY_REQUIRED
+    if status is decisions.CheckStatus.FAIL:
+        named = [_named(seen, p, seen.uuid_by_pci.get(p, ""), None, messages.RECOVERY_ACTION_XID)
+                 for p, _ in gpu_state.failing_gpus(evidence)]
+        return nc.GpuCondition(kind, "True", nc.DRIVER_ASKS_RECOVERY,
+                               nc.message(named, f"nvidia-smi gpu_recovery_action: {evidence}"),
+                               now)
+    if status is decisions.CheckStatus.PASS:
+        return nc.GpuCondition(kind, "False", NO_RECOVERY, evidence[: nc.MAX_MESSAGE], now)
+    return nc.GpuCondition(kind, "Unknown", RECOVERY_UNKNOWN, evidence[: nc.MAX_MESSAGE], now)
+
+
+def _fabric(seen: Seen, now: datetime) -> nc.GpuCondition:
+    """A fatal SXid this boot first (it names the switch), then a failed registration (it
+    names the GPUs); else no fault, with what the fabric check last said."""
+    kind = nc.GPU_FABRIC_FAULT
+    fatal = [row for row in _since_boot(seen, "sxids") if row[2] == FATAL]
+    if fatal:
+        shown = ", ".join(f"nvswitch={address or '?'} sxid={code}" for address, code, *_ in fatal)
+        text = f"{shown}; fatal NVSwitch SXid(s) this boot: reset the switches and GPUs"
+        return nc.GpuCondition(kind, "True", nc.FATAL_SXID, text[: nc.MAX_MESSAGE], now)
+    status, evidence = seen.fabric or (None, "not checked")
+    if status is decisions.CheckStatus.FAIL:
+        named = [_named(seen, p, seen.uuid_by_pci.get(p, ""), None, None)
+                 for p, _ in gpu_state.failing_gpus(evidence)]
+        return nc.GpuCondition(kind, "True", nc.FABRIC_NOT_REGISTERED,
+                               nc.message(named, evidence), now)
+    text = f"no fatal NVSwitch SXid this boot; fabric: {status or ''} {evidence}"
+    return nc.GpuCondition(kind, "False", NO_FABRIC_FAULT, " ".join(text.split())[: nc.MAX_MESSAGE],
+                           now)
+
+
 # ---- helpers ----------------------------------------------------------------------------------
 
 
@@ -165,7 +219,7 @@ def _rows(saved: Mapping[str, Any], family: str) -> list[list[Any]]:
     return exporter.xid_rows(saved) if family == "xids" else list(saved.get(family, []))
 
 
-def _named(seen: Seen, pci: str, uuid: str, gpu: str | None, xid: int) -> nc.GpuNamed:
+def _named(seen: Seen, pci: str, uuid: str, gpu: str | None, xid: int | None) -> nc.GpuNamed:
     index = gpu or seen.gpu_index.get(uuid) or seen.gpu_index.get(pci) or "?"
     return nc.GpuNamed(gpu=index, pci=pci or None, uuid=uuid or None, xid=xid)
 

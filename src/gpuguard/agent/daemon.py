@@ -47,7 +47,7 @@ from gpuguard.agent import (
     position,
 )
 from gpuguard.agent import topology as agent_topology
-from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.checks import gpu_state, nvidia, result
 from gpuguard.agent.evidence import hostread, pci
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import SourceError
@@ -63,6 +63,8 @@ CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
 POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
+CHECK_INTERVAL_S = 300.0  # the check thread runs the checks this often (the CLI's default)
+_STATES = frozenset({nvidia.NAME, gpu_state.RECOVERY, gpu_state.FABRIC})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ class AgentConfig:
     node: str
     root: Path
     state_dir: Path
-    check_interval_s: float = 300.0
+    check_interval_s: float = CHECK_INTERVAL_S
     poll_interval_s: float = POLL_INTERVAL_S
     process_scan_budget_s: float = gpu_processes.BUDGET_S
     pod_resources: Path | None = None  # the kubelet's PodResources socket (opt-in)
@@ -119,7 +121,8 @@ class Agent:
         self._last_check_start: float | None = None
         self.reporter = self.collector.reporter = reporter
         self._boot_baseline = _boot_baseline(config, self.tally)
-        self._driver: tuple[decisions.CheckStatus, str] | None = None
+        self._states: dict[str, tuple[decisions.CheckStatus, str]] = {}
+        """The last status and evidence of the checks the conditions read, by check."""
         self.conditions: dict[str, nc.GpuCondition] = {}
 
     # ---- one step each (tests drive these directly) -------------------------------------------
@@ -154,13 +157,18 @@ class Agent:
         """Compute the node conditions from what the agent knows now and offer them to the
         reporter (which writes them when they changed, rate-limited)."""
         counts = self.tally.as_json()
+        with self.tally.lock:  # the follower thread learns cards as it reads
+            uuids = dict(self.tally.uuid_by_pci)
         seen = conditions.Seen(
             counts=counts,
             baseline=self._boot_baseline,
             gpu_index=self.tally.gpu_index,
             config_all_ff=self._config_space(counts),
             kernel_log_problem=self.kernel_log_problem,
-            driver=self._driver,
+            driver=self._states.get(nvidia.NAME),
+            uuid_by_pci=uuids,
+            recovery=self._states.get(gpu_state.RECOVERY),
+            fabric=self._states.get(gpu_state.FABRIC),
         )
         now = datetime.fromtimestamp(self._wall(), UTC)
         self.conditions = conditions.compute(seen, self._classifier, now)
@@ -197,9 +205,7 @@ class Agent:
             self.topology.run(datetime.fromtimestamp(self._wall(), UTC), self._hung_signs())
         cycle = exporter.CheckCycle(tuple(results), self._wall(), self._monotonic() - started)
         self.collector.cycle = cycle
-        self._driver = next(
-            ((r.status, r.evidence) for r in results if r.check == nvidia.NAME), None
-        )
+        self._states = {r.check: (r.status, r.evidence) for r in results if r.check in _STATES}
         if self.reporter is not None:
             self.report_conditions()
         return cycle

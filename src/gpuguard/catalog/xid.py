@@ -13,7 +13,10 @@ Class (what gpuguard does):
      "application errors" (even 109, which NVIDIA buckets RESET_GPU).
   2. Judged by hand: 94 (contained uncorrectable ECC) is ``hardware`` although NVIDIA says
      RESTART_APP: the card has an uncorrectable memory error and its history must count.
-     162-165 (power-smoothing circuitry state and wear reports) are ``informational``.
+     162-165 (power-smoothing circuitry state and wear reports) are ``informational`` (for
+     163 NVIDIA's resolution says no GPU reset is needed); 168 (errors in the write-protected
+     region: less GPU memory; NVIDIA: enable ECC or reboot with the region shifted) is
+     ``hardware``.
   3. ``hardware`` when NVIDIA's immediate action repairs the node or GPU: RESET_GPU,
      RESTART_BM, RESTART_VM, UPDATE_SWFW, CHECK_MECHANICALS, WORKFLOW_XID_48,
      WORKFLOW_NVLINK_ERR, WORKFLOW_NVLINK5_ERR and XID_154 (154 names the repair a preceding
@@ -131,6 +134,7 @@ class XidEntry:
     catalog_class: xid_model.XidClass
     dcgm_message: str = ""
     known: bool = True
+    resolution: str = ""  # NVIDIA's resolution prose where its catalog gives no bucket (163, 168)
 
     @property
     def overridden(self) -> bool:
@@ -251,6 +255,7 @@ class _EntryRecord(pydantic.BaseModel):
     investigatory_action: str | None
     cause: xid_model.CauseCategory
     xid_class: xid_model.XidClass = pydantic.Field(alias="class")
+    resolution: str = ""
 
     def to_entry(self) -> XidEntry:
         return XidEntry(
@@ -263,6 +268,7 @@ class _EntryRecord(pydantic.BaseModel):
             xid_class=self.xid_class,
             catalog_class=self.xid_class,
             dcgm_message=self.dcgm_message,
+            resolution=self.resolution,
         )
 
 

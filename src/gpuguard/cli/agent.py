@@ -91,8 +91,9 @@ TopologyOption = Annotated[bool, typer.Option(
 GpuStateOption = Annotated[bool, typer.Option(
     "--gpu-state",
     help="Also read each GPU's recovery action and NVLink fabric state (nvidia-smi --query-gpu) "
-    "every check cycle, as the checks gpu-recovery and nvlink-fabric: a missed Xid 154 or a "
-    "Fabric Manager failure is seen again; needs the NVIDIA runtime class.",
+    "every check cycle, as the checks gpu-recovery and nvlink-fabric, reported as the node "
+    "conditions GpuRecoveryRequired and GpuFabricFault: a missed Xid 154 or a Fabric Manager "
+    "failure is seen again and isolated; needs the NVIDIA runtime class. docs/xid-events.md",
 )]  # fmt: skip
 XidOverridesOption = Annotated[Path | None, typer.Option(
     help="The cluster's Xid class override file, the controller's controller.xid_overrides "
@@ -102,7 +103,8 @@ XidOverridesOption = Annotated[Path | None, typer.Option(
 ReportOption = Annotated[bool, typer.Option(
     "--report-conditions/--no-report-conditions",
     help="Report what the agent sees as conditions on this node's status (GpuFallenOffBus, "
-    "GpuHardwareXid, GpuDriverMismatch, GpuKernelLogUnreadable; kubectl describe node shows "
+    "GpuHardwareXid, GpuDriverMismatch, GpuKernelLogUnreadable, GpuRecoveryRequired, "
+    "GpuFabricFault; kubectl describe node shows "
     "them), through the pod's service-account token: the controller isolates a GPU gone from "
     "the bus within seconds. Needs the chart's agent.nodeConditions.enabled (RBAC: patch "
     "nodes/status, its own node only). docs/design.md#fast-path",

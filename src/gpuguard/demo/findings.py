@@ -11,18 +11,16 @@ now.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from gpuguard.agent import topology as agent_topology
 from gpuguard.catalog import gpu_models
-from gpuguard.model import decisions, fleet, ports
+from gpuguard.demo import agents
+from gpuguard.model import decisions, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import gang, interconnect, phantom, topology
-from gpuguard.sim import fleet_view, prometheus_view, state, world
-from gpuguard.sim import topology as sim_topology
+from gpuguard.sim import fleet_view, prometheus_view, world
 from gpuguard.sources import fleet_health, gang_pods, gpu_metrics
 
 
@@ -90,23 +88,13 @@ def fleet_health_findings(
     for node in played.nodes:
         if not all(g.on_bus for g in node.gpus):
             continue  # as the agent: never nvidia-smi while a GPU is off the bus (a hung driver)
-        probe = agent_topology.TopologyProbe(node.name, _SimNvidiaSmi(node))
+        probe = agent_topology.TopologyProbe(node.name, agents.SimNvidiaSmi(node))
         read = probe.run(at)
         if read is not None:
             topologies[node.name] = read
     found += [_dict(f) for f in topology.mismatches(topologies, fleet_health.pod_gpus(samples))]
     found += [_dict(f) for f in interconnect.detect(samples, settings)]
     return found
-
-
-@dataclass
-class _SimNvidiaSmi:
-    """The node's ``nvidia-smi`` as the agent's probe runs it: the world's topology text."""
-
-    node: state.SimNode
-
-    def run(self, argv: Sequence[str], *, timeout_s: float) -> ports.CommandResult:
-        return ports.CommandResult(tuple(argv), 0, sim_topology.topo_matrix(self.node), "")
 
 
 def _dict(f: decisions.Finding) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class Reason(StrEnum):
 
     HARDWARE_XID_WITH_GPU_LOSS = "hardware-xid-with-gpu-loss"
     FAST_PATH = "fast-path"
+    FABRIC_FAULT_HELD = "fabric-fault-held"  # a fatal SXid / failed fabric held the hold window
     HARDWARE_XID_HOLDING = "hardware-xid-holding"
     HARDWARE_XID_WITHOUT_GPU_LOSS = "hardware-xid-without-gpu-loss"
     GPU_LOSS_WITHOUT_XID = "gpu-loss-without-xid"

@@ -17,6 +17,7 @@ class FaultKind(StrEnum):
     DBE = "dbe"
     ROW_REMAP_FAILURE = "row_remap_failure"
     BURNIN_FAILED = "burnin_failed"  # the burn-in after a repair failed (or hung)
+    FABRIC = "fabric"  # a node-wide NVLink fabric fault (fatal NVSwitch SXid, failed registration)
 
 
 # NVIDIA's Xid catalog: Xid 79 is "GPU has fallen off the bus", the code the driver logs with the

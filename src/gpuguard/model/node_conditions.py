@@ -8,6 +8,12 @@ message is also read by the controller, so it has a fixed form: the GPUs it name
 free text. Only ``GpuFallenOffBus`` with reason ``GpuGoneFromBus`` — the kernel said the GPU
 fell off the bus *and* its PCI config space now reads all ones — is an unambiguous hardware
 fault that warrants evaluating the node at once instead of at the next tick.
+
+Two conditions carry persistent states a kernel line alone does not (docs/xid-events.md#
+persistent-states): ``GpuRecoveryRequired`` (the driver's recovery action, read each check
+cycle, names the GPUs as ``xid=154`` — it is what a missed Xid 154 line said) and
+``GpuFabricFault`` (a fatal NVSwitch SXid this boot, or a GPU whose NVLink fabric registration
+failed). The controller reads both as hardware signals (``policy.xid_signals``).
 """
 
 from __future__ import annotations
@@ -23,10 +29,21 @@ GPU_FALLEN_OFF_BUS = "GpuFallenOffBus"
 GPU_HARDWARE_XID = "GpuHardwareXid"
 GPU_DRIVER_MISMATCH = "GpuDriverMismatch"
 GPU_KERNEL_LOG_UNREADABLE = "GpuKernelLogUnreadable"
-TYPES = (GPU_FALLEN_OFF_BUS, GPU_HARDWARE_XID, GPU_DRIVER_MISMATCH, GPU_KERNEL_LOG_UNREADABLE)
+GPU_RECOVERY_REQUIRED = "GpuRecoveryRequired"
+GPU_FABRIC_FAULT = "GpuFabricFault"
+TYPES = (GPU_FALLEN_OFF_BUS, GPU_HARDWARE_XID, GPU_DRIVER_MISMATCH, GPU_KERNEL_LOG_UNREADABLE,
+         GPU_RECOVERY_REQUIRED, GPU_FABRIC_FAULT)
 
 TIME_FIELDS = ("lastTransitionTime", "lastHeartbeatTime")  # RFC 3339 in the Node API
 GONE_FROM_BUS = "GpuGoneFromBus"  # kernel line + config space all ones: the card is gone
+DRIVER_ASKS_RECOVERY = "DriverAsksRecovery"  # nvidia-smi's gpu_recovery_action is not None
+FATAL_SXID = "NvSwitchFatalSxid"  # a Fatal SXid line this boot
+FABRIC_NOT_REGISTERED = "FabricRegistrationFailed"  # a GPU's fabric state failed / not started
+FAULT_REASONS = {
+    GPU_RECOVERY_REQUIRED: frozenset({DRIVER_ASKS_RECOVERY}),
+    GPU_FABRIC_FAULT: frozenset({FATAL_SXID, FABRIC_NOT_REGISTERED}),
+}
+"""The persistent-state conditions and the reasons that make them a hardware signal."""
 MAX_MESSAGE = 1024  # characters; a longer message is cut (a Node object is capped at 1.5 MB)
 _FIELDS = ("gpu", "pci", "uuid", "xid")
 
@@ -128,3 +145,12 @@ def malformed_times(conditions: object) -> tuple[str, ...]:
                 continue
             found.append(f"{condition.get('type') or '?'} {key} {str(text)[:64]!r}")
     return tuple(found)
+
+
+def persistent_faults(conditions: Mapping[str, GpuCondition]) -> list[GpuCondition]:
+    """The node's ``GpuRecoveryRequired`` and ``GpuFabricFault`` conditions that hold with a
+    fault reason (docs/xid-events.md#persistent-states), in ``TYPES`` order."""
+    return [
+        c for kind, reasons in FAULT_REASONS.items()
+        if (c := conditions.get(kind)) is not None and c.holds and c.reason in reasons
+    ]

@@ -23,7 +23,7 @@ PHANTOM_FAULT = str(decisions.Reason.PHANTOM_UTILIZATION)
 class WithheldMark:
     reason: decisions.Reason
     since: datetime
-    fault: str  # ``xid-79``, ``fallen-off-bus`` or ``phantom-utilization``
+    fault: str  # ``xid-79``, ``fallen-off-bus``, ``sxid-20034`` (fabric), ``phantom-utilization``
     gpu: str = ""
     uuid: str = ""
     pci: str = ""

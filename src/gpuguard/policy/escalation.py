@@ -225,9 +225,11 @@ def request_text(
 ) -> str:
     """The drafted request for the infra team, in plain words, with the card's and the slot's
     history. ``catalog`` names the Xid (default: the packaged catalog)."""
+    known = catalog or xid_catalog.load_catalog()
     sentences = [
-        f"{_where(entry)}: {_fault_words(entry, catalog or xid_catalog.load_catalog())}.",
+        f"{_where(entry)}: {_fault_words(entry, known)}.",
         f"Verdict: {_VERDICT_WORDS[verdict]}.",
+        _resolution_sentence(entry, known),
         _card_sentence(entry, history),
         _observed_sentence("of this card", _card_list(history.card_observed)),
         _slot_sentence(entry, history, escalation),
@@ -238,11 +240,19 @@ def request_text(
     return " ".join(sentence for sentence in sentences if sentence)
 
 
+def _resolution_sentence(entry: faults.LedgerEntry, catalog: xid_catalog.XidCatalog) -> str:
+    """NVIDIA's resolution prose for codes its catalog gives no bucket (Xid 168: enable ECC)."""
+    said = catalog.entry(entry.xid).resolution if entry.xid is not None else ""
+    return f"NVIDIA's catalog says: {said}" if said else ""
+
+
 def _where(entry: faults.LedgerEntry) -> str:
     return f"{entry.node} (slot {entry.pci or 'unknown'}, card {entry.uuid or 'unknown'})"
 
 
 def _fault_words(entry: faults.LedgerEntry, catalog: xid_catalog.XidCatalog) -> str:
+    if entry.kind is faults.FaultKind.FABRIC:
+        return "NVLink fabric fault (a fatal NVSwitch SXid or a failed fabric registration)"
     if entry.xid is None:
         return str(entry.kind).replace("_", " ")
     return f"Xid {entry.xid}, {catalog.entry(entry.xid).name}"

@@ -86,6 +86,8 @@ def record(
     entries, evidence = [], []
     for node_signals in signals.values():
         for signal in node_signals:
+            if signal.fabric:
+                continue  # a switch or the fabric, no card: the ledger is per card
             since = _ledger_since(signal, now - lookback, merge_window)
             if not _is_new(signal, previous, ledger, since, merge_window):
                 continue
@@ -138,7 +140,9 @@ def _by_ledger(signal: xid_signals.HardwareXid, previous: Seen | None) -> bool:
 def _confirmation(
     signal: xid_signals.HardwareXid, node: fleet.Node | None, tripped: bool
 ) -> faults.Confirmation:
-    if signal.source is xid_signals.XidSource.CONDITION:  # the kernel said so, config all ones
+    if signal.source is xid_signals.XidSource.CONDITION and (
+        signal.fallen_off_bus or signal.xid == faults.FALLEN_OFF_BUS_XID
+    ):  # GpuGoneFromBus: the kernel said so, config all ones
         return faults.Confirmation.KERNEL_LOG
     if signal.fallen_off_bus and signal.source is xid_signals.XidSource.AGENT:
         return faults.Confirmation.KERNEL_LOG

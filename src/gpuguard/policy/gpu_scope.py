@@ -9,7 +9,8 @@ the risk needs it, first rule that matches wins:
 2. the GPU fell off the bus or its Xid is a fast-path one (79): only a power cycle brings it
    back, and a GPU that left the bus breaks allocation for every pod on the node (NVIDIA
    k8s-device-plugin issues #231 and #2038);
-3. an NVLink / fabric Xid: the fault spans GPUs;
+3. an NVLink / fabric Xid, a fatal NVSwitch SXid or a failed fabric registration: the fault
+   spans GPUs;
 4. more than one card on the node is faulty (or more GPUs are gone than the faulty card);
 5. an Xid that is not in the per-card set (unknown reach: the node);
 6. the card cannot be named (no UUID): no mechanism can single it out;
@@ -61,7 +62,7 @@ def decide(
     if fault.fallen_off_bus or fault.xid in settings.isolation.fast_path_xids:
         return _node(Reason.NEEDS_POWER_CYCLE, f"{fault.label}: only a power cycle brings the "
                      "GPU back, and a GPU off the bus breaks allocation for the whole node")
-    if fault.xid in config.fabric_xids:
+    if fault.fabric or fault.xid in config.fabric_xids:
         return _node(Reason.FABRIC_FAULT, f"{fault.label}: an NVLink/fabric fault spans GPUs")
     if len(cards) > 1 or gpu_isolation.unexplained_missing(node) > 1:
         return _node(Reason.SEVERAL_GPUS, f"{len(cards)} faulty cards, "

@@ -1,11 +1,14 @@
 """Decide which nodes to auto-cordon this tick (docs/design.md#isolation, docs/breaker.md).
 
 A node is isolated when a hardware Xid coincides with GPU loss (capacity > allocatable) held
-through the hold window; unambiguous faults (Xid 79, the kernel's "fallen off the bus") with the
-GPU gone take a fast path on the first tick that sees both. Never a node a human cordoned,
-never more than N per tick, never past the breaker (``policy.admission``), through which the
-opt-in phantom cordons pass too. Everything not acted on becomes a finding with its reason, so
-``explain`` can say why a node was left alone; a fault the breaker withholds is marked on its
+through the hold window, or when its agent's ``GpuFabricFault`` condition (a fatal NVSwitch
+SXid, a failed fabric registration: the GPUs stay on the bus, their NVLink peers are gone) has
+held through the hold window (docs/xid-events.md#persistent-states); unambiguous faults
+(Xid 79, the kernel's "fallen off the bus") with the GPU gone take a fast path on the first
+tick that sees both. Never a node a human cordoned, never more than N per tick, never past the
+breaker (``policy.admission``), through which the opt-in phantom cordons pass too. Everything
+not acted on becomes a finding with its reason, so ``explain`` can say why a node was left
+alone; a fault the breaker withholds is marked on its
 node (``model.withheld``) so it stays pending and visible until the breaker allows it, and is
 isolated then if it still holds (the GPU still gone), even after its Xid left the lookback.
 
@@ -159,7 +162,8 @@ def _admit(
 
 def _rank(action: decisions.Action) -> int:
     """Fast-path faults first, then held faults, then phantom cordons."""
-    order = {Reason.FAST_PATH: 0, Reason.HARDWARE_XID_WITH_GPU_LOSS: 1}
+    order = {Reason.FAST_PATH: 0, Reason.HARDWARE_XID_WITH_GPU_LOSS: 1,
+             Reason.FABRIC_FAULT_HELD: 1}
     return order.get(action.reason, 2)
 
 
@@ -266,6 +270,8 @@ def _assess(
     evidence = (*_fault_evidence(fault, signals), loss)
     if is_human_cordoned(node):
         return None, _finding(node, Reason.HUMAN_CORDON, evidence, fault)
+    if not missing and (fabric := next((s for s in signals if s.fabric), None)) is not None:
+        return _held_fabric(node, fabric, settings.isolation, snapshot)
     if not missing:
         return None, _finding(node, Reason.HARDWARE_XID_WITHOUT_GPU_LOSS, evidence, fault)
     if _is_fast_path(fault, settings.isolation):
@@ -280,6 +286,25 @@ def _assess(
     )
     reason = Reason.HARDWARE_XID_WITH_GPU_LOSS
     return _Candidate(node, fault, reason, (*evidence, held_evidence)), None
+
+
+def _held_fabric(
+    node: fleet.Node,
+    fault: xid_signals.HardwareXid,
+    isolation: settings_model.IsolationSettings,
+    snapshot: fleet.FleetSnapshot,
+) -> tuple[_Candidate | None, decisions.Finding | None]:
+    """A fabric fault isolates the node once its condition has held through the hold window
+    (its transition time; none known: still holding). The GPUs stay allocatable: the loss is
+    their NVLink peers, which the device plugin does not see."""
+    since = fault.evidence.at
+    if since is None or snapshot.taken_at - since < isolation.hold_window:
+        return None, _finding(node, Reason.HARDWARE_XID_HOLDING, (fault.evidence,), fault)
+    held = decisions.Evidence(
+        source=f"node/{node.name} {fault.label} since", value=timestamps.format_utc(since),
+        at=snapshot.taken_at,
+    )
+    return _Candidate(node, fault, Reason.FABRIC_FAULT_HELD, (fault.evidence, held)), None
 
 
 def _primary(
@@ -446,8 +471,8 @@ def _cordon(
 def _pending_fault(node: fleet.Node) -> xid_signals.HardwareXid | None:
     """The hardware fault a withheld mark keeps pending after its Xid left the lookback."""
     mark = withheld.read(node)
-    if mark is None or not mark.hardware:
-        return None
+    if mark is None or not mark.hardware or xid_signals.is_fabric_label(mark.fault):
+        return None  # a fabric fault holds only while its condition does (its own signal)
     code = mark.fault.removeprefix("xid-")
     return xid_signals.HardwareXid(
         node=node.name,

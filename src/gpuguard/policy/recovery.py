@@ -33,10 +33,11 @@ from gpuguard.model import (
     faults,
     fleet,
     jobs,
+    node_conditions,
     pci,
     timestamps,
 )
-from gpuguard.policy import admission, escalation
+from gpuguard.policy import admission, escalation, xid_signals
 
 REQUEST = annotation_keys.REQUEST
 DEFAULT_LOOKBACK = timedelta(hours=24)  # isolation.xid_lookback's default (model.settings)
@@ -104,6 +105,7 @@ def decide(
     )
     level = escalation.escalate(history)
     request = escalation.request_text(entry, verdict, history, level, catalog=catalog)
+    request = " ".join(filter(None, (request, persistent_advice(node))))
     if job.state is not jobs.JobState.SUCCEEDED:
         request = f"{request} {proof[0].value[0].upper()}{proof[0].value[1:]}."
     return RecoveryStep(
@@ -155,6 +157,8 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry |
         return None
     code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdecimal() else None
     kind = faults.FaultKind.XID if code is not None else faults.FaultKind.FALLEN_OFF_BUS
+    if xid_signals.is_fabric_label(reason):
+        kind = faults.FaultKind.FABRIC
     return faults.LedgerEntry(
         at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),
         node=node.name,
@@ -191,6 +195,34 @@ def fault_time(
     if not found or found[-1].lines[0].recorder is not faults.Recorder.GPUGUARD:
         return entry.at
     return found[-1].at
+
+
+_ADVICE = {
+    node_conditions.DRIVER_ASKS_RECOVERY: (
+        "The driver still asks for a repair ({detail}): do it even though its Xid 154 line may "
+        "be missing from the kernel log; the recovery action persists until it is done."
+    ),
+    node_conditions.FATAL_SXID: (
+        "A fatal NVSwitch SXid ({head}): reboot the node to reset its NVSwitches and GPUs "
+        "(NVIDIA Fabric Manager user guide, NVSwitch SXid errors)."
+    ),
+    node_conditions.FABRIC_NOT_REGISTERED: (
+        "The NVLink fabric did not register its GPUs ({detail}): check nvidia-fabricmanager "
+        "(systemctl status, its log; its version must match the driver's) and restart it, or "
+        "reboot the node."
+    ),
+}
+
+
+def persistent_advice(node: fleet.Node) -> str:
+    """The repair the agent's persistent-state conditions name (docs/xid-events.md#
+    persistent-states): the evidence Job reads the kernel log, where a missed Xid 154 or an
+    SXid's meaning is not; '' when none holds."""
+    said = []
+    for condition in node_conditions.persistent_faults(node.gpu_conditions):
+        head, _, detail = condition.message.partition("; ")
+        said.append(_ADVICE[condition.reason].format(head=head, detail=detail or head))
+    return " ".join(said)
 
 
 def _pci(text: str | None) -> str | None:

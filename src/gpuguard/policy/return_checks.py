@@ -31,6 +31,7 @@ from gpuguard.model import decisions, fleet, timestamps
 from gpuguard.model import metric_names as names
 from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
+from gpuguard.policy import xid_signals
 
 Status = decisions.CheckStatus
 Condition = model.ReturnCondition
@@ -226,6 +227,9 @@ def _no_hold(c: Context) -> model.ReturnCheck:
 
 
 def _card_history(c: Context) -> model.ReturnCheck:
+    if xid_signals.is_fabric_label(c.fault.label):  # docs/xid-events.md#persistent-states
+        return _result(Condition.CARD_HISTORY)(
+            Status.PASS, f"{c.fault.label}: a node-wide fabric fault names no card to count")
     card = c.annotation(keys.GPU_UUID) or "(card unknown)"
     faults, limit = c.facts.card_faults, c.settings.max_card_faults
     if faults is None:

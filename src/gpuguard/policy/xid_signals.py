@@ -11,8 +11,14 @@ count. The agent's "fallen off the bus" counter counts whatever the Xid source i
 with reason ``GpuGoneFromBus`` — the kernel said so and the card's config space reads all
 ones — is a signal per GPU its message names (Xid 79 when named, else "fallen off the bus"),
 seconds before any scrape. A card Prometheus already shows with the same fault keeps only its
-Prometheus signal, so one fault is one signal (``model.faults.fault_identity``). No other
-condition, reason or status is a signal.
+Prometheus signal, so one fault is one signal (``model.faults.fault_identity``).
+
+The persistent-state conditions are signals too (``node_conditions.persistent_faults``,
+docs/xid-events.md#persistent-states): ``GpuRecoveryRequired`` is the Xid 154 of each GPU it
+names (the driver still asks for a reset or reboot, whether or not its line was seen), and
+``GpuFabricFault`` (a fatal NVSwitch SXid, a failed fabric registration) is one node-wide
+``fabric`` signal, named by its first switch code (``sxid-20034``) or
+``fabric-registration-failed``. No other condition, reason or status is a signal.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from gpuguard.kernlog import messages
 from gpuguard.model import decisions, faults, fleet, node_conditions, pci, series
 from gpuguard.model import metric_names as names
 from gpuguard.model.series import gpu_of
@@ -62,14 +69,17 @@ class HardwareXid:
     uuid: str | None = None
     pci: str | None = None
     count: float = 1.0  # occurrences so far for counted sources; a gauge's value is no count
+    fabric: str = ""  # a node-wide NVLink fabric fault's label (no Xid, no card): see above
 
     @property
     def fallen_off_bus(self) -> bool:
-        return self.xid is None
+        return self.xid is None and not self.fabric
 
     @property
     def label(self) -> str:
-        """The annotation form of the fault: ``xid-79`` or ``fallen-off-bus``."""
+        """The annotation form of the fault: ``xid-79``, ``fallen-off-bus`` or the fabric's."""
+        if self.fabric:
+            return self.fabric
         return "fallen-off-bus" if self.xid is None else f"xid-{self.xid}"
 
 
@@ -143,16 +153,14 @@ def all_signals(
 
 def condition_xids(node: fleet.Node) -> list[HardwareXid]:
     """The node's ``GpuFallenOffBus``/``GpuGoneFromBus`` condition as one signal per GPU it
-    names (one "fallen off the bus" on GPU ``?`` when it names none)."""
+    names (one "fallen off the bus" on GPU ``?`` when it names none), then its persistent-state
+    conditions' signals."""
+    persistent = [s for c in node_conditions.persistent_faults(node.gpu_conditions)
+                  for s in _persistent(node.name, c)]
     condition = node_conditions.unambiguous_fault(node.gpu_conditions)
     if condition is None:
-        return []
-    evidence = decisions.Evidence(
-        source=f"node/{node.name} condition {condition.type}",
-        value=f"{condition.reason}: {condition.message}",
-        at=condition.last_transition,
-        labels={"type": condition.type, "reason": condition.reason},
-    )
+        return persistent
+    evidence = condition_evidence(node.name, condition)
     named = condition.gpus or (node_conditions.GpuNamed(gpu="?"),)
     return [
         HardwareXid(
@@ -165,13 +173,54 @@ def condition_xids(node: fleet.Node) -> list[HardwareXid]:
             pci=g.pci,
         )
         for g in named
+    ] + persistent
+
+
+def condition_evidence(node: str, condition: node_conditions.GpuCondition) -> decisions.Evidence:
+    """A node condition as the evidence of the signal it makes (its transition time is when)."""
+    return decisions.Evidence(
+        source=f"node/{node} condition {condition.type}",
+        value=f"{condition.reason}: {condition.message}",
+        at=condition.last_transition,
+        labels={"type": condition.type, "reason": condition.reason},
+    )
+
+
+FABRIC_REGISTRATION = "fabric-registration-failed"
+
+
+def is_fabric_label(label: str) -> bool:
+    """Whether an isolation reason names a fabric fault (``sxid-20034``, the registration)."""
+    return label == FABRIC_REGISTRATION or (
+        label.startswith("sxid-") and label.removeprefix("sxid-").isdecimal()
+    )
+
+
+def _persistent(node: str, condition: node_conditions.GpuCondition) -> list[HardwareXid]:
+    evidence = condition_evidence(node, condition)
+    if condition.type == node_conditions.GPU_FABRIC_FAULT:
+        code = condition.message.partition(" sxid=")[2].partition(",")[0].partition(";")[0]
+        fatal_sxid = condition.reason == node_conditions.FATAL_SXID and code.isdecimal()
+        label = f"sxid-{code}" if fatal_sxid else FABRIC_REGISTRATION
+        return [HardwareXid(node, "?", None, XidSource.CONDITION, evidence, fabric=label)]
+    named = condition.gpus or (node_conditions.GpuNamed("?", xid=messages.RECOVERY_ACTION_XID),)
+    return [
+        HardwareXid(node, g.gpu, g.xid, XidSource.CONDITION, evidence, uuid=g.uuid, pci=g.pci)
+        for g in named
+        if g.xid is not None
     ]
 
 
 def _same_fault(condition: HardwareXid, scraped: HardwareXid) -> bool:
-    """Prometheus shows the condition's fault (Xid 79 or "fallen off the bus", one fault) on
-    the same card; an unnamed condition matches any such signal on the node."""
-    if not (scraped.fallen_off_bus or scraped.xid == faults.FALLEN_OFF_BUS_XID):
+    """Prometheus shows the condition's fault on the same card: Xid 79 or "fallen off the
+    bus" (one fault), or the same Xid (154); an unnamed condition matches any such signal on
+    the node. A fabric signal has no Prometheus twin."""
+    if condition.fabric:
+        return False
+    if condition.xid not in (None, faults.FALLEN_OFF_BUS_XID):
+        if scraped.xid != condition.xid:
+            return False
+    elif not (scraped.fallen_off_bus or scraped.xid == faults.FALLEN_OFF_BUS_XID):
         return False
     if condition.gpu == "?":
         return True

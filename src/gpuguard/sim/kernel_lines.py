@@ -70,6 +70,12 @@ def xid(pci: str, code: int, message: str | None = None, *, pid: int | None = No
     return f"NVRM: Xid ({kernel_pci(pci)}): {code}, {who}{text}"
 
 
+def sxid(switch: int, pci: str, code: int, severity: str, message: str) -> str:
+    """An NVSwitch driver line, as gpud's SXid test cases hold them:
+    ``nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress ...``."""
+    return f"nvidia-nvswitch{switch}: SXid (PCI:{pci}): {code}, {severity}, {message}"
+
+
 def fallen_off_bus(pci: str, device_id: int) -> list[str]:
     """The open kernel module's (570+) multi-line message: no Xid number at all."""
     return [

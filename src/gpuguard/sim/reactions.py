@@ -55,6 +55,12 @@ The world's rules (deterministic):
 - ``gang_job``: a job of several GPU pods placed as its scheduler would (``sim.gangs``): the
   default scheduler pod by pod, Volcano all or nothing, Kueue admitted against free GPUs (else
   gated) then pod by pod; placed pods run like workloads, the rest wait Unschedulable.
+- ``sxid``: an NVSwitch ``SXid`` line in the kernel log; the GPUs stay on the bus and offered
+  (the device plugin watches GPU Xids, not the switches). ``fabric``: every GPU reports that
+  NVLink fabric registration (Fabric Manager down: ``Not Started``); a boot registers them
+  again. ``gpu_recovery``: the driver's recovery action on a GPU (what nvidia-smi answers until
+  the repair: a GPU reset clears a reset-class one, any boot clears all) with its Xid 154, the
+  device plugin marking the GPU unhealthy; ``logged: false`` leaves the line out of the log.
 - ``throttle``, ``nvlink_errors``, ``ib_flap``: clock-event reason bits, NVLink error counters
   and InfiniBand link-downs over time, rendered by ``sim.fleet_view`` (docs/fleet-health.md).
 - the rest (``phantom``, ``mig_reconfig``, ``kube_proxy_down``, ``dns_upstream``,
@@ -81,6 +87,12 @@ EXCLUDING_INSTANCE = "excluding"  # state.SimNode.plugin_instance
 NO_PLUGIN = "none"  # no device plugin selects the node: it advertises no GPU
 DEVICE_PLUGIN_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WORKLOAD_KILLING_XIDS = frozenset({48, 79, 95})  # the job on that GPU dies with it
+# nvidia-smi's gpu_recovery_action -> NVML's nvmlDeviceGpuRecoveryAction_t and the Xid 154 name
+RECOVERY_ACTIONS = {"None": (0, "None"), "GPU Reset": (1, "GPU Reset Required"),
+                    "Node Reboot": (2, "Node Reboot Required"), "Drain P2P": (3, "Drain P2P"),
+                    "Drain and Reset": (4, "Drain and Reset")}
+RESET_CLEARS = frozenset({"GPU Reset", "Drain P2P", "Drain and Reset"})  # gpu_recovery actions
+SWITCH_BUSES = (0x05, 0x06, 0x07, 0x08)  # the NVSwitches' PCI buses (sxid events)
 REBOOT_DOWNTIME = timedelta(minutes=3)
 POWER_CYCLE_DOWNTIME = timedelta(minutes=6)
 _XID_NAMES = {
@@ -166,6 +178,36 @@ def _xid(
     effect += "device plugin marks it unhealthy" if unhealthy else "user-code Xid"
     w.record("xid", node.name, f"Xid {code} on GPU {gpu.index} ({gpu.pci}): {effect}")
     w.touch(node)
+
+
+def on_sxid(w: Stage, p: scenario.SxidPayload, node: state.SimNode) -> None:
+    switch = f"0000:{SWITCH_BUSES[p.switch % len(SWITCH_BUSES)]:02x}:00.0"
+    w.log_kernel(node, [kernel_lines.sxid(p.switch, switch, p.sxid, p.severity, p.message)])
+    w.record("sxid", node.name, f"NVSwitch {p.switch} ({switch}) SXid {p.sxid}, {p.severity}")
+    w.touch(node)
+
+
+def on_fabric(w: Stage, p: scenario.FabricPayload, node: state.SimNode) -> None:
+    for gpu in node.gpus:
+        gpu.fabric_state, gpu.fabric_status = p.state, p.status
+    w.record("fabric", node.name, f"NVLink fabric registration: {p.state}, {p.status}")
+    w.touch(node)
+
+
+def on_gpu_recovery(w: Stage, p: scenario.GpuRecoveryPayload, node: state.SimNode) -> None:
+    gpu = node.gpu(p.gpu)
+    before, gpu.recovery_action = gpu.recovery_action, p.action
+    message = f"GPU recovery action changed from {_action(before)} to {_action(p.action)}"
+    lines = [kernel_lines.xid(gpu.pci, 154, message)] if p.logged else []
+    _xid(w, node, gpu, 154, lines, message)
+    missed = "" if p.logged else "; its Xid 154 line never reached the log"
+    w.record("gpu_recovery", node.name, f"GPU {gpu.index} recovery action: {p.action}{missed}")
+
+
+def _action(name: str) -> str:
+    """As the driver prints it: NVML's value and name (``0x1 (GPU Reset Required)``)."""
+    value, printed = RECOVERY_ACTIONS[name]
+    return f"{value:#x} ({printed})"
 
 
 def on_gpu_lost(w: Stage, p: scenario.GpuLostPayload, node: state.SimNode) -> None:
@@ -262,6 +304,8 @@ def on_gpu_reset(w: Stage, p: scenario.GpuPayload, node: state.SimNode) -> None:
     gpu.phantom = False
     gpu.row_remap_pending = 0
     gpu.compute_mode = "DEFAULT"  # a reset re-initialises the GPU
+    if gpu.recovery_action in RESET_CLEARS:
+        gpu.recovery_action = "None"
     _restart_device_plugin(w, node)
     _restart_exporter(w, node)
     w.record(
@@ -690,6 +734,9 @@ def _power_on_gpu(gpu: state.SimGpu, *, stay_lost: bool, retrain_link: bool) -> 
     gpu.phantom = False
     gpu.row_remap_pending = 0
     gpu.compute_mode = "DEFAULT"
+    gpu.recovery_action = "None"
+    if gpu.fabric_state != "N/A":  # Fabric Manager registers the GPU at boot
+        gpu.fabric_state, gpu.fabric_status = "Completed", "Success"
 
 
 # ---- change management (docs/change-management.md) ---------------------------------------------
@@ -842,4 +889,7 @@ REACTIONS: Mapping[str, Reaction] = {
     "throttle": on_throttle,
     "nvlink_errors": on_nvlink_errors,
     "ib_flap": on_ib_flap,
+    "sxid": on_sxid,
+    "fabric": on_fabric,
+    "gpu_recovery": on_gpu_recovery,
 }

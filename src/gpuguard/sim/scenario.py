@@ -251,6 +251,33 @@ class NvlinkErrorsPayload(GpuPayload):
     counter: Literal["crc_flit", "crc_data", "replay", "recovery"] = "crc_flit"
 
 
+class SxidPayload(NodePayload):
+    """An NVSwitch ``SXid`` kernel line from one of the node's switches (``switch`` is its
+    index), in the driver's format (NVIDIA Fabric Manager user guide, "NVSwitch SXid errors")."""
+
+    sxid: Annotated[int, pydantic.Field(ge=1, le=99999)]
+    severity: Literal["Fatal", "Non-fatal"]
+    message: Annotated[str, pydantic.Field(min_length=1)]
+    switch: Annotated[int, pydantic.Field(ge=0, le=15)] = 0
+
+
+class FabricPayload(NodePayload):
+    """Every GPU of the node reports this NVLink fabric registration (``nvidia-smi -q``'s
+    Fabric State and Status): ``Not Started`` when Fabric Manager never came up."""
+
+    state: Literal["Not Started", "In Progress", "Completed"]
+    status: Annotated[str, pydantic.Field(min_length=1)] = "N/A"
+
+
+class GpuRecoveryPayload(GpuPayload):
+    """The driver's recovery action on the GPU changes (Xid 154); nvidia-smi's
+    ``gpu_recovery_action`` reports it until the repair. ``logged: false``: its kernel line
+    never reaches the node's kernel log file (journald rate-limited or rotated it)."""
+
+    action: Literal["GPU Reset", "Node Reboot", "Drain P2P", "Drain and Reset"]
+    logged: bool = True
+
+
 class IbFlapPayload(NodePayload):
     """An InfiniBand port (``device/port``) goes down and back ``count`` times, ``every`` apart."""
 
@@ -296,6 +323,9 @@ PAYLOADS: dict[str, type[_Strict]] = {
     "throttle": ThrottlePayload,
     "nvlink_errors": NvlinkErrorsPayload,
     "ib_flap": IbFlapPayload,
+    "sxid": SxidPayload,
+    "fabric": FabricPayload,
+    "gpu_recovery": GpuRecoveryPayload,
 }
 
 # ---- file sections ---------------------------------------------------------------------------
@@ -319,6 +349,9 @@ class HostSettings(_Strict):
     # gpuguard's node agent runs there (the demo runs the real one, as the chart's DaemonSet
     # does on every GPU node; a scenario switches it off per node or fleet-wide)
     agent: bool | None = None
+    # the agent also reads the GPUs' persistent states each cycle (``gpuguard agent
+    # --gpu-state``: the driver's recovery action, the NVLink fabric registration)
+    gpu_state: bool | None = None
     # the NVIDIA GPU Operator manages the node: its nvidia.com/gpu.deploy.* labels, its
     # device plugin follows nvidia.com/gpu.deploy.device-plugin (sim/gpu_operator.py)
     gpu_operator: bool | None = None
@@ -375,6 +408,7 @@ class NodeSpec:
     rke2_units: tuple[str, ...] = ("rke2-agent",)
     swap_enabled: bool = False
     agent: bool = True
+    gpu_state: bool = False
     gpu_operator: bool = False
 
 

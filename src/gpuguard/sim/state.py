@@ -50,6 +50,11 @@ class SimGpu:
     throughput_share: float = 0.9  # of the model's dense throughput a matmul reaches (gpu_slow)
     row_remap_failure: int = 0
     phantom: bool = False
+    # nvidia-smi --query-gpu: gpu_recovery_action (Xid 154's state, until the repair) and the
+    # NVLink fabric registration (fabric.state, fabric.status; "N/A" without a fabric)
+    recovery_action: str = "None"
+    fabric_state: str = "N/A"
+    fabric_status: str = "N/A"
     link_width: int = 16
     link_width_max: int = 16
     link_speed_gts: float = 32.0

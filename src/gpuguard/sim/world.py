@@ -33,7 +33,7 @@ from gpuguard.sim import (
 )
 from gpuguard.sim import clock as simclock
 
-FAULT_KINDS = frozenset({"xid", "gpu_lost", "dbe"})
+FAULT_KINDS = frozenset({"xid", "gpu_lost", "dbe", "sxid", "fabric", "gpu_recovery"})
 INITIAL_UPTIME = timedelta(days=12)  # nodes have been up a while when a scenario starts
 # Bus numbers of GPU slots by index (GPU 4 at 0000:99:00.0 as in the seed's fault ledger).
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x99, 0xAB, 0xBA, 0xDB,
@@ -178,6 +178,10 @@ class World:
     @staticmethod
     def _is_fault(event: scenario.Event) -> bool:
         payload = event.payload
+        if isinstance(payload, scenario.SxidPayload):
+            return payload.severity == "Fatal"
+        if isinstance(payload, scenario.FabricPayload):
+            return payload.state == "Not Started"
         return not (isinstance(payload, scenario.XidPayload)
                     and payload.xid in reactions.DEVICE_PLUGIN_SKIPPED_XIDS)
 

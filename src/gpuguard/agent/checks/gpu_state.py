@@ -95,6 +95,14 @@ def judge_fabric(rows: list[GpuRow]) -> result.CheckResult:
     return result.passed(FABRIC, f"{len(rows)} GPU(s) registered with the NVLink fabric")
 
 
+def failing_gpus(evidence: str) -> list[tuple[str, str]]:
+    """The (PCI, what it says) pairs a FAIL's evidence of either check names, in its order:
+    the node conditions name the GPUs from it (``agent.conditions``)."""
+    _, sep, listed = evidence.partition(": ")
+    pairs = (part.partition(": ") for part in listed.split("; ")) if sep else ()
+    return [(p, said) for p, colon, said in pairs if colon and pci.try_normalize_pci(p)]
+
+
 def parse_rows(stdout: str, width: int) -> list[GpuRow] | None:
     """``pci, value, ...`` lines; None when a line does not have ``width`` values or a PCI."""
     rows = []
