@@ -1,8 +1,11 @@
-"""Entry point: assembles the ``gpuguard`` command groups."""
+"""The ``gpuguard`` command line: assembles the command groups.
+
+The executable starts in ``cli.entry``, which answers ``--version`` and the plain forms of
+``xid parse`` itself and imports this module for everything else.
+"""
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -16,6 +19,7 @@ from gpuguard.cli import (
     change,
     check,
     demo,
+    entry,
     evidence,
     failures,
     gate,
@@ -50,7 +54,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"gpuguard {metadata.version('gpuguard')}")
+        typer.echo(entry.version_line())
         raise typer.Exit()
 
 
