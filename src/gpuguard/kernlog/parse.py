@@ -18,10 +18,11 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
-    from datetime import tzinfo
+    from datetime import UTC, tzinfo
 
-    from gpuguard.kernlog import stamps
+    from gpuguard.kernlog import messages, stamps
     from gpuguard.model import xid
+_grammar_loaded = False  # set by _load_grammar: then messages, stamps, xid, UTC are names here
 
 NVRM_MARKER = "NVRM:"
 MALFORMED_SAMPLE_SIZE = 10
@@ -98,6 +99,8 @@ class XidLogParser:
         if marker < 0:
             return None
         text = line[marker + len(NVRM_MARKER) :].strip()
+        if not _grammar_loaded:
+            _load_grammar()
         event = self._read(text, line[:marker], line_no)
         if event is not None:
             self.stats.events += 1
@@ -108,8 +111,6 @@ class XidLogParser:
         self.stats.lines_read = max(self.stats.lines_read, line_no)
 
     def _read(self, text: str, prefix: str, line_no: int) -> xid.KernelEvent | None:
-        from gpuguard.kernlog import messages  # at the first NVRM: line (module docstring)
-
         if text.startswith(messages.XID_MARKER):
             return self._xid_event(text, prefix, line_no)
         if (mapping := messages.read_gpu_at(text)) is not None:
@@ -121,9 +122,6 @@ class XidLogParser:
         return self._fall_off_continuation(text, prefix, line_no)
 
     def _xid_event(self, text: str, prefix: str, line_no: int) -> xid.KernelEvent | None:
-        from gpuguard.kernlog import messages
-        from gpuguard.model import xid
-
         fields = messages.read_xid(text)
         if fields is None:
             self._count_malformed(line_no)
@@ -149,8 +147,6 @@ class XidLogParser:
     def _fall_off_continuation(
         self, text: str, prefix: str, line_no: int
     ) -> xid.KernelEvent | None:
-        from gpuguard.kernlog import messages
-
         start = self._fall_off
         if start is not None and line_no - start.line_no > _FALL_OFF_WINDOW_LINES:
             start = self._fall_off = None
@@ -168,8 +164,6 @@ class XidLogParser:
         return self._fall_off_event(start, text)
 
     def _fall_off_event(self, start: _FallOffStart, last_text: str) -> xid.KernelEvent:
-        from gpuguard.model import xid
-
         return xid.KernelEvent(
             line_no=start.line_no,
             kind=xid.KernelEventKind.FALLEN_OFF_BUS,
@@ -185,16 +179,24 @@ class XidLogParser:
         return self._uuid_by_pci.get(pci) if pci is not None else None
 
     def _stamp(self, prefix: str) -> stamps.Stamp:
-        from datetime import UTC
-
-        from gpuguard.kernlog import stamps
-
         return stamps.read_stamp(prefix, year=self._year, tz=UTC if self._tz is None else self._tz)
 
     def _count_malformed(self, line_no: int) -> None:
         self.stats.malformed += 1
         if len(self.stats.first_malformed) < MALFORMED_SAMPLE_SIZE:
             self.stats.first_malformed.append(line_no)
+
+
+def _load_grammar() -> None:
+    """Import the grammar and the event types, once, at the first ``NVRM:`` line (module
+    docstring): as module names, so reading a line costs no import statement."""
+    global _grammar_loaded, messages, stamps, xid, UTC  # noqa: PLW0603 - imported late, once
+    from datetime import UTC
+
+    from gpuguard.kernlog import messages, stamps
+    from gpuguard.model import xid
+
+    _grammar_loaded = True
 
 
 def parse_lines(
