@@ -74,8 +74,9 @@ def test_a_rotation_ends_the_wait_and_the_new_file_is_read(
         follower.path.rename(follower.path.with_name("kern.log.1"))
         follower.path.write_text("new file\n")
 
-    later(rotate)
-    assert timed(follower.wait, LONG_S) < LONG_S / 3
+    rotating = later(rotate)
+    assert timed(follower.wait, LONG_S) < LONG_S / 3  # woken by the rename already
+    rotating.join()
     read = follower.poll().lines + follower.poll().lines
     assert read == ["new file"]
 
@@ -168,7 +169,9 @@ def test_the_running_agent_counts_a_line_long_before_its_poll_interval(tmp_path:
         assert waits.eventually(lambda: sum(agent.tally.xids.values()) == 1, LONG_S / 3)
         assert time.monotonic() - started < LONG_S / 3
     finally:
+        stopping = time.monotonic()
         stop.set()
         running.join(timeout=LONG_S)
-    assert not running.is_alive()  # stopping woke the follower's wait
+    assert not running.is_alive()
+    assert time.monotonic() - stopping < LONG_S / 3  # stopping woke the follower's wait
     assert idle_polls <= 3  # asleep while nothing came: no poll loop
