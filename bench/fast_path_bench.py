@@ -1,15 +1,15 @@
 """Benchmark: a GPU off the bus to its node cordoned, in wall-clock seconds, every part real.
 
-The fast path's target (docs/design.md#fast-path): a kernel line ``Xid 79 … fallen off the
-bus`` written to a node's log → the cordon patch accepted by the API server within 5 s. The
-demo shows it on its simulated clock; this measures it on the wall clock with every part real
-and running at once (``tests/integration/agent_fleet.py``): the simulator's Kubernetes API
-over HTTP (with the guard's Lease), the simulator's own Prometheus API answering the guard's
-queries for a healthy fleet (the fault is not scraped: that is the point of the fast path), a
-host tree per node, the real agent on every node (follower thread at the default 1 s poll,
+The fast path's target (docs/design.md#fast-path): a kernel line ``Xid 79 … fallen off the bus``
+written to a node's log → the cordon patch accepted by the API server within 5 s. The demo shows
+it on its simulated clock; this measures it on the wall clock with every part real and running
+at once (``tests/integration/agent_fleet.py``): the simulator's Kubernetes API over HTTP (with
+the guard's Lease), the simulator's own Prometheus API answering the guard's queries for a
+healthy fleet (the fault is not scraped: that is the point of the fast path), a host tree per
+node, the real agent on every node (follower thread waiting on its kern.log with inotify,
 condition reporter patching its Node with lightkube), and the controller's loop built as
-``gpuguard run`` builds it (watch caches, the fast path's wake, the default 30 s interval, so
-a cordon within seconds can only come from a wake — each trial says whether it did).
+``gpuguard run`` builds it (watch caches, the fast path's wake, the default 30 s interval, so a
+cordon within seconds can only come from a wake — each trial says whether it did).
 
 Each trial pauses a random 0–1.5 s (so the line lands anywhere in the agent's poll), then
 makes one GPU of the next node fall off the bus (config space all ones, then the driver's

@@ -1,11 +1,11 @@
 """Benchmark: ``gpuguard xid parse --json`` on a large journal, against ``grep -c 'NVRM: Xid'``.
 
 The evidence collector and the CLI scan whole journals, gigabytes on a busy node, so parsing
-them must cost about what grep costs (target: within 4x). This writes a journald-style kernel
-log of the requested size (mostly ordinary kernel lines, with Xid lines of several shapes, PCI →
-UUID lines and fall-off messages sprinkled in), warms the page cache, then times both commands
-end to end and prints lines/s and the ratio. It is a measurement, not a test: it asserts nothing
-about time.
+them must cost about what grep costs (target: within 2.5x, issue 28). This writes a
+journald-style kernel log of the requested size (mostly ordinary kernel lines, with Xid lines of
+several shapes, PCI → UUID lines and fall-off messages sprinkled in), warms the page cache, then
+times both commands end to end and prints lines/s and the ratio. It is a measurement, not a
+test: it asserts nothing about time.
 
     .venv/bin/python bench/xid_parse_bench.py --size 100MB
     .venv/bin/python bench/xid_parse_bench.py --size 1GB --path /tmp/journal.log --keep
@@ -177,7 +177,7 @@ def report(path: Path, repeats: int) -> None:
     print(f"grep -c      {grep_s:7.3f} s  {lines / grep_s:14,.0f} lines/s")
     print(f"xid parse    {parse_s:7.3f} s  {lines / parse_s:14,.0f} lines/s  (--json > /dev/null)")
     print(f"  start-up   {startup_s:7.3f} s  (the same command on an empty file)")
-    print(f"ratio        {parse_s / grep_s:7.2f}x grep (target: within 4x); best of {repeats}")
+    print(f"ratio        {parse_s / grep_s:7.2f}x grep (target: within 2.5x); best of {repeats}")
 
 
 def main() -> None:

@@ -101,11 +101,12 @@ def test_help_teaches_with_examples() -> None:
     assert "dmesg -T" in stdout
 
 
-def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
+@pytest.mark.parametrize("module", ["gpuguard.cli.main", "gpuguard.cli.entry"])
+def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path, module: str) -> None:
     log = tmp_path / "many.log"
     line = "[ 1.000000] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: ESR 0x404000=0x0\n"
     log.write_text(line * 20000)
-    command = [sys.executable, "-m", "gpuguard.cli.main", "xid", "parse", "--json", str(log)]
+    command = [sys.executable, "-m", module, "xid", "parse", "--json", str(log)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None

@@ -2,7 +2,8 @@
 
 Two threads and nothing that can hang on the GPU driver (the incident library,
 docs/design.md#incidents: a monitoring script locked the GPUs it watched). The follower thread
-polls the kernel log (non-blocking reads, or a journalctl child) every ``poll_interval_s``,
+sleeps until the kernel log has news (``journal``: inotify on a file's directory, poll(2) on
+``/dev/kmsg``, journalctl's output) or ``poll_interval_s`` passed, reads it non-blocking,
 counts the new lines into the ``Tally``, and only then saves the position with the counts
 (``agent.position``). The check thread runs ``running.run_checks`` (each check under a hard
 timeout, UNKNOWN on any error, no NVML, no nvidia-smi) and then the bounded ``/proc`` scan for
@@ -62,7 +63,7 @@ FollowerFactory = Callable[[position.Position | None], journal.Follower]
 CheckRun = Callable[[], list[result.CheckResult]]
 STALE_POLLS = 30  # the follower counts as stuck after this many poll intervals without a poll
 ERROR_BACKOFF_S = 5.0
-POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at most this late
+POLL_INTERVAL_S = 1.0  # the follower reads the kernel log at least this often (at once on news)
 CHECK_INTERVAL_S = 300.0  # the check thread runs the checks this often (the CLI's default)
 _STATES = frozenset({nvidia.NAME, gpu_state.RECOVERY, gpu_state.FABRIC})
 
@@ -260,19 +261,19 @@ class Agent:
             stop.wait()
         finally:
             stop.set()
+            self.follower.wake()  # the follower thread may be asleep in its wait
             for thread in threads:
                 thread.join(timeout=30)
             self.follower.close()
 
     def _follow(self, stop: threading.Event) -> None:
-        delay = 0.0
-        while not stop.wait(delay):
+        while not stop.is_set():
             try:
-                busy = self.follow_once() > 0
-                delay = 0.0 if busy else self.config.poll_interval_s
+                if self.follow_once() == 0:  # caught up: sleep until the source has news
+                    self.follower.wait(self.config.poll_interval_s)
             except Exception:  # keep following; healthz shows a follower that never recovers
                 log.exception("kernel log follower failed; retrying in %ss", ERROR_BACKOFF_S)
-                delay = ERROR_BACKOFF_S
+                stop.wait(ERROR_BACKOFF_S)
 
     def _check(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -7,6 +7,15 @@ are read non-blocking, and journalctl runs as a child process whose output a rea
 queues. Lines are handed on with a ``[uptime]`` prefix where the source gives one, which is
 what ``kernlog.parse`` reads a kernel stamp from.
 
+Between polls the daemon calls ``wait(timeout_s)``, which returns as soon as the source may
+have news (the fast path, docs/design.md#fast-path: a GPU off the bus reaches the Node in
+milliseconds, not after a poll interval), when ``wake()`` is called (the agent stopping), or
+after the timeout, with the thread asleep in ``poll(2)`` meanwhile (``Waiter``): ``/dev/kmsg``
+is readable when a record arrives (the kernel's ``devkmsg_poll``), journalctl's reader thread
+wakes the waiter for each entry, and a followed file's directory is watched with inotify(7)
+through libc, for the file and its rotated copies. Without inotify (no libc function, the
+per-user limit of instances reached) a file is read every ``FILE_POLL_S``.
+
 - ``FileFollower`` (``--kernel-log FILE``, tests): inode + offset. A new inode at the path is a
   rotation (the old file is read to its end first, found again by inode as ``FILE.1`` after
   a restart); first bytes that no longer match are a truncation (read from 0); a file shorter
@@ -26,9 +35,13 @@ run healthy and blind.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import queue
+import select
+import stat
+import struct
 import subprocess
 import threading
 import time
@@ -60,9 +73,76 @@ class Batch:
 class Follower(Protocol):
     def poll(self) -> Batch: ...
 
+    def wait(self, timeout_s: float) -> None:
+        """Return when the source may have news, on ``wake()``, or after ``timeout_s``."""
+
+    def wake(self) -> None:
+        """End a ``wait`` in another thread now (the agent is stopping)."""
+
     def close(self) -> None: ...
 
     def problem(self) -> str | None: ...
+
+
+class Waiter:
+    """Sleeps in ``poll(2)`` until one of the watched descriptors is readable, ``wake()`` is
+    called (from any thread) or the timeout passes: a follower's ``wait``, never a busy loop.
+
+    Its wake pipe is made at the first ``wait`` (a follower that is only polled holds no
+    descriptor) and closed once by ``close``; a ``wake`` after that does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._poller = select.poll()
+        self._lock = threading.Lock()
+        self._pipe: tuple[int, int] | None = None
+        self._woken = False  # woken before the first wait: that wait returns at once
+        self._closed = False
+
+    def watch(self, fd: int) -> None:
+        self._poller.register(fd, select.POLLIN)
+
+    def wait(self, timeout_s: float) -> list[int]:
+        """The watched descriptors that are readable (empty: woken, closed or timed out)."""
+        wake_read = self._wake_read()
+        if wake_read is None:
+            return []
+        ready = [fd for fd, _ in self._poller.poll(max(timeout_s, 0.0) * 1000)]
+        if wake_read in ready:
+            _drain(wake_read)
+        return [fd for fd in ready if fd != wake_read]
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._pipe is not None:
+                with contextlib.suppress(BlockingIOError):  # a full pipe is woken already
+                    os.write(self._pipe[1], b"\0")
+            else:
+                self._woken = True
+
+    def close(self) -> None:
+        with self._lock:
+            pipe, self._pipe, self._closed = self._pipe, None, True
+        for fd in pipe or ():
+            os.close(fd)
+
+    def _wake_read(self) -> int | None:
+        with self._lock:
+            if self._pipe is None and not self._closed:
+                self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                self._poller.register(self._pipe[0], select.POLLIN)
+                if self._woken:
+                    os.write(self._pipe[1], b"\0")
+            return None if self._pipe is None else self._pipe[0]
+
+
+def _drain(fd: int) -> bytes:
+    """Everything readable on a non-blocking descriptor now."""
+    chunks = []
+    with contextlib.suppress(BlockingIOError, InterruptedError):
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class Unreadable:
@@ -70,12 +150,19 @@ class Unreadable:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+        self._waiter = Waiter()
 
     def poll(self) -> Batch:
         return Batch([], None)
 
+    def wait(self, timeout_s: float) -> None:
+        self._waiter.wait(timeout_s)
+
+    def wake(self) -> None:
+        self._waiter.wake()
+
     def close(self) -> None:
-        return
+        self._waiter.close()
 
     def problem(self) -> str | None:
         return self.reason
@@ -101,6 +188,8 @@ class FileFollower:
         self._head = b""
         self._rotated = False  # the open stream is a rotated file: switch to path at its end
         self._problem: str | None = None
+        self._waiter = Waiter()
+        self._watch: DirectoryWatch | None = None
 
     def poll(self) -> Batch:
         if self._stream is None and not self._open():
@@ -113,10 +202,33 @@ class FileFollower:
             self._switch_to_path()
         return Batch(lines, self._position())
 
+    def wait(self, timeout_s: float) -> None:
+        """Until the file or a rotated copy of it changes (inotify on its directory), or
+        ``timeout_s``; every ``FILE_POLL_S`` at most without inotify."""
+        if self._watch is None:
+            self._watch = DirectoryWatch.open(self.path)
+            if self._watch.fd is not None:
+                self._waiter.watch(self._watch.fd)
+                return  # a line written before the watch began would wait a timeout: read now
+        if self._watch.fd is None:
+            self._waiter.wait(min(timeout_s, FILE_POLL_S))
+            return
+        deadline = time.monotonic() + timeout_s
+        while self._waiter.wait(deadline - time.monotonic()):
+            if self._watch.news():
+                return
+            if time.monotonic() >= deadline:
+                return
+
+    def wake(self) -> None:
+        self._waiter.wake()
+
     def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        self._close_stream()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self._waiter.close()
 
     def problem(self) -> str | None:
         return self._problem
@@ -139,9 +251,14 @@ class FileFollower:
         return True
 
     def _attach(self, stream: IO[bytes], offset: int, head: bytes) -> None:
-        self.close()
+        self._close_stream()
         self._stream, self._offset, self._head = stream, offset, head
         self._inode = os.fstat(stream.fileno()).st_ino
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
     def _rotated_copy(self, inode: int) -> IO[bytes] | None:
         """The file that was at the path when the position was saved, if it was rotated."""
@@ -164,7 +281,7 @@ class FileFollower:
         return self._rotated
 
     def _switch_to_path(self) -> None:
-        self.close()
+        self._close_stream()
         self._rotated = False
         self._saved = None
         self._open()
@@ -201,6 +318,62 @@ class FileFollower:
         return position.FilePosition(self._inode, self._offset, self._head.hex())
 
 
+FILE_POLL_S = 0.2  # a followed file is read this often where inotify is not to be had
+# inotify(7): a file in the watched directory was written, closed after writing, created,
+# moved in or out (rotation), deleted (<sys/inotify.h>).
+_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = (
+    0x2, 0x8, 0x40, 0x80, 0x100, 0x200,
+)  # fmt: skip
+_IN_Q_OVERFLOW = 0x4000  # events were lost: read anyway
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC  # as <sys/inotify.h> defines them
+_WATCHED = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+
+
+class DirectoryWatch:
+    """An inotify descriptor on a file's directory (not the file: a rotation replaces the file,
+    and the directory sees both the rotated copy and the new file), with a filter for the
+    events that concern ``FILE`` or ``FILE.*``. ``fd`` is None where inotify is not to be had:
+    the caller then polls."""
+
+    def __init__(self, fd: int | None, name: str) -> None:
+        self.fd = fd
+        self._name = os.fsencode(name)
+
+    @classmethod
+    def open(cls, path: Path) -> DirectoryWatch:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        except (OSError, AttributeError):  # no libc to load, or one without inotify
+            return cls(None, path.name)
+        if fd < 0:  # EMFILE: the per-user limit of instances (fs.inotify.max_user_instances)
+            return cls(None, path.name)
+        if libc.inotify_add_watch(fd, os.fsencode(path.parent), _WATCHED) < 0:
+            os.close(fd)  # no such directory (yet): the caller polls
+            return cls(None, path.name)
+        return cls(fd, path.name)
+
+    def news(self) -> bool:
+        """Whether the events queued since the last call concern the followed file."""
+        if self.fd is None:
+            return True
+        data, offset = _drain(self.fd), 0
+        while offset + _EVENT.size <= len(data):
+            _, mask, _, size = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
+            offset += _EVENT.size + size
+            if mask & _IN_Q_OVERFLOW or name == self._name or name.startswith(self._name + b"."):
+                return True
+        return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
 # ---- /dev/kmsg -----------------------------------------------------------------------------
 
 
@@ -220,6 +393,10 @@ class KmsgFollower:
         self._fd = os.open(device, os.O_RDONLY | os.O_NONBLOCK)
         self._partial = b""
         self.overwritten = 0  # records the ring buffer dropped before they were read
+        self._waiter = Waiter()
+        self._polled = not stat.S_ISREG(os.fstat(self._fd).st_mode)  # a file always polls ready
+        if self._polled:
+            self._waiter.watch(self._fd)
 
     def poll(self) -> Batch:
         lines: list[str] = []
@@ -231,10 +408,19 @@ class KmsgFollower:
                 lines.append(text)
         return Batch(lines, self._position(), unreadable)
 
+    def wait(self, timeout_s: float) -> None:
+        """Until the device has a record to read (it polls readable then), or ``timeout_s``;
+        a file standing in for it (tests) is read every ``FILE_POLL_S``."""
+        self._waiter.wait(timeout_s if self._polled else min(timeout_s, FILE_POLL_S))
+
+    def wake(self) -> None:
+        self._waiter.wake()
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            self._waiter.close()
 
     def problem(self) -> str | None:
         return None  # opened in __init__: a device it cannot open raises there
@@ -334,6 +520,7 @@ class JournalFollower:
         self._reader: threading.Thread | None = None
         self._exited_at: float | None = None
         self._spawn_error: str | None = None
+        self._waiter = Waiter()
         self.spawned = 0
 
     def problem(self) -> str | None:
@@ -362,7 +549,18 @@ class JournalFollower:
                 lines.append(line)
         return Batch(lines, self._position(), unreadable)
 
+    def wait(self, timeout_s: float) -> None:
+        """Until the reader thread queued an entry (it wakes the waiter), or ``timeout_s``."""
+        self._waiter.wait(timeout_s)
+
+    def wake(self) -> None:
+        self._waiter.wake()
+
     def close(self) -> None:
+        self._stop_process()
+        self._waiter.close()
+
+    def _stop_process(self) -> None:
         process, self._process = self._process, None
         if process is not None:
             with contextlib.suppress(OSError):
@@ -392,12 +590,15 @@ class JournalFollower:
         self.spawned += 1
         stdout = self._process.stdout
         self._reader = threading.Thread(
-            target=_pump, args=(stdout, self._queue), name="journalctl-reader", daemon=True
+            target=_pump,
+            args=(stdout, self._queue, self._waiter.wake),
+            name="journalctl-reader",
+            daemon=True,
         )
         self._reader.start()
 
     def _exited(self) -> None:
-        self.close()
+        self._stop_process()
         self._exited_at = self._monotonic()
 
     def _entry(self, raw: str) -> str | None:
@@ -428,13 +629,17 @@ def journal_problem(root: Path) -> str | None:
     return None
 
 
-def _pump(stdout: IO[str] | None, into: queue.SimpleQueue[str | None]) -> None:
+def _pump(
+    stdout: IO[str] | None, into: queue.SimpleQueue[str | None], wake: Callable[[], None]
+) -> None:
     if stdout is not None:
         with contextlib.suppress(OSError, ValueError):
             for line in stdout:
                 if line.strip():
                     into.put(line)
+                    wake()
     into.put(_EOF)
+    wake()
 
 
 def _message(value: Any) -> str:

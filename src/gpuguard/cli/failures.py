@@ -130,10 +130,15 @@ class GuardedGroup(typer.core.TyperGroup):
         except (Exception, KeyboardInterrupt, deadline.DeadlineExceeded) as e:
             if "--debug" in argv:
                 traceback.print_exception(e)
-            code, message = describe(e)
-            output.error_line(message)
-            return _finish(code, standalone_mode)
+            return _finish(report(e), standalone_mode)
         return _finish(result if isinstance(result, int) else 0, standalone_mode)
+
+
+def report(exc: BaseException) -> int:
+    """Print ``exc`` as the one ``error:`` line on stderr; its exit status."""
+    code, message = describe(exc)
+    output.error_line(message)
+    return code
 
 
 def _finish(code: int, standalone_mode: bool) -> int:

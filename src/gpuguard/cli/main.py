@@ -1,9 +1,12 @@
-"""Entry point: assembles the ``gpuguard`` command groups."""
+"""The ``gpuguard`` command line: assembles the command groups.
+
+The executable starts in ``cli.entry``, which answers ``--version`` and the plain forms of
+``xid parse`` itself and imports this module for everything else.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -18,6 +21,7 @@ from gpuguard.cli import (
     check,
     deadline,
     demo,
+    entry,
     evidence,
     failures,
     gate,
@@ -53,7 +57,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"gpuguard {metadata.version('gpuguard')}")
+        typer.echo(entry.version_line())
         raise typer.Exit()
 
 

@@ -6,17 +6,23 @@ slot for the Xid lines that follow it, and the "has fallen off the bus" message 
 lines. ``XidLogParser`` holds that context for one stream; the agent feeds it journald lines one
 by one, and ``kernlog.scan`` feeds it only the candidate lines of a file. It never raises on what
 a line contains: unreadable lines are skipped and counted in ``stats``.
+
+Importing this module costs next to nothing: the grammar (``messages``, ``stamps``) and the
+event types (``model.xid``, dataclasses) are imported at the first ``NVRM:`` line, so ``gpuguard
+xid parse`` on a log without one starts in the interpreter's own time (issue 28; checked by
+tests/unit/test_cli_entry.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, tzinfo
+TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads either)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from datetime import UTC, tzinfo
 
-from gpuguard.kernlog import messages, stamps
-from gpuguard.model import xid
+    from gpuguard.kernlog import messages, stamps
+    from gpuguard.model import xid
+_grammar_loaded = False  # set by _load_grammar: then messages, stamps, xid, UTC are names here
 
 NVRM_MARKER = "NVRM:"
 MALFORMED_SAMPLE_SIZE = 10
@@ -24,27 +30,51 @@ MALFORMED_SAMPLE_SIZE = 10
 _FALL_OFF_WINDOW_LINES = 4
 
 
-@dataclass(slots=True)
 class ParseStats:
     """What a parser has seen so far.
 
     ``lines_read`` is the number of input lines covered (a scanner that skips lines without
     ``NVRM`` still counts them); ``malformed`` counts lines that mention ``NVRM: Xid`` but could
-    not be read, and ``first_malformed`` keeps the line numbers of the first few.
+    not be read, and ``first_malformed`` keeps the line numbers of the first few. A plain class,
+    not a dataclass: importing dataclasses costs more than the rest of ``xid parse``'s start.
     """
 
-    lines_read: int = 0
-    events: int = 0
-    malformed: int = 0
-    first_malformed: list[int] = field(default_factory=list)
+    __slots__ = ("events", "first_malformed", "lines_read", "malformed")
+
+    def __init__(
+        self,
+        lines_read: int = 0,
+        events: int = 0,
+        malformed: int = 0,
+        first_malformed: list[int] | None = None,
+    ) -> None:
+        self.lines_read = lines_read
+        self.events = events
+        self.malformed = malformed
+        self.first_malformed = [] if first_malformed is None else first_malformed
+
+    def _fields(self) -> tuple[int, int, int, list[int]]:
+        return self.lines_read, self.events, self.malformed, self.first_malformed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ParseStats) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+
+    def __repr__(self) -> str:
+        return (
+            f"ParseStats(lines_read={self.lines_read}, events={self.events}, "
+            f"malformed={self.malformed}, first_malformed={self.first_malformed})"
+        )
 
 
-@dataclass(frozen=True, slots=True)
 class _FallOffStart:
-    line_no: int
-    pci: str | None
-    text: str
-    stamp: stamps.Stamp
+    """The first line of a "fallen off the bus" message, waiting for the line that ends it."""
+
+    __slots__ = ("line_no", "pci", "stamp", "text")
+
+    def __init__(self, line_no: int, pci: str | None, text: str, stamp: stamps.Stamp) -> None:
+        self.line_no, self.pci, self.text, self.stamp = line_no, pci, text, stamp
 
 
 class XidLogParser:
@@ -52,10 +82,10 @@ class XidLogParser:
 
     ``year`` dates syslog/journald lines (``Nov 29 11:28:11 host kernel: ...``), which carry no
     year: without it their ``timestamp`` is None. ``tz`` is the zone of times printed without
-    one (``dmesg -T``, syslog); the default is UTC.
+    one (``dmesg -T``, syslog); the default (None) is UTC.
     """
 
-    def __init__(self, *, year: int | None = None, tz: tzinfo = UTC) -> None:
+    def __init__(self, *, year: int | None = None, tz: tzinfo | None = None) -> None:
         self.stats = ParseStats()
         self._year = year
         self._tz = tz
@@ -69,6 +99,8 @@ class XidLogParser:
         if marker < 0:
             return None
         text = line[marker + len(NVRM_MARKER) :].strip()
+        if not _grammar_loaded:
+            _load_grammar()
         event = self._read(text, line[:marker], line_no)
         if event is not None:
             self.stats.events += 1
@@ -120,7 +152,9 @@ class XidLogParser:
             start = self._fall_off = None
         if not messages.says_fallen_off_bus(text):
             if start is not None:
-                self._fall_off = dataclasses.replace(start, text=f"{start.text} {text}")
+                self._fall_off = _FallOffStart(
+                    start.line_no, start.pci, f"{start.text} {text}", start.stamp
+                )
             return None
         self._fall_off = None
         own_pci = messages.address_in(text)
@@ -145,12 +179,24 @@ class XidLogParser:
         return self._uuid_by_pci.get(pci) if pci is not None else None
 
     def _stamp(self, prefix: str) -> stamps.Stamp:
-        return stamps.read_stamp(prefix, year=self._year, tz=self._tz)
+        return stamps.read_stamp(prefix, year=self._year, tz=UTC if self._tz is None else self._tz)
 
     def _count_malformed(self, line_no: int) -> None:
         self.stats.malformed += 1
         if len(self.stats.first_malformed) < MALFORMED_SAMPLE_SIZE:
             self.stats.first_malformed.append(line_no)
+
+
+def _load_grammar() -> None:
+    """Import the grammar and the event types, once, at the first ``NVRM:`` line (module
+    docstring): as module names, so reading a line costs no import statement."""
+    global _grammar_loaded, messages, stamps, xid, UTC  # noqa: PLW0603 - imported late, once
+    from datetime import UTC
+
+    from gpuguard.kernlog import messages, stamps
+    from gpuguard.model import xid
+
+    _grammar_loaded = True
 
 
 def parse_lines(
