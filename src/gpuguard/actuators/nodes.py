@@ -166,6 +166,7 @@ _WARNINGS = {
     decisions.Reason.BREAKER_LEVEL,
     decisions.Reason.ESCALATED,
     decisions.Reason.CHANGE_FAILED,
+    decisions.Reason.REMEDIATION_FAILED,
 }
 
 

@@ -28,6 +28,7 @@ BURNIN_FAILED = PREFIX + "burnin-failed"  # the burn-in key (isolation/boot/rese
 GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
+REMEDIATION = PREFIX + "remediation"  # gpuguard's own repair of this isolation (model.remediation)
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 DEVICE_PLUGIN_VISIBLE_LABEL = PREFIX + "device-plugin-visible"  # node label: its GPU indices
 FIT_LABEL = PREFIX + "fit-to-train"  # opt-in node label: yes/no (docs/audit.md#health-verdict)
@@ -49,6 +50,7 @@ PER_ISOLATION = (
     WITHHELD,
     EVIDENCE_STARTED,
     BURNIN_FAILED,
+    REMEDIATION,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""
