@@ -19,6 +19,9 @@ from enum import StrEnum
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, timestamps
 
+HAND_OFF_CONDITION = "GpuguardRemediationRequired"
+"""The node condition a hand-off sets True and a return sets False (docs/remediation.md)."""
+
 
 class Action(StrEnum):
     POWER_CYCLE = "power-cycle"  # off, then on, through the node's BMC (Redfish)

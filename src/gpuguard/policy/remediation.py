@@ -34,6 +34,7 @@ class Step(StrEnum):
     WAIT = "wait"  # the breaker: ``max_in_flight`` repairs are in flight
     POWER_CYCLE = "power-cycle"
     HAND_OFF = "hand-off"
+    CLEAR_HAND_OFF = "clear-hand-off"  # returned (or no longer gpuguard's): condition False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +70,13 @@ def workload_pods(pods: Sequence[fleet.Pod]) -> tuple[fleet.Pod, ...]:
 
 
 def in_flight(nodes: Sequence[fleet.Node]) -> tuple[str, ...]:
-    """Nodes whose repair was carried out and that have not returned yet; an unreadable mark
-    counts (the breaker fails closed)."""
+    """Nodes whose repair was carried out and that have neither returned nor failed their
+    return (a failed burn-in holds the node for a person: it no longer takes a turn); an
+    unreadable mark counts (the breaker fails closed)."""
     out = []
     for node in nodes:
+        if keys.RETURN_FAILED in node.annotations or keys.BURNIN_FAILED in node.annotations:
+            continue
         try:
             mark = model.read(node.annotations)
         except InputError:
@@ -93,12 +97,23 @@ def decide(
         key=lambda n: (n.annotations[keys.ISOLATED_AT], n.name),
     )
     busy = len(in_flight(snapshot.nodes))
-    out = []
+    out = [
+        Decision(n.name, Step.CLEAR_HAND_OFF, "no longer isolated by gpuguard for a power cycle")
+        for n in snapshot.nodes
+        if n.conditions.get(model.HAND_OFF_CONDITION) == "True" and not _handed_off(n)
+    ]
     for node in isolated:
         one = _one(node, snapshot.pods_on(node.name), settings, busy)
         busy += one.step is Step.POWER_CYCLE
         out.append(one)
     return tuple(out)
+
+
+def _handed_off(node: fleet.Node) -> bool:
+    """Still gpuguard's isolation with a power-cycle verdict (the hand-off stands)."""
+    return node.isolated_by_gpuguard and node.annotations.get(keys.VERDICT) == str(
+        decisions.Verdict.POWER_CYCLE
+    )
 
 
 def _one(
