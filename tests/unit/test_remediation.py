@@ -12,7 +12,7 @@ import pytest
 
 from gpuguard.actuators import eviction
 from gpuguard.controller import remediation as step
-from gpuguard.errors import InputError
+from gpuguard.errors import ConflictError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports, settings
 from gpuguard.model import remediation as model
@@ -188,17 +188,26 @@ class Conditions:
         self.set.append((node, condition, status, reason))
 
 
-def remediation(bmc: Bmc, writer: FakeWriter, evictions: Evictions | None = None,
+@dataclasses.dataclass
+class Writer(FakeWriter):
+    """FakeWriter plus the unconditional write of a claimed action's result."""
+
+    def annotate_after_claim(self, node: str, annotations: dict[str, str | None]) -> None:
+        self.annotated.append((node, dict(annotations)))
+
+
+def remediation(bmc: Bmc, writer: Writer, evictions: Evictions | None = None,
                 s: settings.RemediationSettings = ON) -> step.Remediation:  # fmt: skip
     return step.Remediation(bmc, evictions or Evictions(), writer, s, hand_off=Conditions())
 
 
 def test_a_power_cycle_writes_its_mark_and_an_event() -> None:
-    bmc, writer = Bmc(ports.PowerCycled(True, "system 1: On -> PowerCycle")), FakeWriter()
+    bmc, writer = Bmc(ports.PowerCycled(True, "system 1: On -> PowerCycle")), Writer()
     (out,) = remediation(bmc, writer).run(snapshot(isolated()), NOW, may_write=lambda: True)
     assert out.done == "applied"
     assert bmc.calls == [("gpu-node-b", POOL)]
-    ((node, marks),) = writer.annotated
+    (_, claim), (node, marks) = writer.annotated
+    assert json.loads(claim[keys.REMEDIATION] or "")["result"] == "started"
     assert node == "gpu-node-b"
     assert set(marks) == {keys.REMEDIATION}
     assert json.loads(marks[keys.REMEDIATION] or "") == {
@@ -209,10 +218,10 @@ def test_a_power_cycle_writes_its_mark_and_an_event() -> None:
 
 def test_a_refusing_bmc_ends_in_the_persons_request_with_the_reason_once() -> None:
     refused = "BMC https://10.0.0.9 refused (401): HTTP POST ... Unauthorized"
-    bmc, writer = Bmc(ports.PowerCycled(False, refused)), FakeWriter()
+    bmc, writer = Bmc(ports.PowerCycled(False, refused)), Writer()
     node = isolated(**{keys.REQUEST: "power-cycle gpu-node-b (Xid 79 on 0000:99:00.0)"})
     remediation(bmc, writer).run(snapshot(node), NOW, may_write=lambda: True)
-    ((_, marks),) = writer.annotated
+    _, (_, marks) = writer.annotated
     assert marks[keys.REQUEST] == (f"automated power cycle failed ({refused}): power-cycle the "
                                    "node by hand. power-cycle gpu-node-b (Xid 79 on 0000:99:00.0)")
     written = model.read({keys.REMEDIATION: marks[keys.REMEDIATION] or ""})
@@ -228,7 +237,7 @@ def test_a_refusing_bmc_ends_in_the_persons_request_with_the_reason_once() -> No
 
 
 def test_a_drain_evicts_through_the_eviction_api_and_never_power_cycles_yet() -> None:
-    bmc, writer = Bmc(ports.PowerCycled(True, "-")), FakeWriter()
+    bmc, writer = Bmc(ports.PowerCycled(True, "-")), Writer()
     evictions = Evictions(blocked=frozenset({"train-1"}))
     pods = (gpu_pod("train-0"), gpu_pod("train-1"))
     (out,) = remediation(bmc, writer, evictions).run(snapshot(isolated(), pods=pods), NOW,
@@ -243,7 +252,7 @@ def test_a_drain_evicts_through_the_eviction_api_and_never_power_cycles_yet() ->
 
 
 def test_dry_run_and_a_standby_write_nothing() -> None:
-    bmc, writer = Bmc(ports.PowerCycled(True, "-")), FakeWriter()
+    bmc, writer = Bmc(ports.PowerCycled(True, "-")), Writer()
     (out,) = remediation(bmc, writer).run(snapshot(isolated()), NOW, may_write=lambda: False)
     assert out.done == "dry-run"
     assert bmc.calls == []
@@ -252,7 +261,7 @@ def test_dry_run_and_a_standby_write_nothing() -> None:
 
 def test_a_hand_off_sets_the_condition_and_its_mark() -> None:
     s = settings.RemediationSettings(hand_off_pools=frozenset({POOL}))
-    bmc, writer = Bmc(ports.PowerCycled(True, "-")), FakeWriter()
+    bmc, writer = Bmc(ports.PowerCycled(True, "-")), Writer()
     rem = remediation(bmc, writer, s=s)
     (out,) = rem.run(snapshot(isolated()), NOW, may_write=lambda: True)
     assert out.done == "applied"
@@ -263,3 +272,18 @@ def test_a_hand_off_sets_the_condition_and_its_mark() -> None:
     written = model.read({keys.REMEDIATION: writer.annotated[0][1][keys.REMEDIATION] or ""})
     assert written is not None
     assert written.result is model.Result.PUBLISHED
+
+
+def test_the_claim_comes_first_a_conflict_on_it_power_cycles_nothing() -> None:
+    bmc = Bmc(ports.PowerCycled(True, "-"))
+    writer = Writer(errors={"gpu-node-b": ConflictError("node changed since read")})
+    (out,) = remediation(bmc, writer).run(snapshot(isolated()), NOW, may_write=lambda: True)
+    assert out.done == "error: node changed since read"
+    assert bmc.calls == []
+
+
+def test_a_started_mark_is_never_repeated_and_holds_its_turn() -> None:
+    started = isolated(**{keys.REMEDIATION: mark(model.Result.STARTED)})
+    second = isolated("gpu-node-c", at="2026-09-21T06:00:00Z")
+    assert steps(snapshot(started, second)) == [("gpu-node-b", Step.NONE),
+                                                ("gpu-node-c", Step.WAIT)]  # fmt: skip

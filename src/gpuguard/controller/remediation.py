@@ -4,7 +4,8 @@ verdict, opt-in per pool (docs/remediation.md); ``policy.remediation`` decides, 
 - ``drain``: evict the node's GPU pods through the Eviction API (a PodDisruptionBudget's 429
   leaves the pod; the next tick tries again; nothing is ever forced or deleted);
 - ``power-cycle``: the BMC (``ports.PowerControl``, Redfish in ``actuators.redfish``) powers
-  the node off, then on; then the ``gpuguard.io/remediation`` mark with the result, an Event
+  the node off, then on: the ``gpuguard.io/remediation`` mark ``started`` before (a claim,
+  conditional on the node as read), then with the result, an Event
   and, on a failure, the reason put at the head of the person's request
   (``gpuguard.io/request``) and a notification. The mark is written whatever the result: a
   node is repaired at most once per isolation, so a refusing BMC never loops. The return
@@ -20,6 +21,7 @@ by its new boot ID: the policy does not power-cycle a node rebooted since its is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +45,12 @@ class Evictor(Protocol):
     def evict(self, pod_namespace: str, name: str) -> eviction.Evicted: ...
 
 
+class MarkWriter(ports.ClusterWriter, Protocol):
+    def annotate_after_claim(self, node: str, annotations: dict[str, str | None]) -> None:
+        """Annotations without a precondition, after a conditional claim."""
+        ...
+
+
 class HandOffWriter(Protocol):
     def set_condition(self, node: str, condition: str, status: bool, reason: str,
                       message: str, now: datetime) -> None:  # fmt: skip
@@ -64,7 +72,7 @@ class Outcome:
 class Remediation:
     power: ports.PowerControl
     evictor: Evictor
-    writer: ports.ClusterWriter
+    writer: MarkWriter
     settings: settings_model.RemediationSettings
     hand_off: HandOffWriter | None = None
     notifier: ports.Notifier | None = None
@@ -120,17 +128,23 @@ class Remediation:
         return "applied"
 
     def _power_cycle(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
+        isolated_at = node.annotations[keys.ISOLATED_AT]
+        started = model.Mark(model.Action.POWER_CYCLE, model.Result.STARTED, now, isolated_at,
+                             "power cycle requested from the BMC")  # fmt: skip
+        # claimed first, conditional on the node as read (a 409: nothing done, next tick)
+        self.writer.annotate(node, {keys.REMEDIATION: started.render()})
         done = self.power.power_cycle(node.name, policy.pool_of(node, self.settings))
         result = model.Result.DONE if done.ok else model.Result.FAILED
-        mark = model.Mark(model.Action.POWER_CYCLE, result, now,
-                          node.annotations[keys.ISOLATED_AT], done.detail)  # fmt: skip
+        mark = dataclasses.replace(started, result=result, detail=done.detail)
         marks = {keys.REMEDIATION: mark.render()}
         if not done.ok:
             request = node.annotations.get(keys.REQUEST, "")
             marks[keys.REQUEST] = (f"automated power cycle failed ({done.detail}): power-cycle "
                                    f"the node by hand. {request}").strip()  # fmt: skip
         log.info("%s: power cycle %s: %s", node.name, result, done.detail)
-        self.writer.annotate(node, dict(marks))
+        # the node changed since the claim (our mark, the kubelet's NotReady): the result is
+        # written unconditionally, over gpuguard's own keys only (a merge patch)
+        self.writer.annotate_after_claim(node.name, dict(marks))
         if done.ok:
             why = f"power-cycled through its BMC ({done.detail}): the return checks decide"
             self._tell(node.name, decisions.Reason.REMEDIATION_DONE, why, now)

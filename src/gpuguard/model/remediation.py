@@ -1,6 +1,10 @@
 """gpuguard's own repair of one isolation, kept on the node as ``gpuguard.io/remediation``
 (docs/remediation.md): which action, on which isolation, when, its result and why.
 
+The mark is written ``started`` before the action (conditional on the node as read: two
+replicas or two ticks never both act) and again with the result after it, so a controller that
+dies mid-way leaves ``started``, never a second power cycle.
+
 One per isolation: the mark is one of the per-isolation marks a return removes
 (``annotation_keys.PER_ISOLATION``), and a node carrying one is never acted on again for that
 isolation, so a failed action ends in the person's request and never loops. A ``done`` mark
@@ -30,6 +34,7 @@ class Action(StrEnum):
 
 
 class Result(StrEnum):
+    STARTED = "started"  # written before the action: a crash mid-way never repeats it
     DONE = "done"  # the action was carried out: the return checks and the burn-in decide
     FAILED = "failed"  # refused, failed or timed out: the person's request says why
     PUBLISHED = "published"  # handed off: the cluster's remediator acts
@@ -53,8 +58,9 @@ class Mark:
 
     @property
     def in_flight(self) -> bool:
-        """Carried out on a node that has not returned yet (a return removes the mark)."""
-        return self.result is Result.DONE
+        """Started or carried out on a node that has not returned yet (a return removes
+        the mark)."""
+        return self.result in (Result.STARTED, Result.DONE)
 
 
 def read(annotations: Mapping[str, str]) -> Mark | None:
