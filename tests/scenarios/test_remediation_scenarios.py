@@ -38,7 +38,7 @@ def fault_to_return_s(run: harness.ScenarioRun, node: str) -> float:
     return ((back - run.played.origin) - first).total_seconds()
 
 
-def annotations(run: harness.ScenarioRun, node: str) -> dict[str, str]:
+def node_marks(run: harness.ScenarioRun, node: str) -> dict[str, str]:
     marks: dict[str, str] = run.played.store.get("Node", "", node)["metadata"]["annotations"]
     return marks
 
@@ -108,7 +108,7 @@ def test_a_bmc_that_refuses_or_times_out_ends_in_the_persons_request(
     assert reason in tried["detail"]
     (failed,) = events(refused, "remediation_failed", node)
     assert failed["reason"] == "remediation-failed"
-    marks = annotations(refused, node)
+    marks = node_marks(refused, node)
     assert marks[keys.REQUEST].startswith("automated power cycle failed (BMC https://bmc-")
     assert reason in marks[keys.REQUEST]
     assert "power-cycle the node by hand." in marks[keys.REQUEST]
@@ -119,7 +119,7 @@ def test_a_bmc_that_refuses_or_times_out_ends_in_the_persons_request(
 def test_a_held_node_is_never_power_cycled(refused: harness.ScenarioRun) -> None:
     assert refused.verdicts["gpu-node-d"] == ["power-cycle"]
     assert events(refused, "bmc", "gpu-node-d") == []
-    assert keys.REMEDIATION not in annotations(refused, "gpu-node-d")
+    assert keys.REMEDIATION not in node_marks(refused, "gpu-node-d")
 
 
 def test_ecc_dbe_five_with_remediation_on_acts_on_no_held_card() -> None:
