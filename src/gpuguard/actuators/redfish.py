@@ -51,16 +51,18 @@ class BmcCredentials:
                    data.get("system") or None, verify == "true")  # fmt: skip
 
 
-def secret_reader(client: Client, namespace: str) -> SecretReader:
-    """Read one named Secret (the chart grants ``get`` on the named ones only)."""
+def secret_reader(client: Client, secrets_namespace: str) -> SecretReader:
+    """Read one named Secret in gpuguard's namespace (the chart grants ``get`` on the names
+    in ``remediation.bmc_secrets`` only: docs/security.md)."""
 
     def read(name: str) -> Mapping[str, str]:
-        with api_errors.translated(f"reading Secret {namespace}/{name}"):
-            secret = client.get(Secret, name, namespace=namespace)
+        where = f"Secret {secrets_namespace}/{name}"
+        with api_errors.translated(f"reading {where}"):
+            secret = client.get(Secret, name, namespace=secrets_namespace)
         try:
             return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
         except (ValueError, UnicodeDecodeError) as e:
-            raise InputError(f"Secret {namespace}/{name}: a value is not base64 text") from e
+            raise InputError(f"{where}: a value is not base64 text") from e
 
     return read
 

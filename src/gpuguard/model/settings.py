@@ -500,7 +500,7 @@ class RemediationSettings(_Section):
         "refused at start (one actor per node).",
     )
     bmc_secrets: dict[str, str] = Field(
-        default_factory=dict,
+        default={},
         description="Node name or pool -> the Secret (in `controller.namespace`) holding that "
         "BMC's address, username and password; a node's own entry wins. The chart grants "
         "`get` on exactly these names.",
