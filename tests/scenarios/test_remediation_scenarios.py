@@ -129,3 +129,17 @@ def test_ecc_dbe_five_with_remediation_on_acts_on_no_held_card() -> None:
     assert events(run, "bmc") == []
     assert [e for e in score.timeline(run) if e["kind"].startswith("remediation")] == []
     assert [g["node"] + "/" + str(g["gpu"]) for g in run.gpu_isolated] == ["gpu-node-a/1"]
+
+
+def test_a_hand_off_pool_gets_the_node_condition_and_no_power_cycle() -> None:
+    """docs/remediation.md#hand-off: the condition through the simulator's API (a strategic
+    merge of nodes/status); no remediator runs in the simulator, so the node stays isolated."""
+    hand_off = settings.GuardSettings.load(None, {
+        "GPUGUARD_CONTROLLER__IMAGE": IMAGE, "GPUGUARD_REMEDIATION__HAND_OFF_POOLS": POOL})
+    run = demo_runs.play("xid79-twice-bmc", hand_off)
+    assert events(run, "bmc") == []
+    conditions = run.played.store.get("Node", "", "gpu-node-b")["status"]["conditions"]
+    (handed,) = [c for c in conditions if c["type"] == "GpuguardRemediationRequired"]
+    assert (handed["status"], handed["reason"]) == ("True", "PowerCycleRequired")
+    assert json.loads(node_marks(run, "gpu-node-b")[keys.REMEDIATION])["result"] == "published"
+    assert "gpu-node-b" not in run.returned_at

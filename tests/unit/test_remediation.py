@@ -12,7 +12,7 @@ import pytest
 
 from gpuguard.actuators import eviction
 from gpuguard.controller import remediation as step
-from gpuguard.errors import ConflictError, InputError
+from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports, settings
 from gpuguard.model import remediation as model
@@ -269,7 +269,7 @@ def test_a_hand_off_sets_the_condition_and_its_mark() -> None:
     assert isinstance(rem.hand_off, Conditions)
     condition = ("gpu-node-b", model.HAND_OFF_CONDITION, True, "PowerCycleRequired")
     assert rem.hand_off.set == [condition]
-    written = model.read({keys.REMEDIATION: writer.annotated[0][1][keys.REMEDIATION] or ""})
+    written = model.read({keys.REMEDIATION: writer.annotated[-1][1][keys.REMEDIATION] or ""})
     assert written is not None
     assert written.result is model.Result.PUBLISHED
 
@@ -287,3 +287,22 @@ def test_a_started_mark_is_never_repeated_and_holds_its_turn() -> None:
     second = isolated("gpu-node-c", at="2026-09-21T06:00:00Z")
     assert steps(snapshot(started, second)) == [("gpu-node-b", Step.NONE),
                                                 ("gpu-node-c", Step.WAIT)]  # fmt: skip
+
+
+def test_a_hand_off_whose_condition_cannot_be_written_ends_in_the_persons_request() -> None:
+    class Refused(Conditions):
+        def set_condition(self, node: str, condition: str, status: bool, reason: str,
+                          message: str, now: datetime) -> None:  # fmt: skip
+            raise GpuguardError("patching nodes/gpu-node-b/status: Forbidden (403)")
+
+    s = settings.RemediationSettings(hand_off_pools=frozenset({POOL}))
+    writer = Writer()
+    rem = step.Remediation(Bmc(ports.PowerCycled(True, "-")), Evictions(), writer, s,
+                           hand_off=Refused())  # fmt: skip
+    (out,) = rem.run(snapshot(isolated()), NOW, may_write=lambda: True)
+    assert out.result is not None
+    assert out.result.result is model.Result.FAILED
+    (_, claim), (_, marks) = writer.annotated
+    assert json.loads(claim[keys.REMEDIATION] or "")["result"] == "started"
+    assert (marks[keys.REQUEST] or "").startswith(
+        "hand-off failed (patching nodes/gpu-node-b/status: Forbidden (403))")

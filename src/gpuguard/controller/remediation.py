@@ -156,13 +156,30 @@ class Remediation:
     def _hand_off(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
         if self.hand_off is None:
             return Outcome(decision, "error: no hand-off writer")
-        message = (f"gpuguard verdict power-cycle since {node.annotations[keys.ISOLATED_AT]}: "
+        isolated_at = node.annotations[keys.ISOLATED_AT]
+        message = (f"gpuguard verdict power-cycle since {isolated_at}: "
                    f"{node.annotations.get(keys.REASON, '')}")[:1024]  # fmt: skip
-        self.hand_off.set_condition(node.name, CONDITION, True, "PowerCycleRequired", message,
-                                    now)  # fmt: skip
-        mark = model.Mark(model.Action.HAND_OFF, model.Result.PUBLISHED, now,
-                          node.annotations[keys.ISOLATED_AT], f"node condition {CONDITION}=True")
-        self.writer.annotate(node, {keys.REMEDIATION: mark.render()})
+        started = model.Mark(model.Action.HAND_OFF, model.Result.STARTED, now, isolated_at,
+                             f"setting node condition {CONDITION}=True")  # fmt: skip
+        # claimed first, conditional on the node as read; the condition's write changes the
+        # node, so the result is written after it without a precondition
+        self.writer.annotate(node, {keys.REMEDIATION: started.render()})
+        try:
+            self.hand_off.set_condition(node.name, CONDITION, True, "PowerCycleRequired",
+                                        message, now)  # fmt: skip
+        except GpuguardError as e:
+            failed = dataclasses.replace(started, result=model.Result.FAILED,
+                                         detail=f"node condition not set: {e}")  # fmt: skip
+            request = node.annotations.get(keys.REQUEST, "")
+            self.writer.annotate_after_claim(node.name, {
+                keys.REMEDIATION: failed.render(),
+                keys.REQUEST: f"hand-off failed ({e}): power-cycle the node by hand. {request}"})
+            self._tell(node.name, decisions.Reason.REMEDIATION_FAILED, failed.detail, now,
+                       notify=True)  # fmt: skip
+            return Outcome(decision, "applied", failed)
+        mark = dataclasses.replace(started, result=model.Result.PUBLISHED,
+                                   detail=f"node condition {CONDITION}=True")  # fmt: skip
+        self.writer.annotate_after_claim(node.name, {keys.REMEDIATION: mark.render()})
         self._tell(node.name, decisions.Reason.REMEDIATION_HANDED_OFF, decision.detail, now)
         return Outcome(decision, "applied", mark)
 

@@ -521,9 +521,10 @@ def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) ->
     for outcome in result.remediations:
         decision, mark = outcome.decision, outcome.result
         if mark is not None:
-            failed = mark.result is model_remediation.Result.FAILED
-            reason = (decisions.Reason.REMEDIATION_FAILED if failed
-                      else decisions.Reason.REMEDIATION_DONE)  # fmt: skip
+            reason = {
+                model_remediation.Result.FAILED: decisions.Reason.REMEDIATION_FAILED,
+                model_remediation.Result.PUBLISHED: decisions.Reason.REMEDIATION_HANDED_OFF,
+            }.get(mark.result, decisions.Reason.REMEDIATION_DONE)
             run.guard_timeline.append(_entry(t, decision.node, f"remediation_{mark.result}",
                                              reason, f"{mark.action}: {mark.detail}"))
         elif decision.step is remediation.Step.WAIT and decision.node not in run.waited:
