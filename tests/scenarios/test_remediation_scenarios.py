@@ -23,6 +23,7 @@ OFF = settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__IMAGE": IMAGE})
 ON = settings.GuardSettings.load(None, {
     "GPUGUARD_CONTROLLER__IMAGE": IMAGE,
     "GPUGUARD_REMEDIATION__POWER_CYCLE_POOLS": f"{POOL},{ECC_POOL}",
+    "GPUGUARD_REMEDIATION__BMC_SECRETS": f"{POOL}=bmc-rtx-5090,{ECC_POOL}=bmc-rtx-pro-6000",
 })  # fmt: skip
 
 

@@ -22,7 +22,8 @@ from tests.fakes import FakeWriter
 
 Step = policy.Step
 POOL = "NVIDIA-GeForce-RTX-5090"
-ON = settings.RemediationSettings(power_cycle_pools=frozenset({POOL}))
+ON = settings.RemediationSettings(power_cycle_pools=frozenset({POOL}),
+                                  bmc_secrets={POOL: "bmc-rtx-5090"})
 NOW = rb.NOW
 
 
@@ -306,3 +307,14 @@ def test_a_hand_off_whose_condition_cannot_be_written_ends_in_the_persons_reques
     assert json.loads(claim[keys.REMEDIATION] or "")["result"] == "started"
     assert (marks[keys.REQUEST] or "").startswith(
         "hand-off failed (patching nodes/gpu-node-b/status: Forbidden (403))")
+
+
+def test_no_drain_and_no_power_cycle_without_a_bmc_secret_for_the_node_or_its_pool() -> None:
+    none = settings.RemediationSettings(power_cycle_pools=frozenset({POOL}))
+    (decision,) = policy.decide(snapshot(isolated(), pods=(gpu_pod("train-0"),)), none)
+    assert (decision.step, decision.detail) == (Step.NONE, (
+        f"no BMC Secret for node gpu-node-b or pool {POOL} (remediation.bmc_secrets): the "
+        "person's request stands"))
+    own = settings.RemediationSettings(power_cycle_pools=frozenset({POOL}),
+                                       bmc_secrets={"gpu-node-b": "bmc-gpu-node-b"})
+    assert steps(snapshot(isolated()), own) == [("gpu-node-b", Step.POWER_CYCLE)]

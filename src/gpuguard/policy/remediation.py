@@ -4,11 +4,12 @@ A node is power-cycled through its BMC when all hold: gpuguard isolated it (its 
 the evidence verdict is ``power-cycle``; its pool (``remediation.pool_label``) is in
 ``power_cycle_pools``; no person's ``gpuguard.io/hold``; it has not rebooted since the
 isolation (a reboot already did the repair); no repair was tried for this isolation (a
-``gpuguard.io/remediation`` mark, done or failed, is never acted on again: no loop); its GPU
-pods are gone (else DRAIN: they are evicted through the Eviction API, PodDisruptionBudgets
-honoured, and the node waits); and fewer than ``max_in_flight`` repairs are in flight
-(else WAIT: the breaker's limit, docs/breaker.md). A pool in ``hand_off_pools`` gets HAND_OFF
-instead: the node condition the cluster's remediator reads (one actor per node).
+``gpuguard.io/remediation`` mark, done or failed, is never acted on again: no loop); a BMC
+Secret is named for it (``bmc_secrets``); its GPU pods are gone (else DRAIN: they are evicted
+through the Eviction API, PodDisruptionBudgets honoured, and the node waits); and fewer
+than ``max_in_flight`` repairs are in flight (else WAIT: the breaker's limit,
+docs/breaker.md). A pool in ``hand_off_pools`` gets HAND_OFF instead: the node condition the
+cluster's remediator reads (one actor per node).
 
 Pure: the controller (``controller.remediation``) reads the facts and carries out the step.
 """
@@ -144,6 +145,9 @@ def _one(
     if pool in settings.hand_off_pools:
         return Decision(node.name, Step.HAND_OFF, f"pool {pool}: handed to the cluster's "
                         "remediator (node condition GpuguardRemediationRequired)")  # fmt: skip
+    if node.name not in settings.bmc_secrets and pool not in settings.bmc_secrets:
+        return none(f"no BMC Secret for node {node.name} or pool {pool} "
+                    "(remediation.bmc_secrets): the person's request stands")  # fmt: skip
     left = workload_pods(pods)
     if left:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
