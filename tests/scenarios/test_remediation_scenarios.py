@@ -79,6 +79,12 @@ def test_xid79_each_fall_is_power_cycled_once_and_the_second_stays_held(
     assert len(after.returned_at["gpu-node-b"]) == 1
     assert "card-history" in after.held["gpu-node-b"]
     assert events(after, "isolate", "gpu-node-a") == []
+    # each power cycle is a line of the card on the ledger, never counted as its fault
+    lines = [line for cm in after.played.store.list("ConfigMap", "gpuguard")
+             for text in (cm.get("data") or {}).values() for line in text.splitlines()]
+    assert len([line for line in lines if " power_cycled " in line]) == 2
+    (card,) = after.cards.values()
+    assert (card["confirmed_faults"], card["escalation"]) == (2, "inspection")
 
 
 def test_two_nodes_needing_a_power_cycle_go_one_at_a_time() -> None:

@@ -14,11 +14,12 @@ from gpuguard.actuators import eviction
 from gpuguard.controller import remediation as step
 from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet, ports, settings
+from gpuguard.model import decisions, faults, fleet, ports, settings
 from gpuguard.model import remediation as model
+from gpuguard.policy import escalation
 from gpuguard.policy import remediation as policy
 from tests import return_builders as rb
-from tests.fakes import FakeWriter
+from tests.fakes import FakeLedger, FakeWriter
 
 Step = policy.Step
 POOL = "NVIDIA-GeForce-RTX-5090"
@@ -318,3 +319,30 @@ def test_no_drain_and_no_power_cycle_without_a_bmc_secret_for_the_node_or_its_po
     own = settings.RemediationSettings(power_cycle_pools=frozenset({POOL}),
                                        bmc_secrets={"gpu-node-b": "bmc-gpu-node-b"})
     assert steps(snapshot(isolated()), own) == [("gpu-node-b", Step.POWER_CYCLE)]
+
+
+@pytest.mark.parametrize(("ok", "kind"), [(True, faults.FaultKind.POWER_CYCLED),
+                                          (False, faults.FaultKind.POWER_CYCLE_FAILED)])
+def test_the_power_cycle_is_a_ledger_line_of_the_card_that_escalation_never_counts(
+    ok: bool, kind: faults.FaultKind
+) -> None:
+    ledger = FakeLedger()
+    rem = step.Remediation(Bmc(ports.PowerCycled(ok, "-")), Evictions(), Writer(), ON,
+                           ledger=ledger)  # fmt: skip
+    rem.run(snapshot(isolated()), NOW, may_write=lambda: True)
+    (line,) = ledger.lines
+    assert (line.at, line.node, line.kind, line.pci, line.uuid) == (
+        NOW, "gpu-node-b", kind, "0000:99:00.0", rb.CARD)
+    fault = dataclasses.replace(line, at=rb.ISOLATED_AT, kind=faults.FaultKind.XID, xid=79)
+    assert escalation.card_fault_count([fault, line], rb.CARD) == 1
+
+
+def test_an_unwritable_ledger_keeps_the_power_cycle_and_its_mark() -> None:
+    ledger = FakeLedger(error=GpuguardError("ledger ConfigMap: 503"))
+    writer = Writer()
+    rem = step.Remediation(Bmc(ports.PowerCycled(True, "-")), Evictions(), writer, ON,
+                           ledger=ledger)  # fmt: skip
+    (out,) = rem.run(snapshot(isolated()), NOW, may_write=lambda: True)
+    assert out.result is not None
+    assert out.result.result is model.Result.DONE
+    assert len(writer.annotated) == 2

@@ -26,12 +26,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuguard.actuators import eviction
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet, ports
+from gpuguard.model import decisions, faults, fleet, pci, ports
 from gpuguard.model import remediation as model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import remediation as policy
@@ -49,6 +49,10 @@ class MarkWriter(ports.ClusterWriter, Protocol):
     def annotate_after_claim(self, node: str, annotations: dict[str, str | None]) -> None:
         """Annotations without a precondition, after a conditional claim."""
         ...
+
+
+class LedgerPort(Protocol):
+    def append(self, entry: Any) -> None: ...
 
 
 class HandOffWriter(Protocol):
@@ -76,6 +80,7 @@ class Remediation:
     settings: settings_model.RemediationSettings
     hand_off: HandOffWriter | None = None
     notifier: ports.Notifier | None = None
+    ledger: LedgerPort | None = None  # the power cycle's line on the card's history
 
     def run(
         self, snapshot: fleet.FleetSnapshot, now: datetime, *, may_write: Callable[[], bool]
@@ -142,6 +147,7 @@ class Remediation:
             marks[keys.REQUEST] = (f"automated power cycle failed ({done.detail}): power-cycle "
                                    f"the node by hand. {request}").strip()  # fmt: skip
         log.info("%s: power cycle %s: %s", node.name, result, done.detail)
+        self._record(node, done.ok, now)
         # the node changed since the claim (our mark, the kubelet's NotReady): the result is
         # written unconditionally, over gpuguard's own keys only (a merge patch)
         self.writer.annotate_after_claim(node.name, dict(marks))
@@ -152,6 +158,23 @@ class Remediation:
             why = f"automated power cycle failed: {done.detail}; the person's request says so"
             self._tell(node.name, decisions.Reason.REMEDIATION_FAILED, why, now, notify=True)
         return Outcome(decision, "applied", mark)
+
+    def _record(self, node: fleet.Node, ok: bool, now: datetime) -> None:
+        """The power cycle on the ledger, as a line of the isolated card that is no fault of it
+        (``faults.NOT_FAULTS``); an unwritable ledger is logged, the node's mark still tells."""
+        if self.ledger is None:
+            return
+        kind = faults.FaultKind.POWER_CYCLED if ok else faults.FaultKind.POWER_CYCLE_FAILED
+        entry = faults.LedgerEntry(
+            at=now, node=node.name, xid=None,
+            pci=pci.try_normalize_pci(node.annotations.get(keys.GPU_PCI)),
+            uuid=node.annotations.get(keys.GPU_UUID), recorder=faults.Recorder.GPUGUARD,
+            kind=kind,
+        )  # fmt: skip
+        try:
+            self.ledger.append(entry)
+        except GpuguardError as e:
+            log.warning("%s: %s not on the ledger: %s", node.name, kind, e)
 
     def _hand_off(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
         if self.hand_off is None:

@@ -276,8 +276,10 @@ def remediation_step(
         redfish.secret_reader(client, guard_settings.controller.namespace), r.bmc_secrets,
         timeout_s=r.bmc_timeout.total_seconds(),
     )  # fmt: skip
-    return remediation.Remediation(power, eviction.Evictor(client), writer, r, hand_off=writer,
-                                   notifier=notifier)  # fmt: skip
+    return remediation.Remediation(
+        power, eviction.Evictor(client), writer, r, hand_off=writer, notifier=notifier,
+        ledger=ledger.Ledger(client, guard_settings.controller.namespace),
+    )
 
 
 def gpu_isolation_step(

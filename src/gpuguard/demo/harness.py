@@ -513,7 +513,8 @@ def _remediation(
     if not r.power_cycle_pools and not r.hand_off_pools:
         return None
     power = bmc.SimBmc(played, r.bmc_timeout.total_seconds())
-    return remediation.Remediation(power, eviction.Evictor(client), writer, r, hand_off=writer)
+    return remediation.Remediation(power, eviction.Evictor(client), writer, r, hand_off=writer,
+                                   ledger=ledger.Ledger(client, settings.controller.namespace))
 
 
 def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
