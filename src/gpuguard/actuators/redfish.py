@@ -17,11 +17,10 @@ import base64
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-import sushy
 from lightkube import Client
 from lightkube.resources.core_v1 import Secret
-from sushy import exceptions as sushy_errors
 
 from gpuguard.actuators import api_errors
 from gpuguard.errors import GpuguardError, InputError
@@ -78,6 +77,10 @@ class RedfishPower:
     poll_s: float = 1.0
 
     def power_cycle(self, node: str, pool: str | None) -> ports.PowerCycled:
+        # sushy is imported here, when a power cycle is due: importing it (with stevedore and
+        # its plugins) costs every gpuguard command most of a second otherwise
+        from sushy import exceptions as sushy_errors
+
         name = self.secrets.get(node) or (self.secrets.get(pool) if pool else None)
         if name is None:
             return ports.PowerCycled(False, f"no BMC Secret for node {node} or pool {pool} "
@@ -100,6 +103,8 @@ class RedfishPower:
             return ports.PowerCycled(False, f"BMC {creds.address}: {e}")
 
     def _cycle(self, creds: BmcCredentials) -> str:
+        import sushy
+
         root = sushy.Sushy(
             creds.address,
             auth=sushy.auth.BasicAuth(creds.username, creds.password),
@@ -133,7 +138,10 @@ class _Timeout(Exception):
     """The power did not go off in time (internal: returned as the reason)."""
 
 
-def _only_system(root: sushy.Sushy) -> sushy.resources.system.system.System:
+def _only_system(root: Any) -> Any:
+    """The BMC's one ComputerSystem (a sushy ``System``); SushyError when it has several."""
+    from sushy import exceptions as sushy_errors
+
     members = root.get_system_collection().get_members()
     if len(members) != 1:
         raise sushy_errors.SushyError(
