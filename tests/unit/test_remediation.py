@@ -346,3 +346,10 @@ def test_an_unwritable_ledger_keeps_the_power_cycle_and_its_mark() -> None:
     assert out.result is not None
     assert out.result.result is model.Result.DONE
     assert len(writer.annotated) == 2
+
+
+def test_only_the_node_whose_turn_it_is_is_drained() -> None:
+    second = isolated("gpu-node-c", at="2026-09-21T06:00:00Z")
+    pods = (gpu_pod("train-0"), gpu_pod("train-1", node="gpu-node-c"))
+    assert steps(snapshot(isolated(), second, pods=pods)) == [("gpu-node-b", Step.DRAIN),
+                                                              ("gpu-node-c", Step.WAIT)]

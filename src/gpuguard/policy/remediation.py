@@ -1,15 +1,15 @@
 """Which isolated node gpuguard repairs itself this tick, and how (docs/remediation.md).
 
-A node is power-cycled through its BMC when all hold: gpuguard isolated it (its own mark);
-the evidence verdict is ``power-cycle``; its pool (``remediation.pool_label``) is in
+A node is power-cycled through its BMC when all hold: gpuguard isolated it (its own mark); the
+evidence verdict is ``power-cycle``; its pool (``remediation.pool_label``) is in
 ``power_cycle_pools``; no person's ``gpuguard.io/hold``; it has not rebooted since the
 isolation (a reboot already did the repair); no repair was tried for this isolation (a
 ``gpuguard.io/remediation`` mark, done or failed, is never acted on again: no loop); a BMC
-Secret is named for it (``bmc_secrets``); its GPU pods are gone (else DRAIN: they are evicted
-through the Eviction API, PodDisruptionBudgets honoured, and the node waits); and fewer
-than ``max_in_flight`` repairs are in flight (else WAIT: the breaker's limit,
-docs/breaker.md). A pool in ``hand_off_pools`` gets HAND_OFF instead: the node condition the
-cluster's remediator reads (one actor per node).
+Secret is named for it (``bmc_secrets``); fewer than ``max_in_flight`` repairs are in flight
+(else WAIT: the breaker's limit, docs/breaker.md); and its GPU pods are gone (else DRAIN: they
+are evicted through the Eviction API, PodDisruptionBudgets honoured, and the node waits). A
+pool in ``hand_off_pools`` gets HAND_OFF instead: the node condition the cluster's remediator
+reads (one actor per node).
 
 Pure: the controller (``controller.remediation``) reads the facts and carries out the step.
 """
@@ -92,7 +92,8 @@ def decide(
     snapshot: fleet.FleetSnapshot, settings: settings_model.RemediationSettings
 ) -> tuple[Decision, ...]:
     """A decision for every node gpuguard isolated with a verdict, oldest isolation first;
-    each POWER_CYCLE takes a slot of ``max_in_flight`` from the nodes after it."""
+    each DRAIN or POWER_CYCLE takes a slot of ``max_in_flight`` from the nodes after it (a
+    node is drained only when its power cycle may follow)."""
     isolated = sorted(
         (n for n in snapshot.nodes if n.isolated_by_gpuguard and keys.VERDICT in n.annotations),
         key=lambda n: (n.annotations[keys.ISOLATED_AT], n.name),
@@ -105,7 +106,7 @@ def decide(
     ]
     for node in isolated:
         one = _one(node, snapshot.pods_on(node.name), settings, busy)
-        busy += one.step is Step.POWER_CYCLE
+        busy += one.step in (Step.DRAIN, Step.POWER_CYCLE)  # a drain holds its node's turn
         out.append(one)
     return tuple(out)
 
@@ -148,12 +149,12 @@ def _one(
     if node.name not in settings.bmc_secrets and pool not in settings.bmc_secrets:
         return none(f"no BMC Secret for node {node.name} or pool {pool} "
                     "(remediation.bmc_secrets): the person's request stands")  # fmt: skip
+    if busy >= settings.max_in_flight:
+        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
+                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
     left = workload_pods(pods)
     if left:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
         return Decision(node.name, Step.DRAIN, f"evicting {len(left)} GPU pod(s) first: {names}",
                         left)  # fmt: skip
-    if busy >= settings.max_in_flight:
-        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
-                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
     return Decision(node.name, Step.POWER_CYCLE, f"power-cycle verdict, pool {pool}, drained")
