@@ -16,9 +16,11 @@ from gpuguard.catalog import gpu_models
 from gpuguard.cli import guard
 from gpuguard.cli.main import app
 from gpuguard.controller import gpu_isolation as gpu_step
+from gpuguard.controller import remediation as remediation_step
 from gpuguard.controller import tick, wiring
 from gpuguard.model import annotation_keys, fleet, gpu_isolation, settings
 from gpuguard.policy import admission, isolate, phantom
+from gpuguard.policy import remediation as remediation_policy
 from tests.builders import window
 
 NOW = datetime(2026, 9, 21, 6, 0, tzinfo=UTC)
@@ -96,3 +98,27 @@ def test_status_and_explain_agree_that_forged_marks_are_not_gpuguards(
     monkeypatch.setattr(guard, "run_tick", lambda *a, **k: result)
     shown = json.loads(CliRunner().invoke(app, ["explain", "gpu-node-2", "-o", "json"]).stdout)
     assert shown["state"] == "cordoned-by-human"
+
+
+def test_explain_says_what_the_repair_would_do_and_that_it_waits_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/remediation.md: a node waiting for the breaker's turn says so, in a dry run."""
+    node = fleet.Node("gpu-node-1", "boot-1", 8, 7, conditions={"Ready": "True"})
+    waiting = remediation_policy.Decision(
+        "gpu-node-1", remediation_policy.Step.WAIT,
+        "1 repair(s) in flight, at most 1 (remediation.max_in_flight): waits its turn")
+
+    def with_repair(config: Path | None, conn: wiring.Connection, *,
+                    dry_run: bool) -> tick.TickResult:  # fmt: skip
+        result = fake_tick(config, conn, dry_run=dry_run)
+        result.snapshot = fleet.FleetSnapshot(NOW, nodes=(node,))
+        result.remediations = [remediation_step.Outcome(waiting, "-")]
+        return result
+
+    monkeypatch.setattr(guard, "run_tick", with_repair)
+    data = json.loads(CliRunner().invoke(app, ["explain", "gpu-node-1", "-o", "json"]).stdout)
+    assert data["remediation"] == {"step": "wait", "detail": waiting.detail, "done": "-"}
+    text = " ".join(CliRunner().invoke(app, ["explain", "gpu-node-1"]).stdout.split())
+    assert ("- remediation: wait: 1 repair(s) in flight, at most 1 "
+            "(remediation.max_in_flight): waits its turn") in text

@@ -10,9 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.controller import change as change_step
 from gpuguard.controller import gpu_isolation as gpu_step
+from gpuguard.controller import remediation as remediation_step
 from gpuguard.controller import telemetry, tick
 from gpuguard.model import annotation_keys, change, fleet, gpu_isolation, settings
+from gpuguard.model import remediation as remediation_model
 from gpuguard.policy import admission, isolate, rollout
+from gpuguard.policy import remediation as remediation_policy
 
 NOW = datetime(2026, 9, 21, 5, 53, 30, tzinfo=UTC)
 
@@ -188,3 +191,25 @@ def test_forged_marks_are_not_counted_as_gpuguards_isolations() -> None:
     isolated = {dict(labels)["node"] for (name, labels), value in values(metrics).items()
                 if name == "gpuguard_isolated_nodes" and value == 1}
     assert isolated == {"gpu-node-a"}
+
+
+def test_each_repair_is_counted_by_action_and_result() -> None:
+    """docs/remediation.md: gpuguard_remediations_total{action,result}; a wait is no repair."""
+    def outcome(step: remediation_policy.Step, mark: remediation_model.Mark | None
+                ) -> remediation_step.Outcome:  # fmt: skip
+        return remediation_step.Outcome(remediation_policy.Decision("n", step, "-"), "-", mark)
+
+    def mark(result: remediation_model.Result) -> remediation_model.Mark:
+        return remediation_model.Mark(remediation_model.Action.POWER_CYCLE, result, NOW, "t", "-")
+
+    metrics = telemetry.GuardMetrics()
+    metrics.observe(tick.TickResult(at=NOW, remediations=[
+        outcome(remediation_policy.Step.POWER_CYCLE, mark(remediation_model.Result.DONE)),
+        outcome(remediation_policy.Step.POWER_CYCLE, mark(remediation_model.Result.FAILED)),
+        outcome(remediation_policy.Step.WAIT, None)]))  # fmt: skip
+    seen = values(metrics)
+    for result in ("done", "failed"):
+        key = (("action", "power-cycle"), ("result", result))
+        assert seen[("gpuguard_remediations_total", key)] == 1
+    counted = [v for k, v in seen.items() if k[0] == "gpuguard_remediations_total"]
+    assert sum(counted) == 2  # the wait counted nothing

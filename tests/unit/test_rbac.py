@@ -26,16 +26,23 @@ NAMESPACE_ATTRIBUTES = {
     "kured_namespace": "kube-system",  # kured's DaemonSet (values: changes.kured.namespace)
     "workload_namespace": CLUSTER,  # Events on workloads, in their own namespace
     "_templates_namespace": "kube-system",  # the admin's Job templates (changes.jobTemplates)
+    "secrets_namespace": OWN,  # the BMC Secrets (remediation.bmc_secrets), by name
 }
-CLUSTER_SCOPED = {"Node", "DeviceTaintRule", "ResourceSlice"}
+CLUSTER_SCOPED = {"Node", "Node.Status", "DeviceTaintRule", "ResourceSlice"}
 PLURAL = {"Node": "nodes", "Pod": "pods", "Job": "jobs", "ConfigMap": "configmaps",
           "Lease": "leases", "Event": "events", "Eviction": "pods/eviction",
           "DeviceTaintRule": "devicetaintrules", "ResourceSlice": "resourceslices",
-          "DaemonSet": "daemonsets"}
+          "DaemonSet": "daemonsets", "Secret": "secrets", "Node.Status": "nodes/status"}
 Use = tuple[str, str, str]  # (resource, verb, where)
-OPT_IN: dict[Use, tuple[str, ...]] = {  # a call made only when a setting is on: its value path
-    ("pods/eviction", "create", CLUSTER): ("controller", "settings", "gpu_isolation",
-                                           "evict_pods"),
+OPT_IN: dict[Use, tuple[tuple[str, ...], Any]] = {  # a call made only when a setting is on:
+    # its value path and a value that turns it on
+    ("pods/eviction", "create", CLUSTER): (("controller", "settings", "gpu_isolation",
+                                            "evict_pods"), True),
+    # docs/remediation.md: the BMC Secrets, by name; the hand-off's node condition
+    ("secrets", "get", OWN): (("controller", "settings", "remediation", "bmc_secrets"),
+                              {"gpu-node-b": "bmc-gpu-node-b"}),
+    ("nodes/status", "patch", CLUSTER): (("controller", "settings", "remediation",
+                                          "hand_off_pools"), ["NVIDIA-H100-80GB-HBM3"]),
 }
 
 
@@ -98,6 +105,8 @@ class Calls(ast.NodeVisitor):
     def resource_of(self, expr: ast.expr) -> str | None:
         if isinstance(expr, ast.Name):
             return expr.id if expr.id in PLURAL else self.local.get(expr.id)
+        if isinstance(expr, ast.Attribute) and expr.attr == "Status":  # Node.Status: subresource
+            return f"{_name(expr.value)}.Status"
         if isinstance(expr, ast.Call):
             callee = _name(expr.func)
             if callee == "cast" and expr.args:
@@ -171,11 +180,11 @@ def derived() -> set[Use]:
 def opted_in() -> dict[str, Any]:
     """The chart's values with every opt-in call's setting on."""
     values = chart.defaults()
-    for path in OPT_IN.values():
+    for path, value in OPT_IN.values():
         node = values
         for key in path[:-1]:
             node = node.setdefault(key, {})
-        node[path[-1]] = True
+        node[path[-1]] = value
     return values
 
 
@@ -208,7 +217,8 @@ def test_the_chart_grants_exactly_what_the_controllers_code_calls() -> None:
     )
     opted = chart.defaults()
     opted["changes"] = {**opted["changes"], "drainWindow": True}
-    assert granted(opted) == uses  # the drain window's eviction, once the values opt in
+    others = {u for u in OPT_IN if u[0] != "pods/eviction"}  # the remediation's, still off
+    assert granted(opted) == uses - others  # the drain window's eviction, once opted in
 
 
 def test_an_opt_in_call_is_granted_only_when_its_setting_is_on() -> None:
@@ -225,3 +235,13 @@ def test_the_scanner_sees_the_calls_it_is_meant_to_see() -> None:
     assert {("nodes", "watch", CLUSTER), ("pods", "watch", CLUSTER)} <= uses  # RAW_CALLS
     deletes = {u for u in uses if u[1] in {"delete", "deletecollection"}}
     assert deletes == {("devicetaintrules", "delete", CLUSTER)}, "gpuguard deletes only its taints"
+
+
+def test_the_bmc_secrets_are_granted_by_name_only() -> None:
+    """docs/security.md: `get` on the Secrets remediation.bmc_secrets names, no list, no
+    other Secret; none at all while it is empty."""
+    (role,) = [r for r in chart.by_kind("Role", opted_in())
+               if r["metadata"]["name"] == "gpuguard-bmc-secrets"]  # fmt: skip
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": ["bmc-gpu-node-b"], "verbs": ["get"]}]
+    assert not [r for r in chart.by_kind("Role") if r["metadata"]["name"] == "gpuguard-bmc-secrets"]

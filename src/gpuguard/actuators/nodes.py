@@ -19,7 +19,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
 from gpuguard.actuators import api_errors
-from gpuguard.model import annotation_keys, decisions, fleet
+from gpuguard.model import annotation_keys, decisions, fleet, timestamps
 
 COMPONENT = "gpuguard"
 
@@ -94,6 +94,13 @@ class NodeWriter:
             meta["labels"] = labels
         self._patch(node.name, {"metadata": meta})
 
+    def annotate_after_claim(self, node: str, annotations: dict[str, str | None]) -> None:
+        """Set annotations with no resourceVersion precondition: only for gpuguard's own mark
+        of an action it claimed by a conditional write just before (docs/remediation.md; the
+        node changes meanwhile, e.g. NotReady after a power cycle, and a merge patch touches
+        only these keys)."""
+        self._patch(node, {"metadata": {"annotations": annotations}})
+
     def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None:
         """Return the node: ONE merge patch, conditional on what was read, that uncordons
         and removes the given annotations (``null`` deletes a key in a merge patch)."""
@@ -117,6 +124,10 @@ class NodeWriter:
         if written.metadata is not None and written.metadata.resourceVersion:
             self._on_written(written.metadata.resourceVersion)
 
+    def set_condition(self, node: str, condition: str, status: bool, reason: str,
+                      message: str, now: datetime) -> None:  # fmt: skip
+        set_condition(self._client, node, condition, status, reason, message, now)
+
     def record_event(self, action: decisions.Action, now: datetime) -> None:
         """An Event on the Node, as ``kubectl describe node`` shows it."""
         event = node_event(
@@ -127,6 +138,22 @@ class NodeWriter:
             now=now,
         )
         record(self._client, event, self._events_namespace)
+
+
+def set_condition(
+    client: Client, node: str, condition: str, status: bool, reason: str, message: str,
+    now: datetime,
+) -> None:
+    """One node condition (``status`` True/False) by strategic-merge patch of the Node's
+    status, merged by ``type``: the hand-off a cluster's remediator reads
+    (docs/remediation.md#hand-off). Needs ``patch`` on ``nodes/status``."""
+    stamp = timestamps.format_utc(now)
+    body = {"status": {"conditions": [{
+        "type": condition, "status": "True" if status else "False", "reason": reason,
+        "message": message[:1024], "lastTransitionTime": stamp, "lastHeartbeatTime": stamp,
+    }]}}  # fmt: skip
+    with api_errors.translated(f"patching nodes/{node}/status condition {condition}"):
+        client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
 
 
 def node_event(
@@ -166,6 +193,7 @@ _WARNINGS = {
     decisions.Reason.BREAKER_LEVEL,
     decisions.Reason.ESCALATED,
     decisions.Reason.CHANGE_FAILED,
+    decisions.Reason.REMEDIATION_FAILED,
 }
 
 

@@ -173,7 +173,8 @@ def explain(
     guard decides about it now, with the evidence (a dry-run tick; changes nothing).
 
     For a node gpuguard isolated, the return-to-pool checklist too: every condition in order
-    (PASS / FAIL / UNKNOWN) and the step it leads to (hold, wait, burn-in, uncordon).
+    (PASS / FAIL / UNKNOWN) and the step it leads to (hold, wait, burn-in, uncordon); and, for
+    a pool opted in to remediation, what gpuguard's own repair would do (docs/remediation.md).
 
     Example: gpuguard explain gpu-node-b -o json
     """
@@ -204,7 +205,18 @@ def _explanation(name: str, node: fleet.Node | None, result: tick.TickResult) ->
         "gpu_isolation": _gpu_isolation(name, node, result),
         "change": change_step.explain(node, result.changes),
         "gpu_route": _route(node),
+        "remediation": _remediation(name, result),
     }
+
+
+def _remediation(name: str, result: tick.TickResult) -> dict[str, str] | None:
+    """What gpuguard's own repair would do now (docs/remediation.md; None: not a candidate,
+    or no pool opted in). In explain's dry-run tick nothing is done: ``done`` says dry-run."""
+    for outcome in result.remediations:
+        if outcome.decision.node == name:
+            d = outcome.decision
+            return {"step": str(d.step), "detail": d.detail, "done": outcome.done}
+    return None
 
 
 def _route(node: fleet.Node | None) -> dict[str, str] | None:
@@ -293,6 +305,10 @@ def _print_explanation(data: dict[str, Any]) -> None:
     if route:
         con.print(f"- GPU route: {route['route']} ({route['why']}): {route['gpuguard_does']}",
                   highlight=False)
+    repair = data.get("remediation")
+    if repair:
+        done = "" if repair["done"] == "-" else f" ({repair['done']})"
+        con.print(f"- remediation: {repair['step']}{done}: {repair['detail']}", highlight=False)
     checklist = data["return_checklist"]
     if checklist:
         done = "" if checklist["done"] == "-" else f"; {checklist['done']}"

@@ -122,6 +122,11 @@ class GuardMetrics:
             _counter_base(names.RETURNED_TOTAL), "Nodes returned to the pool after a burn-in.",
             ["node"], registry=r,
         )
+        self.remediations = Counter(
+            _counter_base(names.REMEDIATIONS_TOTAL),
+            "gpuguard's own repairs (power cycle, hand-off) by result (docs/remediation.md).",
+            ["action", "result"], registry=r,
+        )  # fmt: skip
         self.change_nodes = Gauge(
             names.CHANGE_NODES,
             "Nodes of each declared change's pool by phase (pending: not taken yet).",
@@ -175,6 +180,8 @@ class GuardMetrics:
         for step, _ in result.step_errors:
             self.tick_errors.labels("internal", step).inc()
         self._observe_fleet_health(result)
+        for mark in (o.result for o in result.remediations if o.result is not None):
+            self.remediations.labels(str(mark.action), str(mark.result)).inc()
         if result.decision is None:
             return
         if result.error_kind is None:

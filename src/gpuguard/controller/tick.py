@@ -20,6 +20,7 @@ from gpuguard.controller import failsafe, fault_history, fitness_label, phantom_
 from gpuguard.controller import fleet_health as fleet_health_step
 from gpuguard.controller import gpu_isolation as gpu_step
 from gpuguard.controller import recovery as recovery_step
+from gpuguard.controller import remediation as remediation_step
 from gpuguard.controller import return_to_pool as return_step
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import decisions, faults, fleet, gpu_isolation, ports
@@ -44,6 +45,7 @@ class TickResult:
     snapshot: fleet.FleetSnapshot | None = None
     recovery: list[recovery_policy.RecoveryStep] = field(default_factory=list)
     returns: list[return_step.ReturnOutcome] = field(default_factory=list)
+    remediations: list[remediation_step.Outcome] = field(default_factory=list)  # opt-in repairs
     phantom: phantom_policy.PhantomDecision | None = None
     marked: list[isolate.Marking] = field(default_factory=list)
     history: fault_history.Outcome = field(default_factory=fault_history.Outcome)
@@ -82,6 +84,7 @@ class Guard:
     notifier: ports.Notifier | None = None
     recovery: recovery_step.Recovery | None = None
     return_to_pool: return_step.ReturnToPool | None = None
+    remediation: remediation_step.Remediation | None = None  # opt-in per pool (remediation.*)
     phantom: phantom_watch.PhantomWatch | None = None
     history: fault_history.FaultHistory | None = None
     gpu_isolation: gpu_step.GpuIsolation | None = None
@@ -136,6 +139,9 @@ class Guard:
             run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
                           errors=errors)  # fmt: skip
             result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
+        if self.remediation is not None:
+            repair = partial(self.remediation.run, snapshot, result.at, may_write=may_write)
+            result.remediations = failsafe.guarded("remediation", subject, errors, repair, [])
         if self.return_to_pool is not None:
             back = partial(self.return_to_pool.run, snapshot, result.at, may_write=may_write,
                            errors=errors, silent=unknown)  # fmt: skip

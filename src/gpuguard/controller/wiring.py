@@ -20,6 +20,7 @@ from gpuguard.actuators import (
     ledger,
     nodes,
     notify,
+    redfish,
     workload_events,
 )
 from gpuguard.catalog import xid as xid_catalog
@@ -33,12 +34,13 @@ from gpuguard.controller import (
     gpu_isolation,
     phantom_watch,
     recovery,
+    remediation,
     return_to_pool,
     tick,
 )
 from gpuguard.controller import topology_cache as topology_step
 from gpuguard.errors import InputError
-from gpuguard.model import annotation_keys
+from gpuguard.model import annotation_keys, ports
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation, gang, gpu_route
 from gpuguard.sources import (
@@ -195,6 +197,7 @@ def build_guard(
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
+            remediation=remediation_step(client, writer, guard_settings, notifier),
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
                 metrics=read(
@@ -259,6 +262,27 @@ def cluster_reads(
 GANG_ANNOTATIONS = frozenset(
     {m.key for m in gang.MARKERS if m.where == "annotation"} | {gang.KUEUE_TOTAL_COUNT}
 )  # the only pod annotations the gang check reads
+
+
+def remediation_step(
+    client: Client,
+    writer: nodes.NodeWriter,
+    guard_settings: settings_model.GuardSettings,
+    notifier: ports.Notifier | None,
+) -> remediation.Remediation | None:
+    """The opt-in repairs (docs/remediation.md): None while no pool is opted in. The BMC's
+    Secrets are read from the controller's namespace, by name, when a power cycle is due."""
+    r = guard_settings.remediation
+    if not r.power_cycle_pools and not r.hand_off_pools:
+        return None
+    power = redfish.RedfishPower(
+        redfish.secret_reader(client, guard_settings.controller.namespace), r.bmc_secrets,
+        timeout_s=r.bmc_timeout.total_seconds(),
+    )  # fmt: skip
+    return remediation.Remediation(
+        power, eviction.Evictor(client), writer, r, hand_off=writer, notifier=notifier,
+        ledger=ledger.Ledger(client, guard_settings.controller.namespace),
+    )
 
 
 def gpu_isolation_step(

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import lightkube
 
-from gpuguard.actuators import jobs, ledger, workload_events
+from gpuguard.actuators import eviction, jobs, ledger, workload_events
 from gpuguard.agent import node_status as agent_status
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import change as change_step
@@ -38,6 +38,7 @@ from gpuguard.controller import (
     fault_history,
     fleet_health,
     recovery,
+    remediation,
     return_to_pool,
     telemetry,
     tick,
@@ -54,11 +55,12 @@ from gpuguard.model import (
     gpu_isolation,
     withheld,
 )
+from gpuguard.model import remediation as model_remediation
 from gpuguard.model import return_to_pool as return_model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import escalation
-from gpuguard.sim import clock as simclock
 from gpuguard.sim import (
+    bmc,
     kubeapi,
     kubelet,
     prometheus_view,
@@ -69,6 +71,7 @@ from gpuguard.sim import (
     store,
     world,
 )
+from gpuguard.sim import clock as simclock
 from gpuguard.sources import changes, kubernetes, watched_cluster
 
 STEP = timedelta(seconds=15)
@@ -100,6 +103,7 @@ class ScenarioRun:
     rollout_watch: rollout_view.Watch = field(default_factory=rollout_view.Watch)
     woken_ticks: int = 0  # ticks the fast path woke
     fallback_lists: int = 0  # ticks that listed because a watch cache was not fresh
+    waited: set[str] = field(default_factory=set)  # nodes that waited for a repair's turn
 
 
 class _AgentClients:
@@ -307,6 +311,8 @@ def _play(
                 templates=changes.JobTemplates(client, settings.controller.change_templates),
                 burnin_deadline=settings.return_to_pool.burnin_deadline,
             ),
+            # opt-in repairs (docs/remediation.md): the simulated nodes' BMCs (sim.bmc)
+            remediation=_remediation(played, client, writer, settings),
             # the gang check with its Events on the owners, over HTTP like the real guard; the
             # interconnect and topology checks run once at the end (demo.findings), not per tick
             fleet_health=fleet_health.FleetHealthWatch(
@@ -498,6 +504,7 @@ def _tick(run: ScenarioRun, guard: tick.Guard, findings: Shown) -> None:
     t = (result.at - run.played.origin).total_seconds()
     _record_recovery(run, result, t)
     _record_returns(run, result, t)
+    _record_remediations(run, result, t)
     for entry in result.history.recorded:
         run.ledger.append(_line(entry, t))
     for action in result.history.escalated:
@@ -582,6 +589,42 @@ def _record_returns(run: ScenarioRun, result: tick.TickResult, t: float) -> None
                     _entry(t, decision.node, "return_check", decision.reason, decision.detail)
                 )
             run.held[decision.node] = decision.detail
+
+
+def _remediation(
+    played: world.World,
+    client: lightkube.Client,
+    writer: Any,
+    settings: settings_model.GuardSettings,
+) -> remediation.Remediation | None:
+    """The repairs step with the simulated BMCs, when a pool is opted in."""
+    r = settings.remediation
+    if not r.power_cycle_pools and not r.hand_off_pools:
+        return None
+    power = bmc.SimBmc(played, r.bmc_timeout.total_seconds())
+    return remediation.Remediation(power, eviction.Evictor(client), writer, r, hand_off=writer,
+                                   ledger=ledger.Ledger(client, settings.controller.namespace))
+
+
+def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
+    """Each repair written, and each node's first wait for the breaker's turn."""
+    for outcome in result.remediations:
+        decision, mark = outcome.decision, outcome.result
+        if mark is not None:
+            reason = {
+                model_remediation.Result.FAILED: decisions.Reason.REMEDIATION_FAILED,
+                model_remediation.Result.PUBLISHED: decisions.Reason.REMEDIATION_HANDED_OFF,
+            }.get(mark.result, decisions.Reason.REMEDIATION_DONE)
+            run.guard_timeline.append(_entry(t, decision.node, f"remediation_{mark.result}",
+                                             reason, f"{mark.action}: {mark.detail}"))
+        elif decision.step is remediation.Step.WAIT and decision.node not in run.waited:
+            run.waited.add(decision.node)
+            run.guard_timeline.append(_entry(t, decision.node, "remediation_wait",
+                                             decisions.Reason.REMEDIATION_WAITING, decision.detail))
+        elif decision.step is remediation.Step.DRAIN and outcome.done == "applied":
+            draining = decisions.Reason.REMEDIATION_DRAINING
+            run.guard_timeline.append(
+                _entry(t, decision.node, "remediation_drain", draining, decision.detail))
 
 
 _HOLDING = {

@@ -30,6 +30,7 @@ BURNIN_JOB_UID = PREFIX + "burnin-job-uid"  # <name>=<uid> of the burn-in Job gp
 GPU_ISOLATED = PREFIX + "gpu-isolated"  # GPUs taken out on a serving node (model.gpu_isolation)
 GPU_RETURN = PREFIX + "gpu-return"  # a human's request: return these GPU UUIDs (comma list)
 GPU_REQUEST = PREFIX + "gpu-request"  # the drafted request for the isolated GPUs' cards
+REMEDIATION = PREFIX + "remediation"  # gpuguard's own repair of this isolation (model.remediation)
 DEVICE_PLUGIN_LABEL = PREFIX + "device-plugin"  # node label: the per-node plugin instance
 DEVICE_PLUGIN_VISIBLE_LABEL = PREFIX + "device-plugin-visible"  # node label: its GPU indices
 FIT_LABEL = PREFIX + "fit-to-train"  # opt-in node label: yes/no (docs/audit.md#health-verdict)
@@ -53,6 +54,7 @@ PER_ISOLATION = (
     EVIDENCE_JOB_UID,
     BURNIN_FAILED,
     BURNIN_JOB_UID,
+    REMEDIATION,
 )
 """gpuguard's own marks of one isolation: a new isolation replaces them all, a return removes
 them. A human's ``HOLD`` is never among them."""

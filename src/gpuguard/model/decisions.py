@@ -111,6 +111,13 @@ class Reason(StrEnum):
     NVLINK_ERRORS = "nvlink-errors"
     PCIE_REPLAYS = "pcie-replays"
     IB_LINK_FLAPPING = "ib-link-flapping"
+    # gpuguard's own repairs after a verdict, opt-in per pool (docs/remediation.md;
+    # policy.remediation)
+    REMEDIATION_DRAINING = "remediation-draining"  # pods evicted before the repair
+    REMEDIATION_WAITING = "remediation-waiting"  # the breaker: another repair is in flight
+    REMEDIATION_DONE = "remediation-done"  # carried out: the return checks and burn-in decide
+    REMEDIATION_FAILED = "remediation-failed"  # the person's request says why
+    REMEDIATION_HANDED_OFF = "remediation-handed-off"  # a node condition for the remediator
 
 
 class ActionKind(StrEnum):

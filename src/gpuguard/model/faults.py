@@ -18,6 +18,14 @@ class FaultKind(StrEnum):
     ROW_REMAP_FAILURE = "row_remap_failure"
     BURNIN_FAILED = "burnin_failed"  # the burn-in after a repair failed (or hung)
     FABRIC = "fabric"  # a node-wide NVLink fabric fault (fatal NVSwitch SXid, failed registration)
+    POWER_CYCLED = "power_cycled"  # gpuguard power-cycled the node (docs/remediation.md)
+    POWER_CYCLE_FAILED = "power_cycle_failed"  # its BMC refused, failed or timed out
+
+
+NOT_FAULTS = frozenset({FaultKind.BURNIN_FAILED, FaultKind.POWER_CYCLED,
+                        FaultKind.POWER_CYCLE_FAILED})  # fmt: skip
+"""Ledger lines about a card that are no fault of it: what happened after one (a failed
+burn-in, gpuguard's power cycle and its result); escalation never counts them."""
 
 
 # NVIDIA's Xid catalog: Xid 79 is "GPU has fallen off the bus", the code the driver logs with the

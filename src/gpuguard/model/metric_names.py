@@ -78,6 +78,7 @@ BREAKER_UNCONFIRMED = "gpuguard_breaker_unconfirmed_isolations"  # gauge per {sc
 FAULT_WITHHELD = "gpuguard_fault_withheld"  # gauge per {node, reason}
 ISOLATED_NODES = "gpuguard_isolated_nodes"  # gauge per {node, reason}
 RETURNED_TOTAL = "gpuguard_nodes_returned_total"  # label: node
+REMEDIATIONS_TOTAL = "gpuguard_remediations_total"  # labels: action, result (docs/remediation.md)
 RETURN_CHECK_STATUS = "gpuguard_return_check_status"  # labels: node, check, status
 PHANTOM_GPUS = "gpuguard_phantom_gpu"  # labels: node, gpu; value: wasted watts
 GPU_ISOLATED = "gpuguard_gpu_isolated"  # labels: node, gpu, uuid; value: unix time isolated

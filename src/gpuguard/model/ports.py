@@ -74,3 +74,20 @@ class Notifier(Protocol):
     def notify(self, action: decisions.Action, now: datetime) -> None:
         """Tell people about an action; raises GpuguardError on failure (callers log it)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCycled:
+    """What a BMC did with a power cycle: ``ok``, and the line a person reads either way
+    (the reset types sent and the power states seen, or why it was refused)."""
+
+    ok: bool
+    detail: str
+
+
+class PowerControl(Protocol):
+    def power_cycle(self, node: str, pool: str | None) -> PowerCycled:
+        """Power the node off, then on, through its BMC (Redfish ``ComputerSystem.Reset``,
+        https://redfish.dmtf.org): never raises for a refusal, an error or a timeout of the
+        BMC (``ok=False`` with the reason); one call, no retry (docs/remediation.md)."""
+        ...

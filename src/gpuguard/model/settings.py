@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from gpuguard.errors import InputError
 from gpuguard.model import bounds, durations, input_files
@@ -487,6 +495,53 @@ class FleetHealthSettings(_Section):
     )
 
 
+class RemediationSettings(_Section):
+    """gpuguard's own repairs after a verdict, all opt-in per pool (docs/remediation.md)."""
+
+    pool_label: str = Field(
+        default="nvidia.com/gpu.product",
+        description="The node label whose value names a node's pool (as `change drift`).",
+    )
+    power_cycle_pools: frozenset[str] = Field(
+        default=frozenset(),
+        description="Pools (values of `pool_label`) whose nodes gpuguard power-cycles through "
+        "their BMC (Redfish) after a power-cycle verdict, once drained through the Eviction "
+        "API; empty: none (the person's request, as before).",
+    )
+    hand_off_pools: frozenset[str] = Field(
+        default=frozenset(),
+        description="Pools whose power-cycle verdicts are handed to the cluster's remediator "
+        "(medik8s NodeHealthCheck, Cluster API MachineHealthCheck, Karpenter node repair) as "
+        "the node condition GpuguardRemediationRequired instead; a pool in both lists is "
+        "refused at start (one actor per node).",
+    )
+    bmc_secrets: dict[str, str] = Field(
+        default={},
+        description="Node name or pool -> the Secret (in `controller.namespace`) holding that "
+        "BMC's address, username and password; a node's own entry wins. The chart grants "
+        "`get` on exactly these names.",
+    )
+    bmc_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=60),
+        description="How long one power cycle may take at the BMC (each request, and the wait "
+        "for the power to go off); past it the action failed and the person's request says so.",
+    )
+    max_in_flight: int = Field(
+        default=1,
+        ge=1,
+        description="Repairs carried out whose nodes have not returned yet, at most: a further "
+        "node waits its turn (the breaker's limit on what gpuguard does at once).",
+    )
+
+    @model_validator(mode="after")
+    def _one_actor(self) -> RemediationSettings:
+        both = self.power_cycle_pools & self.hand_off_pools
+        if both:
+            raise ValueError(f"pools {sorted(both)} are in both power_cycle_pools and "
+                             "hand_off_pools: one actor per node")
+        return self
+
+
 class GuardSettings(_Section):
     """The whole tree."""
 
@@ -502,6 +557,7 @@ class GuardSettings(_Section):
     health: HealthSettings = HealthSettings()
     notifications: NotificationSettings = NotificationSettings()
     fleet: FleetHealthSettings = FleetHealthSettings()
+    remediation: RemediationSettings = RemediationSettings()
 
     @classmethod
     def load(

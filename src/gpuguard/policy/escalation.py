@@ -187,7 +187,7 @@ def _speakers(found: Sequence[Occurrence], *, confirmed: bool) -> tuple[faults.L
 
 
 def _is_fault(entry: faults.LedgerEntry) -> bool:
-    return entry.kind is not faults.FaultKind.BURNIN_FAILED
+    return entry.kind not in faults.NOT_FAULTS
 
 
 def escalate(history: CardHistory) -> Escalation:

@@ -696,7 +696,11 @@ def finish_workload(
     node.workloads.remove(workload)
     result = outcome or w.memory.pods.get(workload.pod, ("", "Succeeded"))[1]
     status = kube_objects.finished_status(result, workload.started, w.clock.now())
-    w.store.merge_patch("Pod", workload.namespace, workload.pod, {"status": status})
+    try:
+        w.store.merge_patch("Pod", workload.namespace, workload.pod, {"status": status})
+    except store.StoreNotFound:  # deleted through the API (an eviction): nothing to finish
+        w.record("workload_end", node.name, f"{workload.pod} gone (deleted through the API)")
+        return
     w.record("workload_end", node.name, f"{workload.pod} {result}")
 
 

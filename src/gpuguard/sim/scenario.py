@@ -355,6 +355,9 @@ class HostSettings(_Strict):
     # the NVIDIA GPU Operator manages the node: its nvidia.com/gpu.deploy.* labels, its
     # device plugin follows nvidia.com/gpu.deploy.device-plugin (sim/gpu_operator.py)
     gpu_operator: bool | None = None
+    # how the node's BMC answers a Redfish power cycle (sim/bmc.py): it does it, refuses
+    # (401) or never answers (timeout)
+    bmc: Literal["answers", "refuses", "times-out"] | None = None
 
 
 class FleetSpec(HostSettings):
@@ -410,6 +413,7 @@ class NodeSpec:
     agent: bool = True
     gpu_state: bool = False
     gpu_operator: bool = False
+    bmc: str = "answers"
 
 
 @dataclass(frozen=True)

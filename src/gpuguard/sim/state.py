@@ -80,6 +80,7 @@ class SimNode:
     gpus: list[SimGpu] = field(default_factory=list)
     ready: bool = True
     ipvs_persisted: bool = True
+    bmc: str = "answers"  # how its BMC answers a power cycle (sim.bmc)
     ipvs_loaded: bool = True
     kube_proxy_ready: bool = True
     dns_servers: tuple[str, ...] = ("10.0.0.2",)

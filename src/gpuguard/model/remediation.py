@@ -1,0 +1,82 @@
+"""gpuguard's own repair of one isolation, kept on the node as ``gpuguard.io/remediation``
+(docs/remediation.md): which action, on which isolation, when, its result and why.
+
+The mark is written ``started`` before the action (conditional on the node as read: two
+replicas or two ticks never both act) and again with the result after it, so a controller that
+dies mid-way leaves ``started``, never a second power cycle.
+
+One per isolation: the mark is one of the per-isolation marks a return removes
+(``annotation_keys.PER_ISOLATION``), and a node carrying one is never acted on again for that
+isolation, so a failed action ends in the person's request and never loops. A ``done`` mark
+on a node still isolated is a repair in flight (the return checks and the burn-in decide
+next): the breaker counts those (``policy.remediation``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from gpuguard.errors import InputError
+from gpuguard.model import annotation_keys, timestamps
+
+HAND_OFF_CONDITION = "GpuguardRemediationRequired"
+"""The node condition a hand-off sets True and a return sets False (docs/remediation.md)."""
+
+
+class Action(StrEnum):
+    POWER_CYCLE = "power-cycle"  # off, then on, through the node's BMC (Redfish)
+    GPU_RESET = "gpu-reset"  # nvidia-smi -r on the held GPU, by a pinned Job
+    HAND_OFF = "hand-off"  # a node condition for the cluster's own remediator
+
+
+class Result(StrEnum):
+    STARTED = "started"  # written before the action: a crash mid-way never repeats it
+    DONE = "done"  # the action was carried out: the return checks and the burn-in decide
+    FAILED = "failed"  # refused, failed or timed out: the person's request says why
+    PUBLISHED = "published"  # handed off: the cluster's remediator acts
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    action: Action
+    result: Result
+    at: datetime
+    isolated_at: str  # the isolation it was made for (``gpuguard.io/isolated-at``)
+    detail: str
+
+    def render(self) -> str:
+        return json.dumps(
+            {"action": str(self.action), "result": str(self.result),
+             "at": timestamps.format_utc(self.at), "isolated_at": self.isolated_at,
+             "detail": self.detail},
+            sort_keys=True,
+        )  # fmt: skip
+
+    @property
+    def in_flight(self) -> bool:
+        """Started or carried out on a node that has not returned yet (a return removes
+        the mark)."""
+        return self.result in (Result.STARTED, Result.DONE)
+
+
+def read(annotations: Mapping[str, str]) -> Mark | None:
+    """The node's mark, None without one; InputError naming the key for a malformed one."""
+    raw = annotations.get(annotation_keys.REMEDIATION)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        at = timestamps.parse_utc(data["at"])
+        if at is None:
+            raise ValueError(f"at {data['at']!r} is not a time with a zone")
+        return Mark(
+            Action(data["action"]), Result(data["result"]), at, str(data["isolated_at"]),
+            str(data["detail"]),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError) as e:
+        key = annotation_keys.REMEDIATION
+        raise InputError(f"{key} {raw!r}: not a remediation mark: {e}") from e

@@ -1,0 +1,160 @@
+"""Which isolated node gpuguard repairs itself this tick, and how (docs/remediation.md).
+
+A node is power-cycled through its BMC when all hold: gpuguard isolated it (its own mark); the
+evidence verdict is ``power-cycle``; its pool (``remediation.pool_label``) is in
+``power_cycle_pools``; no person's ``gpuguard.io/hold``; it has not rebooted since the
+isolation (a reboot already did the repair); no repair was tried for this isolation (a
+``gpuguard.io/remediation`` mark, done or failed, is never acted on again: no loop); a BMC
+Secret is named for it (``bmc_secrets``); fewer than ``max_in_flight`` repairs are in flight
+(else WAIT: the breaker's limit, docs/breaker.md); and its GPU pods are gone (else DRAIN: they
+are evicted through the Eviction API, PodDisruptionBudgets honoured, and the node waits). A
+pool in ``hand_off_pools`` gets HAND_OFF instead: the node condition the cluster's remediator
+reads (one actor per node).
+
+Pure: the controller (``controller.remediation``) reads the facts and carries out the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpuguard.errors import InputError
+from gpuguard.model import annotation_keys as keys
+from gpuguard.model import decisions, fleet
+from gpuguard.model import remediation as model
+from gpuguard.model import settings as settings_model
+
+Reason = decisions.Reason
+
+
+class Step(StrEnum):
+    NONE = "none"  # not gpuguard's to repair (see ``detail``)
+    DRAIN = "drain"  # evict ``pods`` first; the repair waits for them to go
+    WAIT = "wait"  # the breaker: ``max_in_flight`` repairs are in flight
+    POWER_CYCLE = "power-cycle"
+    HAND_OFF = "hand-off"
+    CLEAR_HAND_OFF = "clear-hand-off"  # returned (or no longer gpuguard's): condition False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    node: str
+    step: Step
+    detail: str
+    pods: tuple[fleet.Pod, ...] = ()
+
+    @property
+    def reason(self) -> Reason | None:
+        """The Event reason of a step that writes or tells (None for NONE)."""
+        return {
+            Step.DRAIN: Reason.REMEDIATION_DRAINING,
+            Step.WAIT: Reason.REMEDIATION_WAITING,
+            Step.HAND_OFF: Reason.REMEDIATION_HANDED_OFF,
+        }.get(self.step)
+
+
+def pool_of(node: fleet.Node, settings: settings_model.RemediationSettings) -> str | None:
+    return node.labels.get(settings.pool_label)
+
+
+def workload_pods(pods: Sequence[fleet.Pod]) -> tuple[fleet.Pod, ...]:
+    """The pods a drain evicts: those holding GPUs, running or bound there (gpuguard's own
+    Jobs aside). Pods without GPUs (the node's DaemonSets) stay, as ``kubectl drain``
+    leaves DaemonSet pods."""
+    live = (fleet.PodPhase.RUNNING, fleet.PodPhase.PENDING)
+    return tuple(
+        p for p in pods
+        if p.gpu_request > 0 and p.phase in live and keys.PREFIX + "job" not in p.labels
+    )  # fmt: skip
+
+
+def in_flight(nodes: Sequence[fleet.Node]) -> tuple[str, ...]:
+    """Nodes whose repair was carried out and that have neither returned nor failed their
+    return (a failed burn-in holds the node for a person: it no longer takes a turn); an
+    unreadable mark counts (the breaker fails closed)."""
+    out = []
+    for node in nodes:
+        if keys.RETURN_FAILED in node.annotations or keys.BURNIN_FAILED in node.annotations:
+            continue
+        try:
+            mark = model.read(node.annotations)
+        except InputError:
+            out.append(node.name)
+            continue
+        if mark is not None and mark.in_flight:
+            out.append(node.name)
+    return tuple(out)
+
+
+def decide(
+    snapshot: fleet.FleetSnapshot, settings: settings_model.RemediationSettings
+) -> tuple[Decision, ...]:
+    """A decision for every node gpuguard isolated with a verdict, oldest isolation first;
+    each DRAIN or POWER_CYCLE takes a slot of ``max_in_flight`` from the nodes after it (a
+    node is drained only when its power cycle may follow)."""
+    isolated = sorted(
+        (n for n in snapshot.nodes if n.isolated_by_gpuguard and keys.VERDICT in n.annotations),
+        key=lambda n: (n.annotations[keys.ISOLATED_AT], n.name),
+    )
+    busy = len(in_flight(snapshot.nodes))
+    out = [
+        Decision(n.name, Step.CLEAR_HAND_OFF, "no longer isolated by gpuguard for a power cycle")
+        for n in snapshot.nodes
+        if n.conditions.get(model.HAND_OFF_CONDITION) == "True" and not _handed_off(n)
+    ]
+    for node in isolated:
+        one = _one(node, snapshot.pods_on(node.name), settings, busy)
+        busy += one.step in (Step.DRAIN, Step.POWER_CYCLE)  # a drain holds its node's turn
+        out.append(one)
+    return tuple(out)
+
+
+def _handed_off(node: fleet.Node) -> bool:
+    """Still gpuguard's isolation with a power-cycle verdict (the hand-off stands)."""
+    return node.isolated_by_gpuguard and node.annotations.get(keys.VERDICT) == str(
+        decisions.Verdict.POWER_CYCLE
+    )
+
+
+def _one(
+    node: fleet.Node,
+    pods: Sequence[fleet.Pod],
+    settings: settings_model.RemediationSettings,
+    busy: int,
+) -> Decision:
+    def none(why: str) -> Decision:
+        return Decision(node.name, Step.NONE, why)
+
+    verdict, pool = node.annotations.get(keys.VERDICT), pool_of(node, settings)
+    if verdict != str(decisions.Verdict.POWER_CYCLE):
+        return none(f"verdict {verdict}: no automated repair for it")
+    if pool not in settings.power_cycle_pools | settings.hand_off_pools:
+        return none(f"pool {pool!r} ({settings.pool_label}) has no automated repair")
+    if keys.HOLD in node.annotations:
+        return none(f"{keys.HOLD} set by a person: no automated repair")
+    try:
+        mark = model.read(node.annotations)
+    except InputError as e:
+        return none(f"{e}: no further repair")
+    if mark is not None:
+        return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
+    recorded = node.annotations.get(keys.BOOT_ID)
+    if recorded and node.boot_id and recorded != node.boot_id:
+        return none("rebooted since the isolation: the return checks decide")
+    if pool in settings.hand_off_pools:
+        return Decision(node.name, Step.HAND_OFF, f"pool {pool}: handed to the cluster's "
+                        "remediator (node condition GpuguardRemediationRequired)")  # fmt: skip
+    if node.name not in settings.bmc_secrets and pool not in settings.bmc_secrets:
+        return none(f"no BMC Secret for node {node.name} or pool {pool} "
+                    "(remediation.bmc_secrets): the person's request stands")  # fmt: skip
+    if busy >= settings.max_in_flight:
+        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
+                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
+    left = workload_pods(pods)
+    if left:
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
+        return Decision(node.name, Step.DRAIN, f"evicting {len(left)} GPU pod(s) first: {names}",
+                        left)  # fmt: skip
+    return Decision(node.name, Step.POWER_CYCLE, f"power-cycle verdict, pool {pool}, drained")
