@@ -104,6 +104,11 @@ AGENT_CASES = [
     _agent("cap-sys-ptrace-without-opt-in", "SYS_PTRACE without processScan",
            ["agent-privileges"],
            lambda p: agent_c(p)["securityContext"]["capabilities"].update(add=["SYS_PTRACE"])),
+    _agent("runtime-class-without-opt-in", "the NVIDIA runtime without agent.gpuState",
+           ["agent-pod-fields"], lambda p: p["spec"].update(runtimeClassName="nvidia")),
+    _agent("all-gpus-without-opt-in", "NVIDIA_VISIBLE_DEVICES=all without agent.gpuState",
+           ["agent-hooks"], lambda p: agent_c(p)["env"].append(
+               {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})),
     _agent("caps-not-dropped", "keeps the runtime's default capabilities", ["agent-privileges"],
            lambda p: agent_c(p)["securityContext"].pop("capabilities")),
     _agent("privilege-escalation", "allowPrivilegeEscalation true", ["agent-privileges"],

@@ -250,7 +250,8 @@ def test_a_job_of_exactly_gpuguards_shape_made_first_reads_as_not_created_never_
     on the node: none), or another uid is recorded. Its result is a failure naming its uid."""
     played = two_nodes()
     runner = kubelet.JobKubelet(played, lambda node, argv: (0, '{"verdict": "power-cycle"}'))
-    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test")
+    manifest = jobs.evidence_job("gpu-node-a", "2026-09-21T06:05:10Z", image="gpuguard:test",
+                                deadline=DEADLINE)
     name = manifest["metadata"]["name"]
     with adapter(played) as guard_jobs:
         planted = played.store.create("Job", "gpuguard", manifest)

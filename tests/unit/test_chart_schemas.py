@@ -25,7 +25,7 @@ CRDS = {"monitoring.coreos.com/v1"}  # the PrometheusRule: a CRD, checked by pro
 def opt_in_values(option: str) -> dict[str, Any]:
     values = chart.defaults()
     values["agent"][option] = {"enabled": True, "privileged": True} if option in {
-        "kmsg", "processScan", "podResources"} else True
+        "kmsg", "processScan", "podResources", "gpuState"} else True
     values["networkPolicy"]["enabled"] = False
     return values
 
@@ -34,7 +34,7 @@ def objects() -> list[dict[str, Any]]:
     plugins = chart.defaults()
     plugins["devicePlugin"]["enabled"] = True
     rendered = chart.all_objects() + [
-        daemonset for option in ("kmsg", "processScan", "runAsRoot", "podResources")
+        daemonset for option in ("kmsg", "processScan", "runAsRoot", "podResources", "gpuState")
         for daemonset in chart.render("agent.yaml", opt_in_values(option))
     ] + chart.render("device-plugin.yaml", plugins) + [
         obj for template in ("xid-overrides.yaml", "controller.yaml", "agent.yaml")
