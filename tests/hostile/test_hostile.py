@@ -11,10 +11,10 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.hostile import dra, identity, model, nodes, own, tenant
+from tests.hostile import model, own
 from tests.hostile.model import Case
+from tests.hostile.suite import CASES
 
-CASES: list[Case] = [*tenant.CASES, *identity.CASES, *nodes.CASES, *dra.CASES, *own.CASES]
 SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 

@@ -25,7 +25,7 @@ import pytest
 from gpuguard.sim.control_plane import chart as plane_chart
 from gpuguard.sim.control_plane import cluster
 from tests.hostile import model
-from tests.hostile.test_hostile import CASES
+from tests.hostile.suite import CASES
 from tests.realcluster import replay
 from tests.realcluster.conftest import install_chart
 
