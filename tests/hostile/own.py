@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuguard.actuators import jobs
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import gpu_isolation
+from gpuguard.model import gpu_isolation, settings
 from tests import admission, chart
 from tests.hostile import objects as o
 from tests.hostile.model import Case
@@ -46,6 +46,7 @@ OPT_INS: dict[str, Obj] = {
     "xid-overrides": chart.with_xid_overrides(),
     "one-log-group": values(agent__logGroups=[4]),
     "device-plugin": values(devicePlugin__enabled=True),
+    "gpu-reset": chart.with_gpu_reset(),
 }
 
 
@@ -68,11 +69,12 @@ JOBS = [
     *_made_by_gpuguard("gpu-burnin", admission.gpu_burnin()),
     *_made_by_gpuguard("change-burnin", jobs.change_burnin_job(
         o.NODE, "drv-580", "boot-2", gpus=8, mode="matmul", image=o.IMAGE,
-        runtime_class="nvidia")),
+        runtime_class="nvidia", deadline=settings.DEFAULT_BURNIN_DEADLINE)),
     *_made_by_gpuguard("gpu-isolate-apply", o.gpu_isolation("apply")),
     *_made_by_gpuguard("gpu-isolate-undo", o.gpu_isolation("undo")),
     *_made_by_gpuguard("gpu-isolate-reading-xid-overrides", _xid_isolation(),
                        chart.with_xid_overrides()),
+    *_made_by_gpuguard("gpu-reset", admission.gpu_reset(), chart.with_gpu_reset()),
 ]
 
 PODS = [
