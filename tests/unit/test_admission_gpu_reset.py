@@ -64,7 +64,8 @@ def _other_node(job: Obj) -> None:
 
 
 def _var(job: Obj) -> Obj:
-    (var,) = [e for e in _c(job)["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
+    found: list[Obj] = [e for e in _c(job)["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
+    (var,) = found
     return var
 
 

@@ -203,6 +203,9 @@ def _reset(
         return Decision(node.name, Step.GPU_RESET_RESULT, mark.detail)
     if mark is not None:
         return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
+    recorded = node.annotations.get(keys.BOOT_ID)
+    if recorded and node.boot_id and recorded != node.boot_id:
+        return none("rebooted since the isolation: the return checks decide")
     uuid = node.annotations.get(keys.GPU_UUID)
     if not uuid or not uuid.startswith("GPU-"):
         return none(f"the isolated card is not known ({keys.GPU_UUID}): no automated reset")
