@@ -290,7 +290,7 @@ def remediation_step(
         ledger=ledger.Ledger(client, guard_settings.controller.namespace),
         reset_jobs=jobs.Jobs(client, c.namespace) if resets else None,
         reset_job=remediation.ResetJob(c.image, c.namespace, c.job_runtime_class or None),
-        cards=reset_cards.ResetCards(read(prometheus.FreshnessPlan()))
+        cards=reset_cards.ResetCards(reset_cards.scoped(read(prometheus.FreshnessPlan())))
         if resets and read is not None else None,
     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import metric_names as names
 from gpuguard.model.remediation import CardFacts
 from gpuguard.model.series import node_of
@@ -61,10 +61,10 @@ def card_facts(uuid: str, samples: Iterable[fleet.MetricSample]) -> CardFacts:
 
 class ResetCards:
     """``controller.remediation.Remediation.cards``: the facts of the cards waiting for a
-    reset, read through one ``PrometheusSource`` (freshness included)."""
+    reset, read from ``source`` (over Prometheus: ``scoped``; the demo: the world's view)."""
 
-    def __init__(self, reader: prometheus.PrometheusSource) -> None:
-        self._source = node_scope.ScopedSource(reader, ResetCardsPlan)
+    def __init__(self, source: ports.NodeMetricsSource) -> None:
+        self._source = source
 
     def __call__(self, snapshot: fleet.FleetSnapshot) -> Mapping[str, CardFacts]:
         cards = waiting(snapshot)
@@ -76,6 +76,11 @@ class ResetCards:
             log.warning("GPU reset facts unreadable (no reset this tick): %s", e)
             return {}
         return {node: card_facts(uuid, _of(node, samples)) for node, uuid in cards.items()}
+
+
+def scoped(reader: prometheus.PrometheusSource) -> node_scope.ScopedSource:
+    """The card facts' queries over Prometheus, scoped to the asked nodes."""
+    return node_scope.ScopedSource(reader, ResetCardsPlan)
 
 
 def _of(node: str, samples: Sequence[fleet.MetricSample]) -> list[fleet.MetricSample]:
