@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gpuguard.actuators import eviction
 from gpuguard.controller import remediation as step
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, ports, settings
@@ -23,8 +24,7 @@ from gpuguard.policy import remediation as policy
 from gpuguard.policy import return_checks
 from gpuguard.sources import reset_cards
 from tests import return_builders as rb
-from tests.fakes import FakeLedger
-from tests.unit.test_remediation import Bmc, Evictions, Writer, gpu_pod
+from tests.fakes import FakeLedger, FakeWriter
 
 Step = policy.Step
 POOL = "NVIDIA-H100-80GB-HBM3"
@@ -39,6 +39,30 @@ def isolated(name: str = "gpu-node-b", *, at: str = "2026-09-21T05:53:30Z",
     marks = rb.marks("xid-48", **{keys.VERDICT: "gpu-reset"}) | {keys.ISOLATED_AT: at} | extra
     node = rb.node(marks, boot=rb.BOOT_AT_ISOLATION)  # not rebooted since the isolation
     return dataclasses.replace(node, name=name, labels={"nvidia.com/gpu.product": POOL})
+
+
+def gpu_pod(name: str, node: str = "gpu-node-b") -> fleet.Pod:
+    return fleet.Pod("team", name, node, fleet.PodPhase.RUNNING, gpu_request=1)
+
+
+class NoPower:
+    """The power port of a Remediation that must never power-cycle here."""
+
+    def power_cycle(self, node: str, pool: str | None) -> ports.PowerCycled:
+        raise AssertionError(f"a GPU reset power-cycled {node}")
+
+
+class NoEvictions:
+    def evict(self, pod_namespace: str, name: str) -> eviction.Evicted:
+        raise AssertionError(f"a GPU reset evicted {pod_namespace}/{name}")
+
+
+@dataclasses.dataclass
+class Writer(FakeWriter):
+    """FakeWriter plus the unconditional write of a claimed action's result."""
+
+    def annotate_after_claim(self, node: str, annotations: dict[str, str | None]) -> None:
+        self.annotated.append((node, dict(annotations)))
 
 
 def snapshot(*nodes: fleet.Node, pods: tuple[fleet.Pod, ...] = ()) -> fleet.FleetSnapshot:
@@ -150,8 +174,7 @@ class ResetJobs:
 
 def remediation(writer: Writer, resets: ResetJobs,
                 ledger: FakeLedger | None = None) -> step.Remediation:  # fmt: skip
-    never = Bmc(ports.PowerCycled(False, "a GPU reset never power-cycles"))
-    return step.Remediation(never, Evictions(), writer, ON, ledger=ledger, reset_jobs=resets,
+    return step.Remediation(NoPower(), NoEvictions(), writer, ON, ledger=ledger, reset_jobs=resets,
                             reset_job=step.ResetJob("ghcr.io/gpuguard/gpuguard:0.1.0"),
                             cards=lambda snap: {n.name: IDLE for n in snap.nodes})  # fmt: skip
 
