@@ -123,6 +123,13 @@ def test_no_facts_or_facts_of_another_card_reset_nothing() -> None:
     assert [d.step for d in decide(isolated(), card=other)] == [Step.NONE]
 
 
+def test_a_card_named_in_a_shape_admission_refuses_is_not_reset() -> None:
+    node = isolated(**{keys.GPU_UUID: "GPU-1; reboot"})
+    (d,) = decide(node, card=dataclasses.replace(IDLE, uuid="GPU-1; reboot"))
+    assert d.step is Step.NONE
+    assert "is not known" in d.detail
+
+
 def test_never_while_a_gpu_pod_is_on_the_node() -> None:
     (d,) = decide(isolated(), pods=(gpu_pod("train-0"),))
     assert (d.step, d.detail) == (

@@ -28,10 +28,11 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from gpuguard.actuators import api_errors
-from gpuguard.errors import ConflictError, SourceError
+from gpuguard.errors import ConflictError, InputError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import change as change_model
 from gpuguard.model import jobs as job_model
+from gpuguard.model import remediation as remediation_model
 from gpuguard.model import return_to_pool as return_model
 
 PART_OF = "gpuguard"
@@ -409,7 +410,10 @@ def gpu_reset_job(
     device of the host), no privilege escalation, a read-only root filesystem, RuntimeDefault
     seccomp, no host namespaces, no API token; nvidia-smi itself, not gpuguard's Python, runs
     with that capability. Its result is its exit status (the Job's Complete/Failed); whether
-    the GPU is well afterwards is for the return checks and the burn-in."""
+    the GPU is well afterwards is for the return checks and the burn-in. InputError for a
+    ``uuid`` the admission policy would refuse."""
+    if not remediation_model.CARD_UUID.match(uuid):
+        raise InputError(f"GPU reset: {uuid!r} is not a GPU UUID (GPU-<hex and dashes>)")
     container = {
         "name": str(JobKind.GPU_RESET),  # the admission policy: the name says what it runs
         "image": image,

@@ -15,6 +15,7 @@ next): the breaker counts those (``policy.remediation``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,10 @@ from enum import StrEnum
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, timestamps
+
+CARD_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,64}$")
+"""A card the GPU reset may name: the shape the chart's ``gpuguard-jobs`` policy admits in the
+reset Job's ``nvidia-smi -r -i`` (anything else there is refused, so it is never built)."""
 
 HAND_OFF_CONDITION = "GpuguardRemediationRequired"
 """The node condition a hand-off sets True and a return sets False (docs/remediation.md)."""

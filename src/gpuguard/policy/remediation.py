@@ -207,7 +207,7 @@ def _reset(
     if recorded and node.boot_id and recorded != node.boot_id:
         return none("rebooted since the isolation: the return checks decide")
     uuid = node.annotations.get(keys.GPU_UUID)
-    if not uuid or not uuid.startswith("GPU-"):
+    if not uuid or not model.CARD_UUID.match(uuid):
         return none(f"the isolated card is not known ({keys.GPU_UUID}): no automated reset")
     if card is None or card.uuid != uuid:
         return none(f"no facts on {uuid} (row remap, processes): no automated reset")
