@@ -209,6 +209,7 @@ def test_the_reset_job_is_claimed_then_created_pinned_to_the_card() -> None:
     (_, claim), (_, made) = writer.annotated
     assert json.loads(claim[keys.REMEDIATION] or "")["result"] == "started"
     assert json.loads(made[keys.REMEDIATION] or "")["job"] == f"{job['metadata']['name']}=uid-1"
+    assert [e.reason for e in writer.events] == [decisions.Reason.REMEDIATION_STARTED]
 
 
 def test_a_running_job_writes_nothing_a_complete_one_is_done_with_event_and_ledger() -> None:

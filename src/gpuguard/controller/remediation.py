@@ -210,6 +210,8 @@ class Remediation:
         mark = dataclasses.replace(started, job=f"{name}={uid}")
         self.writer.annotate_after_claim(node.name, {keys.REMEDIATION: mark.render()})
         log.info("%s: GPU reset of %s: Job %s created (uid %s)", node.name, uuid, name, uid)
+        self._tell(node.name, decisions.Reason.REMEDIATION_STARTED,
+                   f"{decision.detail}: Job {name} resets {uuid}", now)  # fmt: skip
         return Outcome(decision, "applied", mark)
 
     def _gpu_reset_result(

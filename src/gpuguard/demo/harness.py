@@ -618,6 +618,7 @@ def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) ->
             reason = {
                 model_remediation.Result.FAILED: decisions.Reason.REMEDIATION_FAILED,
                 model_remediation.Result.PUBLISHED: decisions.Reason.REMEDIATION_HANDED_OFF,
+                model_remediation.Result.STARTED: decisions.Reason.REMEDIATION_STARTED,
             }.get(mark.result, decisions.Reason.REMEDIATION_DONE)
             run.guard_timeline.append(_entry(t, decision.node, f"remediation_{mark.result}",
                                              reason, f"{mark.action}: {mark.detail}"))
