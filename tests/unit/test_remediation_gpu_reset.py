@@ -11,10 +11,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import lightkube
 import pytest
 
 from gpuguard.actuators import eviction
 from gpuguard.controller import remediation as step
+from gpuguard.controller import wiring
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, ports, settings
 from gpuguard.model import jobs as job_model
@@ -22,7 +24,8 @@ from gpuguard.model import metric_names as names
 from gpuguard.model import remediation as model
 from gpuguard.policy import remediation as policy
 from gpuguard.policy import return_checks
-from gpuguard.sources import reset_cards
+from gpuguard.sim import kubeapi
+from gpuguard.sources import prometheus, reset_cards
 from tests import return_builders as rb
 from tests.fakes import FakeLedger, FakeWriter
 
@@ -306,3 +309,27 @@ def test_gpuguards_done_reset_after_the_isolation_counts_as_the_reset() -> None:
     node = isolated(**{keys.REMEDIATION: earlier.render(),
                        keys.ISOLATED_AT: rb.stamp(rb.ISOLATED_AT)})
     assert _reset_check(node) is decisions.CheckStatus.FAIL
+
+
+# --- the controller's wiring ------------------------------------------------------------------
+
+
+def test_the_controller_wires_the_reset_only_for_an_opted_in_pool_and_fails_closed() -> None:
+    client = lightkube.Client(config=kubeapi.lightkube_config("http://127.0.0.1:9"))
+
+    def read(plan: prometheus.Plan) -> prometheus.PrometheusSource:
+        return prometheus.PrometheusSource("http://127.0.0.1:9", plan, timeout_s=0.5)
+
+    off = settings.GuardSettings()
+    assert wiring.remediation_step(client, Writer(), off, None, read=read) is None  # type: ignore[arg-type]
+    on = settings.GuardSettings.model_validate({"remediation": {"gpu_reset_pools": [POOL]}})
+    made = wiring.remediation_step(client, Writer(), on, None, read=read)  # type: ignore[arg-type]
+    assert made is not None
+    assert made.reset_jobs is not None
+    assert made.reset_job == step.ResetJob(on.controller.image, on.controller.namespace,
+                                           on.controller.job_runtime_class)  # fmt: skip
+    assert made.cards is not None
+    # Prometheus unreachable: no card facts, so no reset (never on an unknown)
+    assert made.cards(snapshot(isolated())) == {}
+    assert [d.step for d in policy.decide(snapshot(isolated()), on.remediation, {})] == [
+        Step.NONE]
