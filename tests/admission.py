@@ -75,6 +75,11 @@ def gpu_burnin() -> Obj:
                            deadline=settings.DEFAULT_BURNIN_DEADLINE)
 
 
+def gpu_reset() -> Obj:
+    """The GPU-reset Job as the remediation step creates it (docs/remediation.md#gpu-reset)."""
+    return jobs.gpu_reset_job(NODE, "2026-09-21T06:05:00Z", uuid=CARD, image=IMAGE)
+
+
 def defaulted(job: Obj) -> Obj:
     """The Job after the API server's defaulting (SetDefaults_PodSpec, _Container, _Job)."""
     job = copy.deepcopy(job)

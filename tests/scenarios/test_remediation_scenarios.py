@@ -136,7 +136,8 @@ def test_a_held_node_is_never_power_cycled(refused: harness.ScenarioRun) -> None
 
 def test_ecc_dbe_five_with_remediation_on_acts_on_no_held_card() -> None:
     """GPU-level isolations (no node verdict), a pending row remap at the end: nothing for the
-    power cycle route; gpuguard's GPU reset route is not built (docs/remediation.md)."""
+    power cycle route (the GPU reset route acts on node verdicts only:
+    tests/scenarios/test_gpu_reset_scenarios.py)."""
     run = demo_runs.play("ecc-dbe-five", ON)
     assert events(run, "bmc") == []
     assert [e for e in score.timeline(run) if e["kind"].startswith("remediation")] == []

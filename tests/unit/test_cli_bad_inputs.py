@@ -56,6 +56,7 @@ BASE: dict[str, list[str]] = {
                       NO_API],
     "manifest job burnin": ["--node", "gpu-node-a", "--gpus", "8"],
     "manifest job evidence": ["--node", "gpu-node-a"],
+    "manifest job gpu-reset": ["--node", "gpu-node-a", "--uuid", "GPU-0a8e0faa-d59d"],
     "once": ["--dry-run", "--kube-server", NO_API],
     "phantom": ["--prometheus-url", NO_API],
     "run": ["--kube-server", NO_API],

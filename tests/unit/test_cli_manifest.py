@@ -10,10 +10,11 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
+from gpuguard.actuators import jobs
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.cli.main import app
 from gpuguard.controller import recovery
-from gpuguard.model import annotation_keys, fleet
+from gpuguard.model import annotation_keys, fleet, settings
 from tests import fakes
 from tests.fakes import FakeJobs, FakeLedger
 
@@ -64,4 +65,24 @@ def test_the_burn_in_manifest_as_yaml_names_its_gpus_and_mode(tmp_path: Path) ->
 def test_a_bad_gpu_count_is_one_line_and_exit_2() -> None:
     printed = runner.invoke(app, ["manifest", "job", "burnin", "--node", "n", "--gpus", "0"])
     assert printed.exit_code == 2
+    assert "Traceback" not in printed.output
+
+
+def test_the_gpu_reset_manifest_is_the_job_the_remediation_step_creates() -> None:
+    card = "GPU-0a8e0faa-d59d-595d-bf96-0adbb520ef6b"
+    printed = runner.invoke(app, ["manifest", "job", "gpu-reset", "--node", "gpu-node-a",
+                                  "--uuid", card, "--isolated-at", "2026-01-02T00:00:00Z",
+                                  "-o", "json"])  # fmt: skip
+    assert printed.exit_code == 0, printed.output
+    job = json.loads(printed.output)
+    assert job == jobs.gpu_reset_job("gpu-node-a", "2026-01-02T00:00:00Z", uuid=card,
+                                     image=settings.GuardSettings().controller.image,
+                                     runtime_class="nvidia")  # fmt: skip
+
+
+def test_a_gpu_reset_of_no_card_is_one_line_and_exit_2() -> None:
+    printed = runner.invoke(app, ["manifest", "job", "gpu-reset", "--node", "n", "--uuid",
+                                  "GPU-1; reboot"])  # fmt: skip
+    assert printed.exit_code == 2
+    assert "is not a GPU UUID" in printed.output
     assert "Traceback" not in printed.output

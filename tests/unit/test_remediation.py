@@ -68,7 +68,7 @@ def test_off_by_default_and_per_pool() -> None:
     assert steps(snapshot(isolated(pool="H100"))) == [("gpu-node-b", Step.NONE)]
 
 
-@pytest.mark.parametrize("verdict", ["gpu-reset", "rma", "human-diagnosis"])
+@pytest.mark.parametrize("verdict", ["rma", "human-diagnosis"])
 def test_only_a_power_cycle_verdict(verdict: str) -> None:
     node = isolated(**{keys.VERDICT: verdict})
     (decision,) = policy.decide(snapshot(node), ON)

@@ -28,10 +28,11 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from gpuguard.actuators import api_errors
-from gpuguard.errors import ConflictError, SourceError
+from gpuguard.errors import ConflictError, InputError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import change as change_model
 from gpuguard.model import jobs as job_model
+from gpuguard.model import remediation as remediation_model
 from gpuguard.model import return_to_pool as return_model
 
 PART_OF = "gpuguard"
@@ -56,6 +57,7 @@ class JobKind(StrEnum):
     BURNIN = "burnin"
     GPU_ISOLATION = "gpu-isolation"
     CHANGE = "change"
+    GPU_RESET = "gpu-reset"
 
 
 def job_name(kind: JobKind, node: str, isolated_at: str) -> str:
@@ -374,6 +376,68 @@ def gpu_isolation_job(
     job = _job(JobKind.GPU_ISOLATION, node, key, namespace, container, volumes, runtime_class)
     job["metadata"]["annotations"] = {annotation_keys.GPU_ISOLATED: key}
     job["spec"]["activeDeadlineSeconds"] = 120
+    return job
+
+
+GPU_RESET_CAPABILITY = "SYS_ADMIN"
+"""The one capability the reset Job adds: ``nvidia-smi -r`` "requires root" (nvidia-smi(1),
+https://manpages.ubuntu.com/manpages/plucky/man1/nvidia-smi.1.html) and the driver's root test
+is the capability, not the uid (NVIDIA open-gpu-kernel-modules,
+``kernel-open/common/inc/nv-linux.h``: ``#define NV_IS_SUSER() capable(CAP_SYS_ADMIN)``,
+``os_is_administrator`` in ``kernel-open/nvidia/os-interface.c``)."""
+GPU_RESET_DEADLINE_S = 120  # a reset takes seconds; one that hangs has failed (docs/remediation.md)
+
+
+def gpu_reset_job(
+    node: str,
+    isolated_at: str,
+    *,
+    uuid: str,
+    image: str,
+    namespace: str = "gpuguard",
+    runtime_class: str | None = "nvidia",
+) -> dict[str, Any]:
+    """The GPU-reset Job (batch/v1): ``nvidia-smi -r -i <uuid>`` on the one held GPU of
+    ``node`` (docs/remediation.md#gpu-reset), once per isolation of that card (its name is
+    derived from the isolation time and the uuid: a second create finds it).
+
+    Least privilege, field by field (docs/security.md#the-gpu-reset-job): ``nodeName`` (the
+    card is there, the node is cordoned: ``tolerations`` Exists); the NVIDIA runtime
+    (``runtimeClassName``) with ``NVIDIA_VISIBLE_DEVICES=<uuid>`` and the ``utility``
+    capability gives it that card's device node, ``/dev/nvidiactl`` and nvidia-smi — no other
+    GPU, no host path, no compute libraries; root with every capability dropped but
+    ``SYS_ADMIN`` (``GPU_RESET_CAPABILITY``), never ``privileged`` (which would open every
+    device of the host), no privilege escalation, a read-only root filesystem, RuntimeDefault
+    seccomp, no host namespaces, no API token; nvidia-smi itself, not gpuguard's Python, runs
+    with that capability. Its result is its exit status (the Job's Complete/Failed); whether
+    the GPU is well afterwards is for the return checks and the burn-in. InputError for a
+    ``uuid`` the admission policy would refuse."""
+    if not remediation_model.CARD_UUID.match(uuid):
+        raise InputError(f"GPU reset: {uuid!r} is not a GPU UUID (GPU-<hex and dashes>)")
+    container = {
+        "name": str(JobKind.GPU_RESET),  # the admission policy: the name says what it runs
+        "image": image,
+        "command": ["nvidia-smi", "-r", "-i", uuid],
+        "env": _env({"NVIDIA_VISIBLE_DEVICES": uuid, "NVIDIA_DRIVER_CAPABILITIES": "utility"}),
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"], "add": [GPU_RESET_CAPABILITY]},
+        },
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "32Mi"},
+            "limits": {"cpu": "200m", "memory": "128Mi"},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    key = f"{isolated_at}/{uuid}"
+    job = _job(JobKind.GPU_RESET, node, key, namespace, container, [], runtime_class)
+    job["metadata"]["annotations"] = {annotation_keys.ISOLATED_AT: isolated_at,
+                                      annotation_keys.GPU_UUID: uuid}
+    job["spec"]["activeDeadlineSeconds"] = GPU_RESET_DEADLINE_S
     return job
 
 

@@ -1,4 +1,4 @@
-"""``gpuguard manifest job evidence|burnin``: the exact Job the controller would create.
+"""``gpuguard manifest job evidence|burnin|gpu-reset``: the exact Job the controller would create.
 
 An operator reviews what gpuguard will run on a node before granting it; tests and reviewers
 check the admission policy (``deploy/helm/.../validatingadmissionpolicy.yaml``) against it.
@@ -15,6 +15,7 @@ import typer
 
 from gpuguard.actuators import jobs
 from gpuguard.cli import guard, inputs, output
+from gpuguard.errors import InputError
 from gpuguard.model import return_to_pool
 
 app = typer.Typer(help="Print what gpuguard would create, for review.", no_args_is_help=True)
@@ -65,6 +66,30 @@ def evidence(
         node, isolated_at, image=c.image, namespace=c.namespace,
         runtime_class=c.job_runtime_class, deadline=c.evidence_deadline,
     )  # fmt: skip
+    _emit(manifest, fmt)
+
+
+@job_app.command("gpu-reset")
+def gpu_reset(
+    node: NodeOpt,
+    uuid: Annotated[str, typer.Option("--uuid", help="The isolated card, GPU-<uuid>.")],
+    isolated_at: IsolatedAtOpt = EXAMPLE_ISOLATED_AT,
+    config: guard.ConfigOpt = None,
+    fmt: FormatOpt = ManifestFormat.YAML,
+) -> None:
+    """The GPU-reset Job for one card of NODE: nvidia-smi -r -i UUID, root with SYS_ADMIN only,
+    that card alone (remediation.gpu_reset_pools; docs/security.md#the-gpu-reset-job).
+
+    \b
+    Example:
+      gpuguard manifest job gpu-reset --node gpu-node-a --uuid GPU-0a8e0faa-d59d-595d
+    """
+    c = guard.load_settings(config).controller
+    try:
+        manifest = jobs.gpu_reset_job(node, isolated_at, uuid=uuid, image=c.image,
+                                      namespace=c.namespace, runtime_class=c.job_runtime_class)
+    except InputError as e:
+        raise typer.BadParameter(str(e), param_hint="--uuid") from e
     _emit(manifest, fmt)
 
 

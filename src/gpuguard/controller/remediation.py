@@ -12,6 +12,12 @@ verdict, opt-in per pool (docs/remediation.md); ``policy.remediation`` decides, 
   checks (a new boot ID) and the burn-in then decide as after a person's power cycle;
 - ``hand-off``: the mark and the node condition ``GpuguardRemediationRequired`` the cluster's
   own remediator reads (``HandOffWriter``); gpuguard itself does nothing more on the node;
+- ``gpu-reset``: the mark ``started`` naming the reset Job (a claim, as above), then the
+  pinned Job ``nvidia-smi -r -i <uuid>`` (``actuators.jobs.gpu_reset_job``);
+  ``gpu-reset-result``: its Job read on later ticks — Complete: the mark ``done`` (the return
+  checks take it as the reset, the burn-in decides); Failed (its exit status, its deadline),
+  gone, or not the Job gpuguard created: ``failed``, the reason at the head of the person's
+  request and a notification. Both with an Event and a ledger line, never a second reset;
 - ``wait``: nothing written (the breaker's turn; ``gpuguard explain`` shows it).
 
 Writes are re-checked against leadership and skipped in dry-run; a failed write is logged
@@ -23,15 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuguard.actuators import eviction
+from gpuguard.actuators import eviction, jobs
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, pci, ports
+from gpuguard.model import jobs as job_model
 from gpuguard.model import remediation as model
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import remediation as policy
@@ -62,6 +69,24 @@ class HandOffWriter(Protocol):
         ...
 
 
+class ResetJobs(Protocol):
+    """Creates the reset Job (its uid; None: it already existed) and reads its result."""
+
+    def create(self, manifest: dict[str, Any]) -> str | None: ...
+
+    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResetJob:
+    """How the GPU-reset Job is made: gpuguard's image, namespace and the NVIDIA RuntimeClass
+    (the same as its other Jobs: the admission policy pins them)."""
+
+    image: str
+    namespace: str = "gpuguard"
+    runtime_class: str | None = "nvidia"
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One node's decision and what became of it: ``applied``, ``dry-run``, ``error: ...``
@@ -81,12 +106,17 @@ class Remediation:
     hand_off: HandOffWriter | None = None
     notifier: ports.Notifier | None = None
     ledger: LedgerPort | None = None  # the power cycle's line on the card's history
+    reset_jobs: ResetJobs | None = None  # the GPU reset (remediation.gpu_reset_pools)
+    reset_job: ResetJob | None = None
+    cards: Callable[[fleet.FleetSnapshot], Mapping[str, model.CardFacts]] | None = None
+    """The isolated cards' row-remap and process facts (None: unknown, no GPU reset)."""
 
     def run(
         self, snapshot: fleet.FleetSnapshot, now: datetime, *, may_write: Callable[[], bool]
     ) -> list[Outcome]:
         out = []
-        for decision in policy.decide(snapshot, self.settings):
+        cards = self.cards(snapshot) if self.cards is not None else None
+        for decision in policy.decide(snapshot, self.settings, cards):
             node = snapshot.node(decision.node)
             if node is None or decision.step in (Step.NONE, Step.WAIT):
                 out.append(Outcome(decision, "-"))
@@ -105,6 +135,10 @@ class Remediation:
                     return self._power_cycle(node, decision, now)
                 case Step.HAND_OFF:
                     return self._hand_off(node, decision, now)
+                case Step.GPU_RESET:
+                    return self._gpu_reset(node, decision, now)
+                case Step.GPU_RESET_RESULT:
+                    return self._gpu_reset_result(node, decision, now)
                 case Step.CLEAR_HAND_OFF if self.hand_off is not None:
                     self.hand_off.set_condition(node.name, CONDITION, False, "Returned",
                                                 decision.detail, now)  # fmt: skip
@@ -159,12 +193,69 @@ class Remediation:
             self._tell(node.name, decisions.Reason.REMEDIATION_FAILED, why, now, notify=True)
         return Outcome(decision, "applied", mark)
 
-    def _record(self, node: fleet.Node, ok: bool, now: datetime) -> None:
-        """The power cycle on the ledger, as a line of the isolated card that is no fault of it
+    def _gpu_reset(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
+        if self.reset_jobs is None or self.reset_job is None:
+            return Outcome(decision, "error: no Job client for the GPU reset")
+        isolated_at, uuid = node.annotations[keys.ISOLATED_AT], node.annotations[keys.GPU_UUID]
+        made = self.reset_job
+        manifest = jobs.gpu_reset_job(node.name, isolated_at, uuid=uuid, image=made.image,
+                                      namespace=made.namespace,
+                                      runtime_class=made.runtime_class)  # fmt: skip
+        name = manifest["metadata"]["name"]
+        started = model.Mark(model.Action.GPU_RESET, model.Result.STARTED, now, isolated_at,
+                             f"nvidia-smi -r -i {uuid} by Job {name}", job=f"{name}=")
+        # claimed first, conditional on the node as read (a 409: nothing created)
+        self.writer.annotate(node, {keys.REMEDIATION: started.render()})
+        uid = self.reset_jobs.create(manifest) or ""  # "" : it existed, not gpuguard's
+        mark = dataclasses.replace(started, job=f"{name}={uid}")
+        self.writer.annotate_after_claim(node.name, {keys.REMEDIATION: mark.render()})
+        log.info("%s: GPU reset of %s: Job %s created (uid %s)", node.name, uuid, name, uid)
+        self._tell(node.name, decisions.Reason.REMEDIATION_STARTED,
+                   f"{decision.detail}: Job {name} resets {uuid}", now)  # fmt: skip
+        return Outcome(decision, "applied", mark)
+
+    def _gpu_reset_result(
+        self, node: fleet.Node, decision: policy.Decision, now: datetime
+    ) -> Outcome:
+        if self.reset_jobs is None:
+            return Outcome(decision, "error: no Job client for the GPU reset")
+        started = model.read(node.annotations)
+        if started is None:
+            return Outcome(decision, "-")
+        name, _, uid = started.job.partition("=")
+        job = self.reset_jobs.result(name, created_uid=uid)
+        if job.state is job_model.JobState.RUNNING:
+            return Outcome(decision, "-")
+        ok = job.state is job_model.JobState.SUCCEEDED
+        why = {job_model.JobState.ABSENT: f"Job {name} is gone"}.get(job.state, job.detail)
+        detail = f"{started.detail}: " + ("exit 0" if ok else f"failed ({why or 'no reason'})")
+        mark = dataclasses.replace(started, at=now, detail=detail,
+                                   result=model.Result.DONE if ok else model.Result.FAILED)
+        marks: dict[str, str | None] = {keys.REMEDIATION: mark.render()}
+        if not ok:
+            request = node.annotations.get(keys.REQUEST, "")
+            marks[keys.REQUEST] = (f"automated GPU reset failed ({detail}): reset the GPU by "
+                                   f"hand. {request}").strip()  # fmt: skip
+        self._record(node, ok, now, reset=True)
+        self.writer.annotate(node, marks)
+        if ok:
+            self._tell(node.name, decisions.Reason.REMEDIATION_DONE,
+                       f"GPU reset ({detail}): the return checks and the burn-in decide", now)
+        else:
+            self._tell(node.name, decisions.Reason.REMEDIATION_FAILED,
+                       f"automated GPU reset failed: {detail}; the person's request says so",
+                       now, notify=True)  # fmt: skip
+        return Outcome(decision, "applied", mark)
+
+    def _record(self, node: fleet.Node, ok: bool, now: datetime, *, reset: bool = False) -> None:
+        """The repair on the ledger, as a line of the isolated card that is no fault of it
         (``faults.NOT_FAULTS``); an unwritable ledger is logged, the node's mark still tells."""
         if self.ledger is None:
             return
-        kind = faults.FaultKind.POWER_CYCLED if ok else faults.FaultKind.POWER_CYCLE_FAILED
+        kind = {(False, True): faults.FaultKind.POWER_CYCLED,
+                (False, False): faults.FaultKind.POWER_CYCLE_FAILED,
+                (True, True): faults.FaultKind.GPU_RESET,
+                (True, False): faults.FaultKind.GPU_RESET_FAILED}[reset, ok]  # fmt: skip
         entry = faults.LedgerEntry(
             at=now, node=node.name, xid=None,
             pci=pci.try_normalize_pci(node.annotations.get(keys.GPU_PCI)),

@@ -124,7 +124,8 @@ class GuardMetrics:
         )
         self.remediations = Counter(
             _counter_base(names.REMEDIATIONS_TOTAL),
-            "gpuguard's own repairs (power cycle, hand-off) by result (docs/remediation.md).",
+            "gpuguard's own repairs (power cycle, GPU reset, hand-off) by result "
+            "(docs/remediation.md).",
             ["action", "result"], registry=r,
         )  # fmt: skip
         self.change_nodes = Gauge(

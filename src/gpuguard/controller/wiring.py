@@ -51,6 +51,7 @@ from gpuguard.sources import (
     kubernetes,
     node_scope,
     prometheus,
+    reset_cards,
     return_facts,
     watched_cluster,
 )
@@ -197,7 +198,8 @@ def build_guard(
             ),
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
-            remediation=remediation_step(client, writer, guard_settings, notifier),
+            remediation=remediation_step(client, writer, guard_settings, notifier,
+                                         read=read),
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
                 metrics=read(
@@ -269,12 +271,16 @@ def remediation_step(
     writer: nodes.NodeWriter,
     guard_settings: settings_model.GuardSettings,
     notifier: ports.Notifier | None,
+    *,
+    read: Callable[[prometheus.Plan], prometheus.PrometheusSource] | None = None,
 ) -> remediation.Remediation | None:
     """The opt-in repairs (docs/remediation.md): None while no pool is opted in. The BMC's
-    Secrets are read from the controller's namespace, by name, when a power cycle is due."""
-    r = guard_settings.remediation
-    if not r.power_cycle_pools and not r.hand_off_pools:
+    Secrets are read from the controller's namespace, by name, when a power cycle is due; the
+    GPU reset's card facts from Prometheus (``read``; None: unknown, no reset)."""
+    r, c = guard_settings.remediation, guard_settings.controller
+    if not r.power_cycle_pools and not r.hand_off_pools and not r.gpu_reset_pools:
         return None
+    resets = bool(r.gpu_reset_pools)
     power = redfish.RedfishPower(
         redfish.secret_reader(client, guard_settings.controller.namespace), r.bmc_secrets,
         timeout_s=r.bmc_timeout.total_seconds(),
@@ -282,6 +288,10 @@ def remediation_step(
     return remediation.Remediation(
         power, eviction.Evictor(client), writer, r, hand_off=writer, notifier=notifier,
         ledger=ledger.Ledger(client, guard_settings.controller.namespace),
+        reset_jobs=jobs.Jobs(client, c.namespace) if resets else None,
+        reset_job=remediation.ResetJob(c.image, c.namespace, c.job_runtime_class or None),
+        cards=reset_cards.ResetCards(reset_cards.scoped(read(prometheus.FreshnessPlan())))
+        if resets and read is not None else None,
     )
 
 

@@ -72,7 +72,7 @@ from gpuguard.sim import (
     world,
 )
 from gpuguard.sim import clock as simclock
-from gpuguard.sources import changes, kubernetes, watched_cluster
+from gpuguard.sources import changes, kubernetes, reset_cards, watched_cluster
 
 STEP = timedelta(seconds=15)
 MARGIN = timedelta(minutes=2)
@@ -598,12 +598,16 @@ def _remediation(
     settings: settings_model.GuardSettings,
 ) -> remediation.Remediation | None:
     """The repairs step with the simulated BMCs, when a pool is opted in."""
-    r = settings.remediation
-    if not r.power_cycle_pools and not r.hand_off_pools:
+    r, c = settings.remediation, settings.controller
+    if not r.power_cycle_pools and not r.hand_off_pools and not r.gpu_reset_pools:
         return None
     power = bmc.SimBmc(played, r.bmc_timeout.total_seconds())
-    return remediation.Remediation(power, eviction.Evictor(client), writer, r, hand_off=writer,
-                                   ledger=ledger.Ledger(client, settings.controller.namespace))
+    return remediation.Remediation(
+        power, eviction.Evictor(client), writer, r, hand_off=writer,
+        ledger=ledger.Ledger(client, c.namespace), reset_jobs=jobs.Jobs(client, c.namespace),
+        reset_job=remediation.ResetJob(c.image, c.namespace, c.job_runtime_class or None),
+        cards=reset_cards.ResetCards(return_view.WorldResetCards(played)),
+    )  # fmt: skip
 
 
 def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) -> None:
@@ -614,6 +618,7 @@ def _record_remediations(run: ScenarioRun, result: tick.TickResult, t: float) ->
             reason = {
                 model_remediation.Result.FAILED: decisions.Reason.REMEDIATION_FAILED,
                 model_remediation.Result.PUBLISHED: decisions.Reason.REMEDIATION_HANDED_OFF,
+                model_remediation.Result.STARTED: decisions.Reason.REMEDIATION_STARTED,
             }.get(mark.result, decisions.Reason.REMEDIATION_DONE)
             run.guard_timeline.append(_entry(t, decision.node, f"remediation_{mark.result}",
                                              reason, f"{mark.action}: {mark.detail}"))

@@ -22,7 +22,7 @@ from gpuguard.catalog import gpu_models
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.model import ports
 from gpuguard.policy import burnin
-from gpuguard.sim import change_tool, state, world
+from gpuguard.sim import change_tool, reactions, scenario, state, world
 
 
 class NoHostPrograms:
@@ -143,11 +143,38 @@ def runner(
         if argv[:2] == ["gpuguard", "burnin"]:
             code, summary = _burnin(node, argv)
             return code, termination_message(argv, summary)
+        if argv[:3] == ["nvidia-smi", "-r", "-i"] and len(argv) == 4:  # the GPU-reset Job
+            return gpu_reset(played, node, argv[3])
         if argv[:2] == ["/bin/sh", "-c"]:  # a change's Job: the admin's template's script
             return change_tool.run_job(played, node)
         return 2, f"the simulated node cannot run {' '.join(argv[:2])!r}"
 
     return run
+
+
+def gpu_reset(played: world.World, node: state.SimNode, uuid: str) -> tuple[int, str]:
+    """``nvidia-smi -r -i <uuid>`` on the simulated node: the simulator's own reset
+    (``sim.reactions.on_gpu_reset``, the reset a person does in the scenarios). Per NVIDIA, a
+    GPU reset re-initialises the GPU's hardware and software state "in situations that would
+    otherwise require a machine reboot" and fails while any process holds the GPU (nvidia-smi(1)
+    ``-r``, https://manpages.ubuntu.com/manpages/plucky/man1/nvidia-smi.1.html); a GPU gone
+    from the bus cannot be reached at all (NVIDIA's Xid catalog, Xid 79: "GPU has fallen off
+    the bus", https://docs.nvidia.com/deploy/xid-errors/) and needs a power cycle. So a reset
+    clears the transient state (Xid, pending remap, compute mode, the driver's recovery
+    action) but not a hardware fault: a failed row remap stays, a GPU off the bus fails it."""
+    gpu = next((g for g in node.gpus if g.uuid == uuid), None)
+    if gpu is None:
+        return 6, f"No devices were found matching {uuid}"  # nvidia-smi's "not found" status
+    if node.gpu_reset == "fails":  # the scenario's override: the reset does not happen
+        return 255, f"Unable to reset GPU {uuid}: the reset did not complete"
+    if any(gpu.index in w.gpus for w in node.workloads):
+        return 255, f"Unable to reset GPU {uuid}: in use by another client"
+    reset_ok = gpu.on_bus
+    reactions.on_gpu_reset(played, scenario.GpuPayload(node=node.name,
+                                                        gpu=gpu.index), node)  # fmt: skip
+    if not reset_ok:
+        return 255, f"Unable to reset GPU {uuid}: the GPU is not reachable"
+    return 0, f"GPU {gpu.pci} was successfully reset."
 
 
 def termination_message(argv: Sequence[str], summary: str) -> str:

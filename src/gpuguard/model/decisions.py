@@ -115,6 +115,7 @@ class Reason(StrEnum):
     # policy.remediation)
     REMEDIATION_DRAINING = "remediation-draining"  # pods evicted before the repair
     REMEDIATION_WAITING = "remediation-waiting"  # the breaker: another repair is in flight
+    REMEDIATION_STARTED = "remediation-started"  # the GPU reset's Job created: read next
     REMEDIATION_DONE = "remediation-done"  # carried out: the return checks and burn-in decide
     REMEDIATION_FAILED = "remediation-failed"  # the person's request says why
     REMEDIATION_HANDED_OFF = "remediation-handed-off"  # a node condition for the remediator

@@ -20,10 +20,13 @@ class FaultKind(StrEnum):
     FABRIC = "fabric"  # a node-wide NVLink fabric fault (fatal NVSwitch SXid, failed registration)
     POWER_CYCLED = "power_cycled"  # gpuguard power-cycled the node (docs/remediation.md)
     POWER_CYCLE_FAILED = "power_cycle_failed"  # its BMC refused, failed or timed out
+    GPU_RESET = "gpu_reset"  # gpuguard's reset Job reset the card (docs/remediation.md)
+    GPU_RESET_FAILED = "gpu_reset_failed"  # that Job failed, hit its deadline or is gone
 
 
 NOT_FAULTS = frozenset({FaultKind.BURNIN_FAILED, FaultKind.POWER_CYCLED,
-                        FaultKind.POWER_CYCLE_FAILED})  # fmt: skip
+                        FaultKind.POWER_CYCLE_FAILED, FaultKind.GPU_RESET,
+                        FaultKind.GPU_RESET_FAILED})  # fmt: skip
 """Ledger lines about a card that are no fault of it: what happened after one (a failed
 burn-in, gpuguard's power cycle and its result); escalation never counts them."""
 

@@ -15,6 +15,7 @@ next): the breaker counts those (``policy.remediation``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,10 @@ from enum import StrEnum
 
 from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys, timestamps
+
+CARD_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,64}$")
+"""A card the GPU reset may name: the shape the chart's ``gpuguard-jobs`` policy admits in the
+reset Job's ``nvidia-smi -r -i`` (anything else there is refused, so it is never built)."""
 
 HAND_OFF_CONDITION = "GpuguardRemediationRequired"
 """The node condition a hand-off sets True and a return sets False (docs/remediation.md)."""
@@ -47,12 +52,13 @@ class Mark:
     at: datetime
     isolated_at: str  # the isolation it was made for (``gpuguard.io/isolated-at``)
     detail: str
+    job: str = ""  # ``<name>=<uid>`` of the Job that carries it out (the GPU reset), else ""
 
     def render(self) -> str:
         return json.dumps(
             {"action": str(self.action), "result": str(self.result),
              "at": timestamps.format_utc(self.at), "isolated_at": self.isolated_at,
-             "detail": self.detail},
+             "detail": self.detail, **({"job": self.job} if self.job else {})},
             sort_keys=True,
         )  # fmt: skip
 
@@ -75,8 +81,22 @@ def read(annotations: Mapping[str, str]) -> Mark | None:
             raise ValueError(f"at {data['at']!r} is not a time with a zone")
         return Mark(
             Action(data["action"]), Result(data["result"]), at, str(data["isolated_at"]),
-            str(data["detail"]),
+            str(data["detail"]), str(data.get("job", "")),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError) as e:
         key = annotation_keys.REMEDIATION
         raise InputError(f"{key} {raw!r}: not a remediation mark: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class CardFacts:
+    """What a GPU reset needs to know of the isolated card (None: unknown, never reset):
+    a pending or failed row remap (DCGM ``DCGM_FI_DEV_ROW_REMAP_PENDING``/``_FAILURE``: a reset
+    would apply a pending remap without the burn-in that must follow, a failed one is an RMA)
+    and the processes holding it open (the agent's ``gpuguard_gpu_processes``: "there can't
+    be any applications using these devices", nvidia-smi(1) ``-r``)."""
+
+    uuid: str
+    row_remap_pending: bool | None
+    row_remap_failed: bool | None
+    processes: int | None

@@ -515,6 +515,12 @@ class RemediationSettings(_Section):
         "the node condition GpuguardRemediationRequired instead; a pool in both lists is "
         "refused at start (one actor per node).",
     )
+    gpu_reset_pools: frozenset[str] = Field(
+        default=frozenset(),
+        description="Pools whose GPUs gpuguard resets (`nvidia-smi -r -i`, a pinned Job with "
+        "CAP_SYS_ADMIN) after a gpu-reset verdict, the GPU held out and idle; empty: none (the "
+        "person's request). The chart admits the reset Job only when it names a pool.",
+    )
     bmc_secrets: dict[str, str] = Field(
         default={},
         description="Node name or pool -> the Secret (in `controller.namespace`) holding that "

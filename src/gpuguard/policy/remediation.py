@@ -11,12 +11,19 @@ are evicted through the Eviction API, PodDisruptionBudgets honoured, and the nod
 pool in ``hand_off_pools`` gets HAND_OFF instead: the node condition the cluster's remediator
 reads (one actor per node).
 
+A ``gpu-reset`` verdict in a pool of ``gpu_reset_pools`` gets GPU_RESET (the pinned Job
+``nvidia-smi -r -i <uuid>``, ``actuators.jobs.gpu_reset_job``) when the same hold, breaker and
+once-per-isolation rules allow it and the isolated card (``gpuguard.io/gpu-uuid``) is known,
+has no pending or failed row remap and no process holds it, and no GPU pod is left on the node
+(``model.remediation.CardFacts``; an unknown fact never resets: fail closed). A ``started``
+reset mark gets GPU_RESET_RESULT: the controller reads its Job.
+
 Pure: the controller (``controller.remediation``) reads the facts and carries out the step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,6 +43,8 @@ class Step(StrEnum):
     POWER_CYCLE = "power-cycle"
     HAND_OFF = "hand-off"
     CLEAR_HAND_OFF = "clear-hand-off"  # returned (or no longer gpuguard's): condition False
+    GPU_RESET = "gpu-reset"  # create the reset Job of the isolated card
+    GPU_RESET_RESULT = "gpu-reset-result"  # read that Job: done, failed, or still running
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +98,14 @@ def in_flight(nodes: Sequence[fleet.Node]) -> tuple[str, ...]:
 
 
 def decide(
-    snapshot: fleet.FleetSnapshot, settings: settings_model.RemediationSettings
+    snapshot: fleet.FleetSnapshot,
+    settings: settings_model.RemediationSettings,
+    cards: Mapping[str, model.CardFacts] | None = None,
 ) -> tuple[Decision, ...]:
     """A decision for every node gpuguard isolated with a verdict, oldest isolation first;
     each DRAIN or POWER_CYCLE takes a slot of ``max_in_flight`` from the nodes after it (a
-    node is drained only when its power cycle may follow)."""
+    node is drained only when its power cycle may follow). ``cards``: node -> the facts of
+    its isolated card, for the GPU reset (absent: unknown, no reset)."""
     isolated = sorted(
         (n for n in snapshot.nodes if n.isolated_by_gpuguard and keys.VERDICT in n.annotations),
         key=lambda n: (n.annotations[keys.ISOLATED_AT], n.name),
@@ -105,8 +117,12 @@ def decide(
         if n.conditions.get(model.HAND_OFF_CONDITION) == "True" and not _handed_off(n)
     ]
     for node in isolated:
-        one = _one(node, snapshot.pods_on(node.name), settings, busy)
-        busy += one.step in (Step.DRAIN, Step.POWER_CYCLE)  # a drain holds its node's turn
+        pods = snapshot.pods_on(node.name)
+        if node.annotations.get(keys.VERDICT) == str(decisions.Verdict.GPU_RESET):
+            one = _reset(node, pods, settings, busy, (cards or {}).get(node.name))
+        else:
+            one = _one(node, pods, settings, busy)
+        busy += one.step in (Step.DRAIN, Step.POWER_CYCLE, Step.GPU_RESET)  # holds its turn
         out.append(one)
     return tuple(out)
 
@@ -158,3 +174,55 @@ def _one(
         return Decision(node.name, Step.DRAIN, f"evicting {len(left)} GPU pod(s) first: {names}",
                         left)  # fmt: skip
     return Decision(node.name, Step.POWER_CYCLE, f"power-cycle verdict, pool {pool}, drained")
+
+
+def _reset(
+    node: fleet.Node,
+    pods: Sequence[fleet.Pod],
+    settings: settings_model.RemediationSettings,
+    busy: int,
+    card: model.CardFacts | None,
+) -> Decision:
+    """The GPU-reset route of one node with a ``gpu-reset`` verdict (docs/remediation.md)."""
+
+    def none(why: str) -> Decision:
+        return Decision(node.name, Step.NONE, why)
+
+    pool = pool_of(node, settings)
+    if pool not in settings.gpu_reset_pools:
+        return none(f"pool {pool!r} ({settings.pool_label}) has no automated GPU reset")
+    if keys.HOLD in node.annotations:
+        return none(f"{keys.HOLD} set by a person: no automated repair")
+    try:
+        mark = model.read(node.annotations)
+    except InputError as e:
+        return none(f"{e}: no further repair")
+    if mark is not None and mark.action is model.Action.GPU_RESET and (
+        mark.result is model.Result.STARTED
+    ):
+        return Decision(node.name, Step.GPU_RESET_RESULT, mark.detail)
+    if mark is not None:
+        return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
+    recorded = node.annotations.get(keys.BOOT_ID)
+    if recorded and node.boot_id and recorded != node.boot_id:
+        return none("rebooted since the isolation: the return checks decide")
+    uuid = node.annotations.get(keys.GPU_UUID)
+    if not uuid or not model.CARD_UUID.match(uuid):
+        return none(f"the isolated card is not known ({keys.GPU_UUID}): no automated reset")
+    if card is None or card.uuid != uuid:
+        return none(f"no facts on {uuid} (row remap, processes): no automated reset")
+    if card.row_remap_pending is not False or card.row_remap_failed is not False:
+        seen = f"pending {card.row_remap_pending}, failed {card.row_remap_failed}"
+        return none(f"{uuid} row remap {seen}: never reset, the person's request stands")
+    if card.processes != 0:
+        return none(f"{uuid} held open by {card.processes} process(es) (None: unknown): "
+                    "no reset while in use")  # fmt: skip
+    if busy >= settings.max_in_flight:
+        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
+                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
+    left = workload_pods(pods)
+    if left:
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
+        return none(f"GPU pod(s) still on the node: {names}: no reset while they run")
+    return Decision(node.name, Step.GPU_RESET, f"gpu-reset verdict, pool {pool}, {uuid} idle, "
+                    "no row remap pending or failed")  # fmt: skip

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.errors import InputError
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import decisions, fleet, timestamps
+from gpuguard.model import decisions, fleet, remediation, timestamps
 from gpuguard.model import metric_names as names
 from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
@@ -130,6 +131,11 @@ def _reset_done(c: Context, boot: decisions.Evidence) -> model.ReturnCheck:
     mark = c.seen(keys.RESET_DONE, raw if raw is not None else "(absent)")
     result = _result(Condition.REBOOTED_OR_RESET, boot, mark)
     stamp = parse_stamp(raw)
+    if raw is None and (done := _gpuguards_reset(c)) is not None:
+        evidence = c.seen(keys.REMEDIATION, done.render())
+        return _result(Condition.REBOOTED_OR_RESET, boot, evidence)(
+            Status.PASS, f"GPU reset by gpuguard at {timestamps.format_utc(done.at)}: "
+            f"{done.detail}")
     if raw is None:
         return result(
             Status.FAIL,
@@ -145,6 +151,21 @@ def _reset_done(c: Context, boot: decisions.Evidence) -> model.ReturnCheck:
             f"({c.annotation(keys.ISOLATED_AT)}): the reset of an earlier fault",
         )
     return result(Status.PASS, f"GPU reset confirmed by a human at {raw}")
+
+
+def _gpuguards_reset(c: Context) -> remediation.Mark | None:
+    """gpuguard's own reset of this isolation's card (docs/remediation.md#gpu-reset): its Job
+    ended well after the isolation; a malformed mark is no proof."""
+    try:
+        mark = remediation.read(c.node.annotations)
+    except InputError:
+        return None
+    if (mark is None or mark.action is not remediation.Action.GPU_RESET
+            or mark.result is not remediation.Result.DONE
+            or mark.isolated_at != c.annotation(keys.ISOLATED_AT)
+            or c.isolated_at is None or mark.at <= c.isolated_at or mark.at > c.now):
+        return None
+    return mark
 
 
 def _gpus_back(c: Context) -> model.ReturnCheck:

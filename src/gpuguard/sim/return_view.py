@@ -51,3 +51,32 @@ def _gpu(node: state.SimNode, gpu: state.SimGpu, at: datetime) -> list[fleet.Met
     if not xid:
         del values[names.DCGM_XID_LAST]  # the plan asks ``> 0``: a 0 is no series
     return [fleet.MetricSample(name, labels, value, at) for name, value in values.items()]
+
+
+@dataclass
+class WorldResetCards:
+    """What the world's Prometheus would answer to the GPU reset's card queries
+    (``sources.reset_cards``): each GPU's pending and failed row remaps (dcgm-exporter) and
+    the processes on it (the agent's ``gpuguard_gpu_processes``: one per running workload on
+    that GPU). A GPU off the bus and a node whose exporter is down have no series."""
+
+    played: world.World
+
+    def samples_of(self, at: datetime, nodes: Sequence[str]) -> tuple[fleet.MetricSample, ...]:
+        out: list[fleet.MetricSample] = []
+        for node in self.played.nodes:
+            if node.name not in nodes or not exporters.exporter_up(node, at):
+                continue
+            for gpu in (g for g in node.gpus if g.on_bus):
+                dcgm = {node.hostname_label: node.name, "gpu": str(gpu.index), "UUID": gpu.uuid}
+                agent = {"node": node.name, "gpu": str(gpu.index), "uuid": gpu.uuid}
+                busy = sum(1 for w in node.workloads if gpu.index in w.gpus
+                           and (w.ends is None or w.ends > at))  # fmt: skip
+                out += [
+                    fleet.MetricSample(names.DCGM_ROW_REMAP_PENDING, dcgm,
+                                       float(gpu.row_remap_pending), at),
+                    fleet.MetricSample(names.DCGM_ROW_REMAP_FAILURE, dcgm,
+                                       float(gpu.row_remap_failure), at),
+                    fleet.MetricSample(names.GPU_PROCESSES, agent, float(busy), at),
+                ]  # fmt: skip
+        return tuple(out)

@@ -358,6 +358,9 @@ class HostSettings(_Strict):
     # how the node's BMC answers a Redfish power cycle (sim/bmc.py): it does it, refuses
     # (401) or never answers (timeout)
     bmc: Literal["answers", "refuses", "times-out"] | None = None
+    # how the node's GPUs answer gpuguard's reset Job (`nvidia-smi -r -i`, demo/job_commands.py):
+    # they reset, or nvidia-smi fails ("Unable to reset", the GPU untouched)
+    gpu_reset: Literal["answers", "fails"] | None = None
 
 
 class FleetSpec(HostSettings):
@@ -414,6 +417,7 @@ class NodeSpec:
     gpu_state: bool = False
     gpu_operator: bool = False
     bmc: str = "answers"
+    gpu_reset: str = "answers"
 
 
 @dataclass(frozen=True)

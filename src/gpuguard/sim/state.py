@@ -81,6 +81,7 @@ class SimNode:
     ready: bool = True
     ipvs_persisted: bool = True
     bmc: str = "answers"  # how its BMC answers a power cycle (sim.bmc)
+    gpu_reset: str = "answers"  # how its GPUs answer nvidia-smi -r (demo.job_commands)
     ipvs_loaded: bool = True
     kube_proxy_ready: bool = True
     dns_servers: tuple[str, ...] = ("10.0.0.2",)
