@@ -5,8 +5,10 @@ what the token can still not do."""
 
 from __future__ import annotations
 
+from gpuguard.model import remediation
 from tests import admission, chart
 from tests.hostile import objects as o
+from tests.hostile import own
 from tests.hostile.model import Case
 
 IMP = "impersonated-gpuguard"
@@ -127,6 +129,14 @@ STOLEN_TOKEN = [
             o.changed(o.node(), lambda n: n.update(status={}), o.status_condition(
                 "GpuFallenOffBus")), old=o.changed(o.node(), lambda n: n.update(status={})),
             subresource="status"),
+    *(Case(STOLEN, name, tries, o.changed(own.READY, o.status_condition(kind, to)),
+           o.GPUGUARD, {SCOPE: ["node-scope-spec"]}, operation="UPDATE", old=own.READY,
+           extra=o.POD_TOKEN, subresource="status", values=vals)
+      for name, tries, kind, to, vals in (
+          ("hand-off-marks-a-node-not-ready", "Ready=False with the hand-off's status patch",
+           "Ready", "False", own.HAND_OFF),
+          ("hand-off-condition-without-the-opt-in", "the hand-off's condition, not opted in",
+           remediation.HAND_OFF_CONDITION, "True", None))),
     _stolen("names-another-holder", "keeps a replica of its own as leader",
             {"gpuguard-leader": ["leader-self"]}, o.lease("gpuguard-attacker-0"),
             old=o.lease(admission.CONTROLLER_POD)),

@@ -128,8 +128,11 @@ def spec(**fields: Any) -> Change:
 
 
 def status_condition(kind: str, status: str = "True") -> Change:
+    """Set the condition ``kind``, merged by type as a strategic-merge patch does."""
     def apply(n: Obj) -> None:
-        n.setdefault("status", {}).setdefault("conditions", []).append(
+        conditions = n.setdefault("status", {}).setdefault("conditions", [])
+        conditions[:] = [c for c in conditions if c["type"] != kind]
+        conditions.append(
             {"type": kind, "status": status, "reason": "Agent", "message": "",
              "lastHeartbeatTime": "2026-09-21T06:05:10Z",
              "lastTransitionTime": "2026-09-21T06:05:10Z"})

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuguard.actuators import jobs
 from gpuguard.model import annotation_keys as keys
-from gpuguard.model import gpu_isolation, settings
+from gpuguard.model import gpu_isolation, remediation, settings
 from tests import admission, chart
 from tests.hostile import objects as o
 from tests.hostile.model import Case
@@ -107,6 +107,20 @@ def _own_node(name: str, old: Obj, *changes: o.Change) -> Case:
                 old=old, extra=o.POD_TOKEN)
 
 
+# remediation.hand_off_pools: gpuguard's account patches nodes/status with its one condition
+# GpuguardRemediationRequired (docs/remediation.md#hand-off).
+HAND_OFF = values(controller__settings__remediation__hand_off_pools=["NVIDIA-H100"])
+READY = o.changed(o.node(True, annotations=o.ISOLATED, name="gpu-node-h"),
+                  lambda n: n.update(status={}), o.status_condition("Ready"))  # its own node:
+# a node left isolated by one replayed case cannot be stored clean for the next (node-delete)
+RAISED = o.changed(READY, o.status_condition(remediation.HAND_OFF_CONDITION))
+
+
+def _own_status(name: str, old: Obj, *changes: o.Change) -> Case:
+    return Case(OWN, name, "", o.changed(old, *changes), o.GPUGUARD, {}, operation="UPDATE",
+                old=old, extra=o.POD_TOKEN, subresource="status", values=HAND_OFF)
+
+
 NODE_WRITES = [
     _own_node("isolates-a-node", o.node(), o.cordon(True), o.annotate(**o.ISOLATED)),
     _own_node("records-a-verdict", ISOLATED_NODE, o.annotate(verdict="power-cycle")),
@@ -119,6 +133,9 @@ NODE_WRITES = [
     _own_node("clears-a-return-request", o.node(annotations={
         keys.GPU_RETURN: "GPU-3", keys.GPU_ISOLATED: "[]"}), o.annotate(
         gpu_return=None, gpu_isolated=None)),
+    *(_own_status(f"hand-off-{name}", old, o.status_condition(remediation.HAND_OFF_CONDITION, to))
+      for name, old, to in (("raises-its-condition", READY, "True"),
+                            ("clears-its-condition", RAISED, "False"))),
     Case(OWN, "agent-reports-gpu-gone", "", o.changed(
         o.node(), lambda n: n.update(status={}), o.status_condition("GpuFallenOffBus")),
         o.AGENT, {}, operation="UPDATE", old=o.changed(o.node(), lambda n: n.update(status={})),

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuguard.model import remediation
 from gpuguard.sim.control_plane import cluster
 from tests import chart
 
@@ -286,13 +287,14 @@ class Replayer:
     def _mark_node(self, old: Obj, errors: list[str]) -> tuple[Obj, str]:
         """Register ``old`` without gpuguard's marks (or take the Node there: one under
         gpuguard's isolation cannot be deleted), set its marks as gpuguard, then its GPU
-        conditions as the agent on that node."""
+        conditions as the agent on that node, then the hand-off's condition as gpuguard (its
+        one status write, with remediation.hand_off_pools set)."""
         status, stored = self._request("POST", _collection(old), _creatable(_clean_node(old)),
                                        None, {})
         if status == 409:
             status, stored = self._request("GET", _item(old), None, None, {})
-        for user, sub in ((GPUGUARD, ""), (AGENT, "/status")):
-            put = _overlaid(stored, old, status_too=user == AGENT) if status < 300 else stored
+        for user, sub in ((GPUGUARD, ""), (AGENT, "/status"), (GPUGUARD, "/status")):
+            put = _overlaid(stored, old, status_by=sub and user) if status < 300 else stored
             if status >= 300 or put == stored:
                 continue
             status, answer = self._request("PUT", _item(old) + sub + _managed(user), put, user,
@@ -332,6 +334,7 @@ class Replayer:
 AGENT = "system:serviceaccount:gpuguard:gpuguard-agent"
 _GPU_CONDITIONS = ("GpuFallenOffBus", "GpuHardwareXid", "GpuDriverMismatch",
                    "GpuKernelLogUnreadable", "GpuRecoveryRequired", "GpuFabricFault")
+HAND_OFF = remediation.HAND_OFF_CONDITION
 _PEOPLES = ("gpuguard.io/hold", "gpuguard.io/reset-done", "gpuguard.io/inspected",
             "gpuguard.io/gate-report", "gpuguard.io/gpu-return", "gpuguard.io/change-applied")
 
@@ -362,20 +365,29 @@ def _token(
 
 
 def _unconditioned(node: Obj) -> Obj:
-    """``node`` without gpuguard's GPU conditions (only the agent writes those)."""
+    """``node`` without gpuguard's GPU conditions (only the agent writes those) and the
+    hand-off's (only gpuguard's account)."""
     body = copy.deepcopy(node)
     conditions = body.get("status", {}).get("conditions")
     if conditions is not None:
         body["status"]["conditions"] = [c for c in conditions
-                                        if c.get("type") not in _GPU_CONDITIONS]
+                                        if c.get("type") not in (*_GPU_CONDITIONS, HAND_OFF)]
     return body
 
 
-def _overlaid(stored: Obj, old: Obj, *, status_too: bool) -> Obj:
+def _overlaid(stored: Obj, old: Obj, *, status_by: str | None) -> Obj:
     """``stored`` (the server's fields kept) with ``old``'s labels, annotations and cordon,
-    or (``status_too``) its status conditions: what the marking account writes."""
+    or (``status_by`` the agent or gpuguard) the status conditions that account writes: the
+    agent all of ``old``'s but the hand-off's, gpuguard the hand-off's too."""
     put = copy.deepcopy(stored)
     meta = put["metadata"]
+    if status_by:
+        kept = [c for c in put.get("status", {}).get("conditions", [])
+                if status_by == AGENT and c.get("type") == HAND_OFF]
+        written = [c for c in old.get("status", {}).get("conditions", [])
+                   if status_by == GPUGUARD or c.get("type") != HAND_OFF]
+        put.setdefault("status", {})["conditions"] = copy.deepcopy(written) + kept
+        return put
     for key in ("labels", "annotations"):
         if key in old["metadata"]:
             meta[key] = copy.deepcopy(old["metadata"][key])
@@ -383,9 +395,6 @@ def _overlaid(stored: Obj, old: Obj, *, status_too: bool) -> Obj:
     spec.pop("unschedulable", None)
     if "unschedulable" in (old.get("spec") or {}):
         spec["unschedulable"] = old["spec"]["unschedulable"]
-    if status_too:
-        put.setdefault("status", {})["conditions"] = copy.deepcopy(
-            old.get("status", {}).get("conditions", []))
     return put
 
 
