@@ -93,9 +93,20 @@ def _record(policy: dict[str, Any], obj: dict[str, Any] | None, old: dict[str, A
         return
     case = {"policy": policy["metadata"]["name"], "object": obj, "old": old, "username": username,
             "operation": operation, "params": params, "extra": extra, "refused": verdict,
-            "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]}
+            "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+            "default_install": _as_installed_by_default(policy)}
     with (Path(folder) / f"cases-{os.getpid()}.jsonl").open("a") as out:
         out.write(json.dumps(case, sort_keys=True) + "\n")
+
+
+def _as_installed_by_default(policy: dict[str, Any]) -> bool:
+    """Whether ``policy`` is the one the chart's default values render (else a test rendered
+    it with opt-in values, or changed it)."""
+    from tests import chart  # only when recording: rendering the chart runs helm
+
+    installed = [p for p in chart.by_kind("ValidatingAdmissionPolicy")
+                 if p["metadata"]["name"] == policy["metadata"]["name"]]  # fmt: skip
+    return bool(installed) and installed[0]["spec"] == policy["spec"]
 
 
 def rule_names(messages: list[str] | None) -> list[str]:

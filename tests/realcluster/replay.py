@@ -61,6 +61,7 @@ class Case:
     params: Obj | None
     refused: bool  # cel-python: this policy refuses the request
     test: str
+    default_install: bool = True  # judged with the policy the chart's default values render
 
     @property
     def kind(self) -> str:
@@ -107,8 +108,9 @@ def load(folder: Path) -> list[Case]:
             raw = json.loads(line)
             key = json.dumps(
                 {
-                    k: raw[k]
-                    for k in ("policy", "object", "old", "username", "operation", "extra", "params")
+                    **{k: raw[k] for k in ("policy", "object", "old", "username", "operation",
+                                           "extra", "params")},
+                    "default_install": raw.get("default_install", True),
                 },
                 sort_keys=True,
             )
@@ -124,6 +126,7 @@ def load(folder: Path) -> list[Case]:
                     raw["params"],
                     bool(raw["refused"]),
                     raw["test"],
+                    raw.get("default_install", True),
                 ),
             )
     return list(seen.values())
