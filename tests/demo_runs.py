@@ -8,7 +8,9 @@ A run is shared: read it, never change it.
 
 from __future__ import annotations
 
-from gpuguard.demo import harness
+from typing import Any
+
+from gpuguard.demo import harness, score
 from gpuguard.model import settings as settings_model
 from gpuguard.sim import scenario
 
@@ -26,3 +28,22 @@ def play(
     if key not in _runs:
         _runs[key] = _play(loaded, guard)
     return _runs[key]
+
+
+def events(run: harness.ScenarioRun, kind: str, node: str | None = None) -> list[dict[str, Any]]:
+    """The run's timeline entries of one kind (of one node)."""
+    return [e for e in score.timeline(run) if e["kind"] == kind and node in (None, e["node"])]
+
+
+def fault_to_return_s(run: harness.ScenarioRun, node: str) -> float:
+    """From the node's first fault to its first return to service."""
+    first = run.played.first_fault_at(node)
+    assert first is not None
+    (back, *_) = run.returned_at[node]
+    return ((back - run.played.origin) - first).total_seconds()
+
+
+def node_marks(run: harness.ScenarioRun, node: str) -> dict[str, str]:
+    """The node's annotations at the end of the run."""
+    marks: dict[str, str] = run.played.store.get("Node", "", node)["metadata"]["annotations"]
+    return marks

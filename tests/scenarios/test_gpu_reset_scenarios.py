@@ -7,7 +7,6 @@ in the person's request, once."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -21,22 +20,6 @@ POOL = "NVIDIA-H100-80GB-HBM3"
 OFF = settings.GuardSettings.load(None, {"GPUGUARD_CONTROLLER__IMAGE": IMAGE})
 ON = settings.GuardSettings.load(None, {
     "GPUGUARD_CONTROLLER__IMAGE": IMAGE, "GPUGUARD_REMEDIATION__GPU_RESET_POOLS": POOL})
-
-
-def events(run: harness.ScenarioRun, kind: str, node: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in score.timeline(run) if e["kind"] == kind and node in (None, e["node"])]
-
-
-def fault_to_return_s(run: harness.ScenarioRun, node: str) -> float:
-    first = run.played.first_fault_at(node)
-    assert first is not None
-    (back, *_) = run.returned_at[node]
-    return ((back - run.played.origin) - first).total_seconds()
-
-
-def node_marks(run: harness.ScenarioRun, node: str) -> dict[str, str]:
-    marks: dict[str, str] = run.played.store.get("Node", "", node)["metadata"]["annotations"]
-    return marks
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +36,16 @@ def test_fault_to_return_falls_from_hours_to_minutes(
     before: harness.ScenarioRun, after: harness.ScenarioRun
 ) -> None:
     assert before.verdicts["gpu-node-b"] == after.verdicts["gpu-node-b"] == ["gpu-reset"]
-    assert events(before, "remediation_done") == []  # off: the person's reset
-    waited, reset = fault_to_return_s(before, "gpu-node-b"), fault_to_return_s(after, "gpu-node-b")
+    assert demo_runs.events(before, "remediation_done") == []  # off: the person's reset
+    waited = demo_runs.fault_to_return_s(before, "gpu-node-b")
+    reset = demo_runs.fault_to_return_s(after, "gpu-node-b")
     assert (round(waited), round(reset)) == (28320, 900)
 
 
 def test_gpuguard_resets_the_card_once_with_its_pinned_job(after: harness.ScenarioRun) -> None:
-    (reset,) = events(after, "gpu_reset", "gpu-node-b")
-    (done,) = events(after, "remediation_done", "gpu-node-b")
-    (verdict,) = events(after, "verdict", "gpu-node-b")
+    (reset,) = demo_runs.events(after, "gpu_reset", "gpu-node-b")
+    (done,) = demo_runs.events(after, "remediation_done", "gpu-node-b")
+    (verdict,) = demo_runs.events(after, "verdict", "gpu-node-b")
     assert reset["detail"] == "GPU 2 reset; operands restarted, allocatable 8"
     assert done["detail"].startswith("gpu-reset: nvidia-smi -r -i GPU-")
     assert done["detail"].endswith(": exit 0")
@@ -77,21 +61,21 @@ def test_gpuguard_resets_the_card_once_with_its_pinned_job(after: harness.Scenar
     lines = [line for cm in after.played.store.list("ConfigMap", "gpuguard")
              for text in (cm.get("data") or {}).values() for line in text.splitlines()]
     assert len([line for line in lines if " gpu_reset " in line]) == 1
-    assert events(after, "isolate", "gpu-node-a") == []
+    assert demo_runs.events(after, "isolate", "gpu-node-a") == []
 
 
 def test_a_held_card_is_never_reset(after: harness.ScenarioRun) -> None:
     assert after.verdicts["gpu-node-c"] == ["gpu-reset"]
-    assert events(after, "gpu_reset", "gpu-node-c") == []
-    assert keys.REMEDIATION not in node_marks(after, "gpu-node-c")
+    assert demo_runs.events(after, "gpu_reset", "gpu-node-c") == []
+    assert keys.REMEDIATION not in demo_runs.node_marks(after, "gpu-node-c")
     assert "gpu-node-c" not in after.returned_at
 
 
 def test_a_reset_that_fails_ends_in_the_persons_request_once(after: harness.ScenarioRun) -> None:
-    (failed,) = events(after, "remediation_failed", "gpu-node-d")
+    (failed,) = demo_runs.events(after, "remediation_failed", "gpu-node-d")
     assert failed["reason"] == "remediation-failed"
-    assert events(after, "gpu_reset", "gpu-node-d") == []  # the GPU was not reset
-    marks = node_marks(after, "gpu-node-d")
+    assert demo_runs.events(after, "gpu_reset", "gpu-node-d") == []  # the GPU was not reset
+    marks = demo_runs.node_marks(after, "gpu-node-d")
     assert json.loads(marks[keys.REMEDIATION])["result"] == "failed"
     assert marks[keys.REQUEST].startswith("automated GPU reset failed (nvidia-smi -r -i GPU-")
     assert "reset the GPU by hand." in marks[keys.REQUEST]

@@ -7,7 +7,6 @@ held node end in the person's request."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -27,23 +26,6 @@ ON = settings.GuardSettings.load(None, {
 })  # fmt: skip
 
 
-def events(run: harness.ScenarioRun, kind: str, node: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in score.timeline(run) if e["kind"] == kind and node in (None, e["node"])]
-
-
-def fault_to_return_s(run: harness.ScenarioRun, node: str) -> float:
-    """From the node's first fault to its first return to service."""
-    first = run.played.first_fault_at(node)
-    assert first is not None
-    (back, *_) = run.returned_at[node]
-    return ((back - run.played.origin) - first).total_seconds()
-
-
-def node_marks(run: harness.ScenarioRun, node: str) -> dict[str, str]:
-    marks: dict[str, str] = run.played.store.get("Node", "", node)["metadata"]["annotations"]
-    return marks
-
-
 @pytest.fixture(scope="module")
 def before() -> harness.ScenarioRun:
     return demo_runs.play("xid79-twice", OFF)
@@ -57,24 +39,24 @@ def after() -> harness.ScenarioRun:
 def test_xid79_fault_to_return_falls_from_days_to_minutes(
     before: harness.ScenarioRun, after: harness.ScenarioRun
 ) -> None:
-    waited = fault_to_return_s(before, "gpu-node-b")
-    repaired = fault_to_return_s(after, "gpu-node-b")
+    waited = demo_runs.fault_to_return_s(before, "gpu-node-b")
+    repaired = demo_runs.fault_to_return_s(after, "gpu-node-b")
     assert 4 * 86400 < waited < 5 * 86400  # a person's power cycle 4 d 20 h after the fall
     assert repaired < 15 * 60  # verdict, drain, gpuguard's power cycle, 6 min boot, burn-in
     assert (round(waited), round(repaired)) == (418021, 601)
-    assert events(before, "bmc") == []  # remediation off: nothing from gpuguard
+    assert demo_runs.events(before, "bmc") == []  # remediation off: nothing from gpuguard
 
 
 def test_xid79_each_fall_is_power_cycled_once_and_the_second_stays_held(
     after: harness.ScenarioRun,
 ) -> None:
-    cycles = events(after, "bmc", "gpu-node-b")
+    cycles = demo_runs.events(after, "bmc", "gpu-node-b")
     assert [e["detail"] for e in cycles] == ["system 1: On -> PowerCycle"] * 2
-    done = events(after, "remediation_done", "gpu-node-b")
-    verdicts = events(after, "verdict", "gpu-node-b")
+    done = demo_runs.events(after, "remediation_done", "gpu-node-b")
+    verdicts = demo_runs.events(after, "verdict", "gpu-node-b")
     # the first: its training pod evicted a tick after the verdict, the power cycle the next
     assert [d["t"] - v["t"] for d, v in zip(done, verdicts, strict=True)] == [60.0, 30.0]
-    (drain,) = events(after, "remediation_drain", "gpu-node-b")
+    (drain,) = demo_runs.events(after, "remediation_drain", "gpu-node-b")
     assert drain["detail"] == "evicting 1 GPU pod(s) first: ml/train-b"
     pods = [p["metadata"]["name"] for p in after.played.store.list("Pod", "ml")]
     assert pods == ["train-llm-a"]  # train-b evicted through the API; gpu-node-a's untouched
@@ -83,7 +65,7 @@ def test_xid79_each_fall_is_power_cycled_once_and_the_second_stays_held(
     assert report["returned"] == ["gpu-node-b"]
     assert len(after.returned_at["gpu-node-b"]) == 1
     assert "card-history" in after.held["gpu-node-b"]
-    assert events(after, "isolate", "gpu-node-a") == []
+    assert demo_runs.events(after, "isolate", "gpu-node-a") == []
     # each power cycle is a line of the card on the ledger, never counted as its fault
     lines = [line for cm in after.played.store.list("ConfigMap", "gpuguard")
              for text in (cm.get("data") or {}).values() for line in text.splitlines()]
@@ -94,10 +76,10 @@ def test_xid79_each_fall_is_power_cycled_once_and_the_second_stays_held(
 
 def test_two_nodes_needing_a_power_cycle_go_one_at_a_time() -> None:
     run = demo_runs.play("power-cycle-two-nodes", ON)
-    cycles = [(e["t"], e["node"]) for e in events(run, "bmc")]
-    returns = {e["node"]: e["t"] for e in events(run, "return")}
+    cycles = [(e["t"], e["node"]) for e in demo_runs.events(run, "bmc")]
+    returns = {e["node"]: e["t"] for e in demo_runs.events(run, "return")}
     assert [node for _, node in cycles] == ["gpu-node-03", "gpu-node-06"]
-    (waited,) = events(run, "remediation_wait")
+    (waited,) = demo_runs.events(run, "remediation_wait")
     assert waited["node"] == "gpu-node-06"
     assert waited["detail"] == ("1 repair(s) in flight, at most 1 (remediation.max_in_flight): "
                                 "waits its turn")  # fmt: skip
@@ -116,11 +98,11 @@ def refused() -> harness.ScenarioRun:
 def test_a_bmc_that_refuses_or_times_out_ends_in_the_persons_request(
     refused: harness.ScenarioRun, node: str, reason: str
 ) -> None:
-    (tried,) = events(refused, "bmc", node)  # once, never again
+    (tried,) = demo_runs.events(refused, "bmc", node)  # once, never again
     assert reason in tried["detail"]
-    (failed,) = events(refused, "remediation_failed", node)
+    (failed,) = demo_runs.events(refused, "remediation_failed", node)
     assert failed["reason"] == "remediation-failed"
-    marks = node_marks(refused, node)
+    marks = demo_runs.node_marks(refused, node)
     assert marks[keys.REQUEST].startswith("automated power cycle failed (BMC https://bmc-")
     assert reason in marks[keys.REQUEST]
     assert "power-cycle the node by hand." in marks[keys.REQUEST]
@@ -130,8 +112,8 @@ def test_a_bmc_that_refuses_or_times_out_ends_in_the_persons_request(
 
 def test_a_held_node_is_never_power_cycled(refused: harness.ScenarioRun) -> None:
     assert refused.verdicts["gpu-node-d"] == ["power-cycle"]
-    assert events(refused, "bmc", "gpu-node-d") == []
-    assert keys.REMEDIATION not in node_marks(refused, "gpu-node-d")
+    assert demo_runs.events(refused, "bmc", "gpu-node-d") == []
+    assert keys.REMEDIATION not in demo_runs.node_marks(refused, "gpu-node-d")
 
 
 def test_ecc_dbe_five_with_remediation_on_acts_on_no_held_card() -> None:
@@ -139,7 +121,7 @@ def test_ecc_dbe_five_with_remediation_on_acts_on_no_held_card() -> None:
     power cycle route (the GPU reset route acts on node verdicts only:
     tests/scenarios/test_gpu_reset_scenarios.py)."""
     run = demo_runs.play("ecc-dbe-five", ON)
-    assert events(run, "bmc") == []
+    assert demo_runs.events(run, "bmc") == []
     assert [e for e in score.timeline(run) if e["kind"].startswith("remediation")] == []
     assert [g["node"] + "/" + str(g["gpu"]) for g in run.gpu_isolated] == ["gpu-node-a/1"]
 
@@ -150,9 +132,10 @@ def test_a_hand_off_pool_gets_the_node_condition_and_no_power_cycle() -> None:
     hand_off = settings.GuardSettings.load(None, {
         "GPUGUARD_CONTROLLER__IMAGE": IMAGE, "GPUGUARD_REMEDIATION__HAND_OFF_POOLS": POOL})
     run = demo_runs.play("xid79-twice-bmc", hand_off)
-    assert events(run, "bmc") == []
+    assert demo_runs.events(run, "bmc") == []
     conditions = run.played.store.get("Node", "", "gpu-node-b")["status"]["conditions"]
     (handed,) = [c for c in conditions if c["type"] == "GpuguardRemediationRequired"]
     assert (handed["status"], handed["reason"]) == ("True", "PowerCycleRequired")
-    assert json.loads(node_marks(run, "gpu-node-b")[keys.REMEDIATION])["result"] == "published"
+    marks = demo_runs.node_marks(run, "gpu-node-b")
+    assert json.loads(marks[keys.REMEDIATION])["result"] == "published"
     assert "gpu-node-b" not in run.returned_at
