@@ -100,6 +100,18 @@ def defaulted(job: Obj) -> Obj:
     return job
 
 
+def pod_spec(job: Obj) -> Obj:
+    """A Job's pod template spec, to change in place."""
+    spec: Obj = job["spec"]["template"]["spec"]
+    return spec
+
+
+def container(job: Obj) -> Obj:
+    """A Job's (first) container, to change in place."""
+    found: Obj = pod_spec(job)["containers"][0]
+    return found
+
+
 def pod_of(job: Obj) -> Obj:
     """The Pod the Job controller creates from the Job's template (labels and owner added)."""
     template = copy.deepcopy(defaulted(job)["spec"]["template"])

@@ -14,6 +14,8 @@ from gpuguard.actuators import jobs
 from gpuguard.model import change
 from tests import cel
 from tests.admission import GPUGUARD, NODE, defaulted, pod_of, policy
+from tests.admission import container as _c
+from tests.admission import pod_spec as _pod
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 TENANT = "system:serviceaccount:gpuguard:tenant-ci"
@@ -64,15 +66,6 @@ def test_only_a_template_the_admin_marked_privileged_runs_privileged() -> None:
     _c(made_privileged)["securityContext"] = {"privileged": True}
     _pod(made_privileged)["hostPID"] = True
     assert refused(made_privileged) == ["privileges"]
-
-
-def _pod(job: Obj) -> Obj:
-    """The Job's pod spec (mutations below change the Job in place)."""
-    return job["spec"]["template"]["spec"]  # type: ignore[no-any-return]
-
-
-def _c(job: Obj) -> Obj:
-    return _pod(job)["containers"][0]  # type: ignore[no-any-return]
 
 
 def _label(job: Obj, key: str, value: str) -> None:

@@ -23,6 +23,8 @@ from tests.admission import (
     policy,
     policy_with,
 )
+from tests.admission import container as _c
+from tests.admission import pod_spec as _pod
 
 Obj = dict[str, Any]
 Mutation = Callable[[Obj], Any]
@@ -34,15 +36,6 @@ def refused(job: Obj, values: dict[str, Any] = ON, user: str = GPUGUARD) -> list
     assert answer is not None  # the policy applies to it
     return cel.rule_names(answer)
 
-
-def _pod(job: Obj) -> Obj:
-    spec: Obj = job["spec"]["template"]["spec"]
-    return spec
-
-
-def _c(job: Obj) -> Obj:
-    container: Obj = _pod(job)["containers"][0]
-    return container
 
 
 def test_the_reset_job_its_defaulted_form_and_its_pod_are_admitted_with_the_opt_in() -> None:

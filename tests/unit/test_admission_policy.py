@@ -28,6 +28,8 @@ from tests.admission import (
     pod_of,
     policy,
 )
+from tests.admission import container as _c
+from tests.admission import pod_spec as _pod
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 TENANT = "system:serviceaccount:gpuguard:tenant-ci"
@@ -64,15 +66,6 @@ def test_gpuguards_jobs_their_defaulted_form_and_their_pods_are_admitted(
     assert cel.refusals(jobs_policy, pod, username=JOB_CONTROLLER) == []
     assert cel.refusals(policy("gpuguard-controller-pod"), pod, username=TENANT) is None
 
-
-def _pod(job: Obj) -> Obj:
-    spec: Obj = job["spec"]["template"]["spec"]
-    return spec
-
-
-def _c(job: Obj) -> Obj:
-    container: Obj = _pod(job)["containers"][0]
-    return container
 
 
 def _env(job: Obj, name: str, value: str) -> None:

@@ -12,7 +12,8 @@ from gpuguard.agent import gpu_isolation as host
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.demo import job_commands
 from gpuguard.model import annotation_keys
-from gpuguard.sim import clock, scenario, state, store, world
+from gpuguard.sim import state, world
+from tests import sim_worlds
 
 CLASSES = xid_catalog.packaged_catalog()  # the classes without a cluster override file
 
@@ -30,10 +31,7 @@ events:
 
 def build(events: str = "") -> world.World:
     text = FLEET + "".join(f"  - {line}\n" for line in events.strip().splitlines())
-    spec = scenario.loads(text)
-    w = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start))
-    w.step_to(timedelta(minutes=2))
-    return w
+    return sim_worlds.stepped(text, timedelta(minutes=2))
 
 
 def node(w: world.World) -> state.SimNode:

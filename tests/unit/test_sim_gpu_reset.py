@@ -8,7 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpuguard.demo import job_commands
-from gpuguard.sim import clock, scenario, state, store, world
+from gpuguard.sim import state, world
+from tests import sim_worlds
 
 FLEET = """\
 name: t
@@ -26,10 +27,7 @@ events:
 
 def build(events: str = "") -> world.World:
     text = FLEET + "".join(f"  - {line}\n" for line in events.strip().splitlines())
-    spec = scenario.loads(text)
-    w = world.World.from_scenario(spec, store.ObjectStore(), clock.SimClock(spec.start))
-    w.step_to(timedelta(minutes=2))
-    return w
+    return sim_worlds.stepped(text, timedelta(minutes=2))
 
 
 def gpu(w: world.World, node: str = "gpu-node-a", index: int = 1) -> state.SimGpu:
