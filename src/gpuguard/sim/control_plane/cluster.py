@@ -156,8 +156,10 @@ class ControlPlane:
         headers.append(("Content-Length", str(len(data or b""))))
         try:
             answer, raw = self._send(method, path, headers, data)
-        except (http.client.RemoteDisconnected, ConnectionError):
-            self._connections.kept = None  # the server closed a kept-alive one: once more
+        except (http.client.RemoteDisconnected, ConnectionError, ssl.SSLEOFError):
+            # The server closed a kept-alive connection (idle, or between TLS records, which
+            # the write sees as an EOF): the request never reached it, so once more.
+            self._connections.kept = None
             answer, raw = self._send(method, path, headers, data)
         try:
             return answer.status, json.loads(raw or b"null")
