@@ -82,8 +82,12 @@ def test_remediation_mark_and_a_malformed_one_raises_where_asked() -> None:
                             STAMP, "power cycle requested")  # fmt: skip
     assert NodeMarks.parse({keys.REMEDIATION: mark.render()}).remediation == mark
     broken = NodeMarks.parse({keys.REMEDIATION: "{not json"})  # parsing itself never fails
-    with pytest.raises(InputError, match=keys.REMEDIATION):
+    with pytest.raises(InputError, match=keys.REMEDIATION) as first:
         _ = broken.remediation
+    with pytest.raises(InputError, match=keys.REMEDIATION) as again:
+        _ = broken.remediation
+    assert first.value is not again.value  # each read raises afresh, chained to the cause
+    assert isinstance(again.value.__cause__, ValueError)
 
 
 @pytest.mark.parametrize(

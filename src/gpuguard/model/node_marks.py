@@ -113,9 +113,11 @@ class NodeMarks:
 
     @property
     def remediation(self) -> repair.Mark | None:
-        """gpuguard's repair mark, None without one; InputError for a malformed one."""
-        if self.remediation_error is not None:
-            raise self.remediation_error
+        """gpuguard's repair mark, None without one; InputError for a malformed one (a new
+        one at each read: a cached node's stored error never gathers the readers' frames)."""
+        error = self.remediation_error
+        if error is not None:
+            raise InputError(*error.args) from error.__cause__
         return self.remediation_mark
 
 
