@@ -12,7 +12,7 @@ import pytest
 from gpuguard.actuators import nodes
 from gpuguard.controller import breaker
 from gpuguard.demo import harness, score
-from gpuguard.model import settings, withheld
+from gpuguard.model import settings
 from gpuguard.sim import kubeapi, scenario
 from gpuguard.sources import kubernetes
 
@@ -74,7 +74,7 @@ def test_a_reset_removes_the_trip_marks_only(storm: harness.ScenarioRun) -> None
         done = breaker.reset(reader, writer, who="alice", now=now, dry_run=False)
         assert sorted(done.reset) == sorted([*STORM[1:], "gpu-node-049"])
         assert breaker.tripped_nodes(reader.nodes()) == ()
-        assert all(withheld.read(n) is None for n in reader.nodes())
+        assert all(n.marks.withheld is None for n in reader.nodes())
     events = [e for e in objects.list("Event", "default") if e.get("reason") == "BreakerReset"]
     assert len(events) == 20
     assert "alice" in events[0]["message"]

@@ -243,8 +243,8 @@ def test_opt_in_eviction_evicts_only_the_pods_on_the_held_gpu_once() -> None:
     writer, marker = evicting(held_node(), evictor)
     assert evictor.asked == ["ml/train-0", "ml/train-1"]
     ((_, annotations, _),) = marker.marks
-    (entry,) = gpu_isolation.read(replace(held_node(), annotations={
-        annotation_keys.GPU_ISOLATED: annotations[annotation_keys.GPU_ISOLATED] or ""}))
+    (entry,) = replace(held_node(), annotations={
+        annotation_keys.GPU_ISOLATED: annotations[annotation_keys.GPU_ISOLATED] or ""}).marks.gpus
     assert entry.evicted
     (event,) = writer.events
     assert event.reason is decisions.Reason.GPU_PODS_EVICTED

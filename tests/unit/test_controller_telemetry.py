@@ -175,7 +175,7 @@ def test_a_rollouts_nodes_per_phase_and_where_it_stopped_are_exported() -> None:
 def test_forged_marks_are_not_counted_as_gpuguards_isolations() -> None:
     """A cordon whose ``isolated-at`` someone else wrote (managedFields) is not gpuguard's: no
     ``gpuguard_isolated_nodes`` series, no room taken in the breaker — the ownership check
-    ``explain`` and the return step use (``fleet.Node.foreign_marks``)."""
+    ``explain`` and the return step use (``fleet.Node.marks.isolation``)."""
     marks = {annotation_keys.ISOLATED_AT: "2026-09-21T05:00:00Z", annotation_keys.REASON: "xid-79"}
     ours = fleet.Node("gpu-node-a", "a", 8, 7, unschedulable=True, annotations=marks,
                       isolation_writers=frozenset({annotation_keys.FIELD_MANAGER}))

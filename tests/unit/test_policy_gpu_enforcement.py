@@ -96,10 +96,9 @@ def test_a_held_report_marks_the_boot_the_fault_and_labels_the_node() -> None:
     assert plan is not None
     done = policy.after_apply(the_node, plan, report(), NOW)
     assert done.ok
-    (written,) = gpu_isolation.read(
-        fleet.Node("n", "", 0, 0, annotations={
-            annotation_keys.GPU_ISOLATED: done.annotations[annotation_keys.GPU_ISOLATED] or ""})
-    )
+    (written,) = fleet.Node("n", "", 0, 0, annotations={
+        annotation_keys.GPU_ISOLATED: done.annotations[annotation_keys.GPU_ISOLATED] or ""}
+    ).marks.gpus
     assert (written.applied_boot, written.confirmed, written.plugin) == ("boot-1", True, "")
     assert done.labels == {gpu_isolation.DEVICE_PLUGIN_LABEL: "excluding",
                            gpu_isolation.DEVICE_PLUGIN_VISIBLE_LABEL: "0-2-3"}
@@ -202,7 +201,7 @@ def test_a_failed_burn_in_holds_the_gpu_and_applies_it_again(
     assert done.reason is policy.Reason.GPU_RETURN_FAILED
     assert done.annotations[annotation_keys.GPU_RETURN] is None  # asked again after a repair
     held = with_marks(the_node, done)
-    (card,) = gpu_isolation.read(held)
+    (card,) = held.marks.gpus
     assert not card.returning
     again = policy.plan(held, [fault_line(3)], [plugin_pod()])
     assert again is not None

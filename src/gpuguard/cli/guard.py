@@ -14,7 +14,7 @@ from gpuguard.cli import inputs, output, return_checklist
 from gpuguard.controller import change as change_step
 from gpuguard.controller import leader, tick, wiring
 from gpuguard.errors import GpuguardError, InputError, SourceError
-from gpuguard.model import bounds, fleet, gpu_isolation
+from gpuguard.model import bounds, fleet
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import gpu_route, lifecycle
 
@@ -233,7 +233,7 @@ def _gpu_isolation(
 ) -> dict[str, Any] | None:
     """The node's isolated GPUs, the mechanisms keeping each out, and what the guard would do
     about them now (docs/gpu-isolation.md)."""
-    entries = gpu_isolation.read(node) if node else ()
+    entries = node.marks.gpus if node else ()
     if not entries:
         return None
     step = next((o for o in result.gpus if o.node == name), None)

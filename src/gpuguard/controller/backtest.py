@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys, decisions, fleet, gpu_isolation, withheld
+from gpuguard.model import annotation_keys, decisions, fleet, withheld
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.policy import isolate, xid_signals
@@ -131,7 +131,7 @@ def _overlay(
 
 def _gpu_fault(action: decisions.Action) -> str:
     """A GPU isolation's fault: the newest entry of its ``gpuguard.io/gpu-isolated`` mark."""
-    entries = gpu_isolation.read(fleet.Node(action.node, "", 0, 0, annotations=action.annotations))
+    entries = fleet.Node(action.node, "", 0, 0, annotations=action.annotations).marks.gpus
     return f"{entries[-1].fault} (GPU {entries[-1].index})" if entries else ""
 
 

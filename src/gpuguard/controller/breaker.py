@@ -23,7 +23,7 @@ class ResetOutcome:
 
 
 def tripped_nodes(nodes: tuple[fleet.Node, ...]) -> tuple[fleet.Node, ...]:
-    return tuple(n for n in nodes if (m := withheld.read(n)) is not None and m.tripped)
+    return tuple(n for n in nodes if (m := n.marks.withheld) is not None and m.tripped)
 
 
 def reset(

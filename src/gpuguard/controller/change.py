@@ -30,6 +30,7 @@ from gpuguard.errors import ConflictError, GpuguardError, InputError
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change, decisions, fleet, ports, settings
 from gpuguard.model import jobs as job_model
+from gpuguard.model.node_marks import Isolation
 from gpuguard.policy import rollout, xid_signals
 from gpuguard.sources import changes as change_source
 from gpuguard.sources import return_facts
@@ -402,7 +403,7 @@ def explain(node: fleet.Node | None, outcomes: Sequence[Outcome]) -> dict[str, A
          "reason": a.reason, "evidence": list(a.evidence)}
         for o in outcomes if o.plan is not None and (a := o.plan.action_for(node.name))
     ]
-    held_by = ("a fault isolation" if keys.ISOLATED_AT in node.annotations
+    held_by = ("a fault isolation" if node.marks.isolation is not Isolation.NONE
                else "a change" if change.out_for_change(node) else None)
     operator = (f"cordoned by gpuguard ({held_by}): the GPU Operator's upgrade controller "
                 "counts this node against its maxUnavailable" if node.unschedulable and held_by

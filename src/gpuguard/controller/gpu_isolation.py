@@ -137,7 +137,7 @@ class GpuIsolation:
         if ledger is None:
             return None
         text = policy.request(node, ledger, self.catalog)
-        if node.annotations.get(annotation_keys.GPU_REQUEST) == text:
+        if node.marks.gpu_request == text:
             return None
         action = decisions.Action(
             kind=decisions.ActionKind.ANNOTATE,

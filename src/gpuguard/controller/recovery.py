@@ -89,10 +89,10 @@ class Recovery:
         self, node: fleet.Node, entries: list[Any], now: datetime
     ) -> recovery.RecoveryStep | None:
         name = job_specs.job_name(
-            job_specs.JobKind.EVIDENCE, node.name, node.annotations[annotation_keys.ISOLATED_AT]
+            job_specs.JobKind.EVIDENCE, node.name, node.marks.isolated_at or ""
         )
         # the uid recorded when gpuguard created it ("" none: the Job was there before it)
-        created = node.annotations.get(annotation_keys.EVIDENCE_JOB_UID, "")
+        created = node.marks.evidence_job_uid or ""
         try:
             job = self.jobs.result(name, created_uid=created)
         except GpuguardError as e:
@@ -131,7 +131,7 @@ class Recovery:
         """Create the evidence Job; its uid, or None when a Job of its name was there."""
         manifest = job_specs.evidence_job(
             node.name,
-            node.annotations[annotation_keys.ISOLATED_AT],
+            node.marks.isolated_at or "",
             image=self.image,
             namespace=self.namespace,
             runtime_class=self.runtime_class,

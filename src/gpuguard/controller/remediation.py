@@ -167,7 +167,7 @@ class Remediation:
         return "applied"
 
     def _power_cycle(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
-        isolated_at = node.annotations[keys.ISOLATED_AT]
+        isolated_at = node.marks.isolated_at or ""
         started = model.Mark(model.Action.POWER_CYCLE, model.Result.STARTED, now, isolated_at,
                              "power cycle requested from the BMC")  # fmt: skip
         # claimed first, conditional on the node as read (a 409: nothing done, next tick)
@@ -177,7 +177,7 @@ class Remediation:
         mark = dataclasses.replace(started, result=result, detail=done.detail)
         marks = {keys.REMEDIATION: mark.render()}
         if not done.ok:
-            request = node.annotations.get(keys.REQUEST, "")
+            request = node.marks.request or ""
             marks[keys.REQUEST] = (f"automated power cycle failed ({done.detail}): power-cycle "
                                    f"the node by hand. {request}").strip()  # fmt: skip
         log.info("%s: power cycle %s: %s", node.name, result, done.detail)
@@ -196,7 +196,7 @@ class Remediation:
     def _gpu_reset(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
         if self.reset_jobs is None or self.reset_job is None:
             return Outcome(decision, "error: no Job client for the GPU reset")
-        isolated_at, uuid = node.annotations[keys.ISOLATED_AT], node.annotations[keys.GPU_UUID]
+        isolated_at, uuid = node.marks.isolated_at or "", node.marks.gpu_uuid or ""
         made = self.reset_job
         manifest = jobs.gpu_reset_job(node.name, isolated_at, uuid=uuid, image=made.image,
                                       namespace=made.namespace,
@@ -219,7 +219,7 @@ class Remediation:
     ) -> Outcome:
         if self.reset_jobs is None:
             return Outcome(decision, "error: no Job client for the GPU reset")
-        started = model.read(node.annotations)
+        started = node.marks.remediation
         if started is None:
             return Outcome(decision, "-")
         name, _, uid = started.job.partition("=")
@@ -233,7 +233,7 @@ class Remediation:
                                    result=model.Result.DONE if ok else model.Result.FAILED)
         marks: dict[str, str | None] = {keys.REMEDIATION: mark.render()}
         if not ok:
-            request = node.annotations.get(keys.REQUEST, "")
+            request = node.marks.request or ""
             marks[keys.REQUEST] = (f"automated GPU reset failed ({detail}): reset the GPU by "
                                    f"hand. {request}").strip()  # fmt: skip
         self._record(node, ok, now, reset=True)
@@ -258,8 +258,8 @@ class Remediation:
                 (True, False): faults.FaultKind.GPU_RESET_FAILED}[reset, ok]  # fmt: skip
         entry = faults.LedgerEntry(
             at=now, node=node.name, xid=None,
-            pci=pci.try_normalize_pci(node.annotations.get(keys.GPU_PCI)),
-            uuid=node.annotations.get(keys.GPU_UUID), recorder=faults.Recorder.GPUGUARD,
+            pci=pci.try_normalize_pci(node.marks.gpu_pci),
+            uuid=node.marks.gpu_uuid, recorder=faults.Recorder.GPUGUARD,
             kind=kind,
         )  # fmt: skip
         try:
@@ -270,9 +270,9 @@ class Remediation:
     def _hand_off(self, node: fleet.Node, decision: policy.Decision, now: datetime) -> Outcome:
         if self.hand_off is None:
             return Outcome(decision, "error: no hand-off writer")
-        isolated_at = node.annotations[keys.ISOLATED_AT]
+        isolated_at = node.marks.isolated_at or ""
         message = (f"gpuguard verdict power-cycle since {isolated_at}: "
-                   f"{node.annotations.get(keys.REASON, '')}")[:1024]  # fmt: skip
+                   f"{node.marks.reason or ''}")[:1024]  # fmt: skip
         started = model.Mark(model.Action.HAND_OFF, model.Result.STARTED, now, isolated_at,
                              f"setting node condition {CONDITION}=True")  # fmt: skip
         # claimed first, conditional on the node as read; the condition's write changes the
@@ -284,7 +284,7 @@ class Remediation:
         except GpuguardError as e:
             failed = dataclasses.replace(started, result=model.Result.FAILED,
                                          detail=f"node condition not set: {e}")  # fmt: skip
-            request = node.annotations.get(keys.REQUEST, "")
+            request = node.marks.request or ""
             self.writer.annotate_after_claim(node.name, {
                 keys.REMEDIATION: failed.render(),
                 keys.REQUEST: f"hand-off failed ({e}): power-cycle the node by hand. {request}"})

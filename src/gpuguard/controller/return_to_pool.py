@@ -47,6 +47,7 @@ from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import jobs as job_model
 from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
+from gpuguard.model.node_marks import Isolation
 from gpuguard.policy import escalation, return_to_pool, xid_signals
 from gpuguard.policy import recovery as recovery_policy
 from gpuguard.sources import return_facts
@@ -119,7 +120,7 @@ class ReturnToPool:
         node: it is logged, added to ``errors`` and the others go on. The GPU facts of nodes
         whose exporter is ``silent`` (``policy.freshness``) are unknown, whatever was last seen."""
         errors = [] if errors is None else errors
-        candidates = [n for n in snapshot.nodes if keys.ISOLATED_AT in n.annotations]
+        candidates = [n for n in snapshot.nodes if n.marks.isolation is not Isolation.NONE]
         if not candidates:
             return []
         evaluated = [n.name for n in candidates]
@@ -221,16 +222,16 @@ class ReturnToPool:
         mode = decision.burn_in_mode or model.BurnInMode.MATMUL_AND_MEMTEST
         manifest = job_specs.burnin_job(
             node.name,
-            node.annotations[keys.ISOLATED_AT],
+            node.marks.isolated_at or "",
             node.boot_id,
             gpus=node.gpu_capacity,
             mode=str(mode),
             image=self.image,
-            reason=node.annotations.get(keys.REASON),
-            reset_done=_reset_key(node),
+            reason=node.marks.reason,
+            reset_done=node.marks.reset_done,
             namespace=self.namespace,
             runtime_class=self.settings.controller.job_runtime_class,
-            inspected=node.annotations.get(keys.INSPECTED),
+            inspected=node.marks.inspected,
             deadline=self.settings.return_to_pool.burnin_deadline,
         )
         uid = self.jobs.create(manifest)
@@ -305,14 +306,10 @@ def _marks(node: fleet.Node) -> dict[str, str]:
     return {k: v for k, v in node.annotations.items() if keys.is_gpuguard_key(k)}
 
 
-def _reset_key(node: fleet.Node) -> str | None:
-    return node.annotations.get(keys.RESET_DONE)
-
-
 def burnin_created_uid(node: fleet.Node, name: str) -> str:
     """The uid gpuguard recorded when it created the burn-in Job ``name`` on ``node`` ("" when
     it recorded none for that Job: a Job of that name is then not gpuguard's)."""
-    recorded, _, uid = node.annotations.get(keys.BURNIN_JOB_UID, "").rpartition("=")
+    recorded, _, uid = (node.marks.burnin_job_uid or "").rpartition("=")
     return uid if recorded == name else ""
 
 
@@ -376,7 +373,7 @@ class _Gatherer:
         return tuple(signal.evidence for signal in signals)
 
     def _card_faults(self, node: fleet.Node) -> int | None:
-        uuid = node.annotations.get(keys.GPU_UUID)
+        uuid = node.marks.gpu_uuid
         if self.ledger is None or not uuid:
             return None
         if any(uuid in line for line in self.ledger.malformed):

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from gpuguard import metrics_http
 from gpuguard.controller import tick
-from gpuguard.model import annotation_keys, gpu_isolation
+from gpuguard.model import annotation_keys
 from gpuguard.model import metric_names as names
 from gpuguard.policy import isolate
 from gpuguard.sources import watch_cache
@@ -216,7 +216,7 @@ class GuardMetrics:
         self.gpu_isolated.clear()
         self.gpu_overdue.clear()
         for node in result.snapshot.nodes if result.snapshot else ():
-            for entry in gpu_isolation.read(node):
+            for entry in node.marks.gpus:
                 self.gpu_isolated.labels(node.name, entry.index, entry.uuid).set(
                     entry.at.timestamp()
                 )
@@ -278,7 +278,7 @@ class GuardMetrics:
         nodes = result.snapshot.nodes if result.snapshot else ()
         for node in nodes:
             if isolate.is_auto_isolated(node):
-                reason = node.annotations.get(annotation_keys.REASON, "unknown")
+                reason = "unknown" if node.marks.reason is None else node.marks.reason
                 self.isolated.labels(node.name, reason).set(1)
         for action in result.applied:
             reason = action.annotations.get(annotation_keys.REASON, "unknown")

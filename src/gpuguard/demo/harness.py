@@ -52,8 +52,6 @@ from gpuguard.model import (
     decisions,
     faults,
     fleet,
-    gpu_isolation,
-    withheld,
 )
 from gpuguard.model import remediation as model_remediation
 from gpuguard.model import return_to_pool as return_model
@@ -350,7 +348,7 @@ def _gpu_isolated(run: ScenarioRun) -> list[dict[str, Any]]:
     return [
         {"node": node.name, "gpu": entry.index, "uuid": entry.uuid, "mechanism": entry.mechanism}
         for node in map(_marked_node, run.played.store.list("Node"))
-        for entry in gpu_isolation.read(node)
+        for entry in node.marks.gpus
     ]
 
 
@@ -373,9 +371,9 @@ def _withheld(run: ScenarioRun) -> list[dict[str, Any]]:
     out = []
     for node in run.played.store.list("Node"):
         meta = node["metadata"]
-        mark = withheld.read(
-            fleet.Node(meta["name"], "", 0, 0, annotations=meta.get("annotations") or {})
-        )
+        mark = fleet.Node(
+            meta["name"], "", 0, 0, annotations=meta.get("annotations") or {}
+        ).marks.withheld
         if mark is not None:
             since = (mark.since - run.played.origin).total_seconds()
             out.append({"node": meta["name"], "reason": str(mark.reason), "since": since,
@@ -551,7 +549,7 @@ def _record_gpu_isolation(
     run: ScenarioRun, action: decisions.Action, at: datetime, t: float
 ) -> None:
     node = fleet.Node(action.node, "", 0, 0, annotations=action.annotations)
-    for entry in gpu_isolation.read(node):
+    for entry in node.marks.gpus:
         run.gpu_isolated_at.setdefault(f"{action.node}/{entry.index}", at)
     run.guard_timeline.append(_entry(t, action.node, "isolate_gpu", action.reason, action.detail))
 
@@ -674,12 +672,10 @@ def _gpus_out(played: world.World) -> tuple[int, int]:
     for obj in played.store.list("Node"):
         node = _marked_node(obj)
         sim = played.node(node.name)
-        if obj.get("spec", {}).get("unschedulable") and annotation_keys.ISOLATED_AT in (
-            node.annotations
-        ):
+        if obj.get("spec", {}).get("unschedulable") and node.marks.isolated_at is not None:
             gpus = [g for g in sim.gpus if g.registered]
         else:
-            isolated = {e.uuid for e in gpu_isolation.read(node)}
+            isolated = {e.uuid for e in node.marks.gpus}
             gpus = [g for g in sim.gpus if g.uuid in isolated]
         out += len(gpus)
         healthy += sum(1 for g in gpus if _healthy(g))

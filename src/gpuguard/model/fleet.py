@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from gpuguard.model import annotation_keys, node_conditions
+from gpuguard.model import node_conditions, node_marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,29 +76,26 @@ class Node:
     def ready(self) -> bool:
         return self.conditions.get("Ready") == "True"
 
-    @property
-    def foreign_marks(self) -> str | None:
-        """Who wrote ``gpuguard.io/isolated-at`` when it was not gpuguard, else None.
+    _marks: node_marks.NodeMarks | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
-        The API server records each field's writer (``managedFields``); marks gpuguard did
-        not write are a person's or a forgery (docs/security.md), never gpuguard's isolation.
-        """
-        writers = self.isolation_writers
-        if (annotation_keys.ISOLATED_AT not in self.annotations or writers is None
-                or annotation_keys.FIELD_MANAGER in writers):
-            return None  # no mark, not read, or gpuguard's
-        return ", ".join(sorted(writers)) or "no recorded field manager"
+    @property
+    def marks(self) -> node_marks.NodeMarks:
+        """gpuguard's marks on the node, parsed at the first read and kept (a cache of
+        immutable data: every decision of a tick reads the same parse)."""
+        marks = self._marks
+        if marks is None:
+            marks = node_marks.NodeMarks.parse(self.annotations, self.isolation_writers)
+            object.__setattr__(self, "_marks", marks)
+        return marks
 
     @property
     def isolated_by_gpuguard(self) -> bool:
         """gpuguard's cordon: unschedulable, carrying ``gpuguard.io/isolated-at``, and that
-        mark written by gpuguard (not ``foreign_marks``): what ``status``, the
+        mark written by gpuguard (``marks.isolation``): what ``status``, the
         ``gpuguard_isolated_nodes`` metric and the guard count as gpuguard's isolations."""
-        return (
-            self.unschedulable
-            and annotation_keys.ISOLATED_AT in self.annotations
-            and self.foreign_marks is None
-        )
+        return self.unschedulable and self.marks.isolation is node_marks.Isolation.GPUGUARD
 
     @property
     def gpus_missing(self) -> int:

@@ -101,10 +101,9 @@ class IsolatedGpu:
         return asdict(self) | {"at": timestamps.format_utc(self.at), "applied_at": applied}
 
 
-def read(node: fleet.Node) -> tuple[IsolatedGpu, ...]:
-    """The node's isolated GPUs; a malformed entry is skipped (its GPU is judged again from
-    live signals and, if still faulty, isolated again)."""
-    text = node.annotations.get(KEY)
+def parse(text: str | None) -> tuple[IsolatedGpu, ...]:
+    """The mark's isolated GPUs (``fleet.Node.marks.gpus``); a malformed entry is skipped
+    (its GPU is judged again from live signals and, if still faulty, isolated again)."""
     if not text:
         return ()
     try:
@@ -205,7 +204,7 @@ def operator_plugin_running(pods: Iterable[fleet.Pod]) -> bool:
 def unexplained_missing(node: fleet.Node) -> int:
     """GPUs not offered on the node beyond its isolated ones that the device plugin still
     counts (capacity > allocatable because of them, before the exclusion took effect)."""
-    entries = read(node)
+    entries = node.marks.gpus
     expected = expected_capacity(entries)
     counted = 0 if expected is None else max(0, min(len(entries), node.gpu_capacity - expected))
     return max(0, node.gpus_missing - counted)
@@ -218,9 +217,3 @@ def plugin_stamp(pods: Iterable[fleet.Pod]) -> str:
         if pod.name.startswith(DEVICE_PLUGIN_PODS) and pod.ready:
             return f"{pod.name}#{pod.restarts}"
     return ""
-
-
-def return_requested(node: fleet.Node) -> frozenset[str]:
-    """UUIDs a person asked to return (``gpuguard.io/gpu-return``, comma-separated)."""
-    text = node.annotations.get(annotation_keys.GPU_RETURN, "")
-    return frozenset(u.strip() for u in text.split(",") if u.strip())

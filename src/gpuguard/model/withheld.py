@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from gpuguard.model import annotation_keys, decisions, fleet, timestamps
+from gpuguard.model import annotation_keys, decisions, timestamps
 
 KEY = annotation_keys.WITHHELD
 PHANTOM_FAULT = str(decisions.Reason.PHANTOM_UTILIZATION)
@@ -44,10 +44,10 @@ class WithheldMark:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def read(node: fleet.Node) -> WithheldMark | None:
-    """The node's mark, or None when it has none or it cannot be read (a malformed mark on
-    one node is ignored for that node: the fault is judged again from live signals)."""
-    text = node.annotations.get(KEY)
+def parse(text: str | None) -> WithheldMark | None:
+    """The mark's value read (``fleet.Node.marks.withheld``), or None when there is none or
+    it cannot be read (a malformed mark on one node is ignored for that node: the fault is
+    judged again from live signals)."""
     if text is None:
         return None
     try:

@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuguard.model import (
-    annotation_keys,
     change,
     decisions,
     fleet,
-    gpu_isolation,
+    node_marks,
     timestamps,
-    withheld,
 )
 from gpuguard.model import settings as settings_model
 
@@ -146,20 +144,20 @@ def history(nodes: Iterable[fleet.Node]) -> tuple[Isolation, ...]:
     """gpuguard's isolations that still hold (cordoned, marked), from node annotations only.
     A node whose ``isolated-at`` cannot be read counts as unconfirmed and recent: an unknown
     age must never make room for more isolations. Marks gpuguard did not write
-    (``Node.foreign_marks``, as the return step and ``explain`` read them) are no isolation of
+    (``Isolation.FOREIGN``, as the return step and ``explain`` read them) are no isolation of
     gpuguard's and fill none of the breaker's room: forged marks cannot withhold a real fault."""
     out = []
     for node in nodes:
-        marks = node.annotations
-        if node.foreign_marks is not None:
+        marks = node.marks
+        if marks.isolation is node_marks.Isolation.FOREIGN:
             continue  # forged marks never fill the breaker, not even its GPU isolations
         if not node.isolated_by_gpuguard:
             out += _gpu_isolations(node)
             if change.out_for_change(node):
                 out.append(Isolation(node.name, None, confirmed=False, change=True))
             continue
-        at = timestamps.parse_utc(marks[annotation_keys.ISOLATED_AT])
-        confirmed = annotation_keys.HOLD in marks or marks.get(annotation_keys.VERDICT) in {
+        at = timestamps.parse_utc(marks.isolated_at)
+        confirmed = marks.hold is not None or marks.verdict in {
             str(v) for v in CONFIRMING_VERDICTS
         }
         out.append(Isolation(node.name, at, confirmed))
@@ -170,16 +168,16 @@ def _gpu_isolations(node: fleet.Node) -> list[Isolation]:
     """A node serving with isolated GPUs counts as one isolation, as recent as its latest GPU
     one, confirmed once the kernel log showed every GPU's fault (the isolation Job reads it)
     or a person holds the node (docs/breaker.md#gpu-isolations)."""
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     if not entries:
         return []
-    confirmed = annotation_keys.HOLD in node.annotations or all(e.confirmed for e in entries)
+    confirmed = node.marks.hold is not None or all(e.confirmed for e in entries)
     return [Isolation(node.name, max(e.at for e in entries), confirmed)]
 
 
 def tripped_since(nodes: Iterable[fleet.Node]) -> datetime | None:
     """When the breaker tripped: the earliest trip mark a node still carries."""
-    marks = [m for n in nodes if (m := withheld.read(n)) is not None and m.tripped]
+    marks = [m for n in nodes if (m := n.marks.withheld) is not None and m.tripped]
     return min((m.since for m in marks), default=None)
 
 

@@ -155,7 +155,7 @@ def _confirmation(
 
 def _isolated_confirmed(node: fleet.Node, signal: xid_signals.HardwareXid) -> bool:
     """The card is one gpuguard holds out, its fault confirmed by the host's kernel log."""
-    entries = tuple(e for e in gpu_isolation.read(node) if e.confirmed)
+    entries = tuple(e for e in node.marks.gpus if e.confirmed)
     return gpu_isolation.is_isolated(entries, signal.uuid, signal.pci)
 
 

@@ -22,7 +22,6 @@ from gpuguard.model import (
     jobs,
     onboarding,
     timestamps,
-    withheld,
 )
 from gpuguard.model.decisions import CheckStatus
 from gpuguard.policy import gate, interconnect, lifecycle
@@ -133,7 +132,7 @@ def guard(said: tuple[str, ...], error: str | None) -> Check:
 
 
 def withheld_fault(node: fleet.Node) -> Check:
-    mark = withheld.read(node)
+    mark = node.marks.withheld
     if mark is None:
         return Check("withheld", CheckStatus.PASS, "no fault withheld by the breaker")
     since = timestamps.format_utc(mark.since)
@@ -142,7 +141,7 @@ def withheld_fault(node: fleet.Node) -> Check:
 
 
 def gpus(node: fleet.Node) -> Check:
-    isolated = gpu_isolation.read(node)
+    isolated = node.marks.gpus
     problems = [f"GPU {e.index or e.uuid} isolated ({e.fault})" for e in isolated]
     if missing := gpu_isolation.unexplained_missing(node):
         problems.append(f"{missing} GPU(s) missing (capacity {node.gpu_capacity} > "

@@ -63,7 +63,7 @@ def plan(
 ) -> Plan | None:
     """This tick's step for a node serving with isolated GPUs (None: it has none); ``pods``
     are the node's pods (its device-plugin pod's restarts say when to re-apply)."""
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     if not entries:
         return None
     if not node.ready:
@@ -145,7 +145,7 @@ def _returns(
     ledger: Sequence[faults.LedgerEntry] | None,
 ) -> tuple[set[str], dict[str, str]]:
     """The GPUs a person asked back that may return now, and those refused with why."""
-    asked = gpu_isolation.return_requested(node)
+    asked = node.marks.gpu_return
     allowed: set[str] = set()
     refused: dict[str, str] = {}
     for entry in entries:
@@ -193,7 +193,7 @@ def after_apply(
     gpus, problem = _report(message, plan_.uuids, want_mode="PROHIBITED", excluded=True)
     if problem:
         return Applied(False, {}, {}, problem)
-    current = gpu_isolation.read(node)
+    current = node.marks.gpus
     plugin = any(gpu_isolation.Mechanism.DEVICE_PLUGIN in e.mechanisms for e in current)
     labels = gpu_isolation.plugin_labels(current, operator=_operator(node))
     if plugin and labels[gpu_isolation.DEVICE_PLUGIN_LABEL] is None:
@@ -220,7 +220,7 @@ def after_apply(
 def record(node: fleet.Node, plan_: Plan) -> dict[str, str | None]:
     """The marks once the device plugin runs again with the exclusion: its pod, so that its
     next restart is noticed."""
-    entries = tuple(replace(e, plugin=plan_.plugin) for e in gpu_isolation.read(node))
+    entries = tuple(replace(e, plugin=plan_.plugin) for e in node.marks.gpus)
     return {annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries)}
 
 
@@ -228,7 +228,7 @@ def overdue(
     node: fleet.Node, now: datetime, deadline: timedelta
 ) -> tuple[gpu_isolation.IsolatedGpu, ...]:
     """Isolated cards that have waited longer than the RMA deadline."""
-    return tuple(e for e in gpu_isolation.read(node) if now - e.at > deadline)
+    return tuple(e for e in node.marks.gpus if now - e.at > deadline)
 
 
 def request(
@@ -237,7 +237,7 @@ def request(
     """The drafted request for the node's isolated GPUs, one paragraph per card: which GPU is
     out, that the node keeps serving, the repair its Xid needs, and the card's and slot's
     history with their escalation (the same words as a node's request)."""
-    return "\n\n".join(_request(node, e, ledger, catalog) for e in gpu_isolation.read(node))
+    return "\n\n".join(_request(node, e, ledger, catalog) for e in node.marks.gpus)
 
 
 def _request(
@@ -273,14 +273,14 @@ def after_return(node: fleet.Node, plan_: Plan, message: str | None) -> Applied:
                    "a pending remap; a failed remap needs the card replaced")
     if problem:
         return _held_again(node, plan_.uuids, f"GPU {', '.join(plan_.uuids)} stays out: {problem}")
-    asked = gpu_isolation.return_requested(node)
+    asked = node.marks.gpu_return
     gone = tuple(u for u in plan_.uuids if f"{REPLACED}{u}" in asked)  # left the host
     testing = tuple(u for u in plan_.uuids if u not in gone)
     if not testing:
         return _removed(node, gone, f"GPU {', '.join(gone)} replaced: off the list")
     entries = tuple(
         replace(e, returning=True) if e.uuid in testing else e
-        for e in gpu_isolation.read(node) if e.uuid not in gone
+        for e in node.marks.gpus if e.uuid not in gone
     )
     return Applied(
         True,
@@ -305,9 +305,9 @@ def after_burnin(node: fleet.Node, plan_: Plan, succeeded: bool, message: str | 
 
 def _removed(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
     """The marks without ``uuids``; the last one removes the request and the plugin labels."""
-    left = tuple(e for e in gpu_isolation.read(node) if e.uuid not in uuids)
+    left = tuple(e for e in node.marks.gpus if e.uuid not in uuids)
     done = {*uuids, *(f"{REPLACED}{u}" for u in uuids)}
-    asked = sorted(gpu_isolation.return_requested(node) - done)
+    asked = sorted(node.marks.gpu_return - done)
     annotations: dict[str, str | None] = {
         annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(left),
         annotation_keys.GPU_RETURN: ",".join(asked) if left and asked else None,
@@ -319,7 +319,7 @@ def _removed(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
 
 
 def _held_again(node: fleet.Node, uuids: tuple[str, ...], detail: str) -> Applied:
-    entries = tuple(e.held_again() if e.uuid in uuids else e for e in gpu_isolation.read(node))
+    entries = tuple(e.held_again() if e.uuid in uuids else e for e in node.marks.gpus)
     annotations: dict[str, str | None] = {
         annotation_keys.GPU_ISOLATED: gpu_isolation.to_annotation(entries),
         annotation_keys.GPU_RETURN: None,
@@ -371,7 +371,7 @@ def _report(
 
 def failed_cordon(node: fleet.Node, detail: str, now_text: str) -> decisions.Action:
     """The node isolation that replaces a GPU isolation whose mechanisms did not hold."""
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     first = entries[0] if entries else None
     marks = {
         annotation_keys.REASON: first.fault if first else "gpu-isolation-failed",

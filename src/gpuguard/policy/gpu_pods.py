@@ -61,7 +61,7 @@ def evictions(
             and p.phase not in (fleet.PodPhase.SUCCEEDED, fleet.PodPhase.FAILED)}
     listed = tuple(samples)
     out = []
-    for entry in gpu_isolation.read(node):
+    for entry in node.marks.gpus:
         if entry.evicted or entry.returning or entry.applied_boot != node.boot_id:
             continue
         found = on_gpu(node.name, entry.uuid, listed)
@@ -77,7 +77,7 @@ def nodes_to_name(snapshot: fleet.FleetSnapshot) -> tuple[str, ...]:
     isolated on them (the opt-in eviction moves their pods)."""
     signalled = {series.node_of(s.labels) for s in snapshot.samples if s.name in _SIGNALS}
     for node in snapshot.nodes:
-        if node_conditions.unambiguous_fault(node.gpu_conditions) or gpu_isolation.read(node):
+        if node_conditions.unambiguous_fault(node.gpu_conditions) or node.marks.gpus:
             signalled.add(node.name)
     return tuple(sorted(n for n in signalled if n))
 
@@ -85,7 +85,7 @@ def nodes_to_name(snapshot: fleet.FleetSnapshot) -> tuple[str, ...]:
 def marked_evicted(node: fleet.Node, uuids: Iterable[str]) -> str | None:
     """The isolation annotation with ``uuids`` marked evicted (their eviction is done)."""
     done = set(uuids)
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     return gpu_isolation.to_annotation(
         tuple(e.with_pods_evicted() if e.uuid in done else e for e in entries)
     )

@@ -184,7 +184,7 @@ def reconcile(
     wanted: set[str] = set()
     changes = []
     for node in nodes:
-        for entry in gpu_isolation.read(node):
+        for entry in node.marks.gpus:
             name = rule_name(node.name, entry.uuid)
             wanted.add(name)
             device = resolve(devices, node.name, entry.uuid)
@@ -223,7 +223,7 @@ EXCLUDED_GPUS = "NVreg_ExcludedGpus"
 
 def isolated_uuids(nodes: Iterable[fleet.Node]) -> tuple[str, ...]:
     """Every GPU isolated in the cluster, sorted: one list fits every node, UUIDs are unique."""
-    return tuple(sorted({e.uuid for node in nodes for e in gpu_isolation.read(node)}))
+    return tuple(sorted({e.uuid for node in nodes for e in node.marks.gpus}))
 
 
 def kernel_module_config(

@@ -55,7 +55,7 @@ def decide(
     """Whether ``fault`` (one of the node's current ``signals``) isolates its GPU or its node.
     ``ledger`` is the fault ledger (None: it could not be read)."""
     config = settings.gpu_isolation
-    isolated = gpu_isolation.read(node)
+    isolated = node.marks.gpus
     cards = {_card(s) for s in signals}
     if not config.enabled:
         return _node(Reason.GPU_ISOLATION_OFF, "GPU isolation is off (gpu_isolation.enabled)")

@@ -189,7 +189,7 @@ def _withhold(
 ) -> tuple[withheld.WithheldMark, Marking | None]:
     """The node's withheld mark, and the write needed when it is new or its reason changed
     (the first time keeps its ``since``)."""
-    old = withheld.read(node) if node is not None else None
+    old = node.marks.withheld if node is not None else None
     action = candidate.action
     marks = action.annotations
     mark = withheld.WithheldMark(
@@ -360,7 +360,7 @@ def _gone_by_condition(node: fleet.Node) -> bool:
     condition = node_conditions.unambiguous_fault(node.gpu_conditions)
     if condition is None:
         return False
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     named = condition.gpus
     return not named or any(not gpu_isolation.is_isolated(entries, g.uuid, g.pci) for g in named)
 
@@ -386,7 +386,7 @@ def _not_isolated(
 ) -> list[xid_signals.HardwareXid]:
     """The node's signals but those of GPUs already isolated (they are out: their Xids and
     their absence from allocatable change nothing)."""
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     return [s for s in signals if not gpu_isolation.is_isolated(entries, s.uuid, s.pci)]
 
 
@@ -403,7 +403,7 @@ def _isolate_gpu(
 ) -> decisions.Action:
     """One more entry in the node's ``gpuguard.io/gpu-isolated`` list; no cordon."""
     node, fault = candidate.node, candidate.fault
-    entries = gpu_isolation.read(node)
+    entries = node.marks.gpus
     entry = gpu_isolation.IsolatedGpu(
         uuid=fault.uuid or "",
         pci=pci.try_normalize_pci(fault.pci) or fault.pci or "",
@@ -470,7 +470,7 @@ def _cordon(
 
 def _pending_fault(node: fleet.Node) -> xid_signals.HardwareXid | None:
     """The hardware fault a withheld mark keeps pending after its Xid left the lookback."""
-    mark = withheld.read(node)
+    mark = node.marks.withheld
     if mark is None or not mark.hardware or xid_signals.is_fabric_label(mark.fault):
         return None  # a fabric fault holds only while its condition does (its own signal)
     code = mark.fault.removeprefix("xid-")

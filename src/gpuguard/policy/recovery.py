@@ -62,7 +62,7 @@ class RecoveryStep:
 
 def needs_recovery(node: fleet.Node) -> bool:
     """gpuguard isolated it (its marks are its own) and no verdict is recorded on it yet."""
-    return node.isolated_by_gpuguard and annotation_keys.VERDICT not in node.annotations
+    return node.isolated_by_gpuguard and node.marks.verdict is None
 
 
 def decide(
@@ -78,9 +78,9 @@ def decide(
     """``merge_window``: lines closer than this are one fault (``escalation.merge_window_for``
     the hold window: the fault's first sighting and its isolation line); ``lookback``: how far
     before the isolation its fault's first line is looked for (``fault_time``)."""
-    isolated_at = node.annotations[annotation_keys.ISOLATED_AT]
+    isolated_at = node.marks.isolated_at or ""
     _isolated_at(isolated_at)  # a malformed mark (anyone may annotate): this node waits, unwritten
-    started = node.annotations.get(annotation_keys.EVIDENCE_STARTED) == isolated_at
+    started = node.marks.evidence_started == isolated_at
     mark = None if started else {annotation_keys.EVIDENCE_STARTED: isolated_at}
     if job.state is jobs.JobState.ABSENT and not started:
         return RecoveryStep(
@@ -151,8 +151,8 @@ def _verdict(
 
 def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry | None:
     """The isolation's ledger line; None for a phantom cordon, which is no hardware fault."""
-    marks = node.annotations
-    reason = marks.get(annotation_keys.REASON, "")
+    marks = node.marks
+    reason = marks.reason or ""
     if reason == str(decisions.Reason.PHANTOM_UTILIZATION):
         return None
     code = int(reason.removeprefix("xid-")) if reason.removeprefix("xid-").isdecimal() else None
@@ -160,11 +160,11 @@ def _entry(node: fleet.Node, verdict: decisions.Verdict) -> faults.LedgerEntry |
     if xid_signals.is_fabric_label(reason):
         kind = faults.FaultKind.FABRIC
     return faults.LedgerEntry(
-        at=_isolated_at(marks[annotation_keys.ISOLATED_AT]),
+        at=_isolated_at(marks.isolated_at or ""),
         node=node.name,
         xid=code,
-        pci=_pci(marks.get(annotation_keys.GPU_PCI)),
-        uuid=marks.get(annotation_keys.GPU_UUID),
+        pci=_pci(marks.gpu_pci),
+        uuid=marks.gpu_uuid,
         recorder=faults.Recorder.GPUGUARD,
         verdict=verdict,
         kind=kind,
@@ -267,12 +267,12 @@ def escalation_update(
     fault recorded later (the same card again while it waits) raises the card's escalation —
     so the request says "replace" on the third fault, not at the next isolation. None when
     nothing changes or the node is not such a node."""
-    marks = node.annotations
-    if annotation_keys.VERDICT not in marks or annotation_keys.ISOLATED_AT not in marks:
+    marks = node.marks
+    if marks.verdict is None or marks.isolated_at is None:
         return None
     try:
-        verdict = decisions.Verdict(marks[annotation_keys.VERDICT])
-        current = escalation.Escalation(marks.get(ESCALATION, "none"))
+        verdict = decisions.Verdict(marks.verdict)
+        current = escalation.Escalation("none" if marks.escalation is None else marks.escalation)
     except ValueError:
         return None  # a mark gpuguard did not write: leave the node to people
     history = escalation.history_for(

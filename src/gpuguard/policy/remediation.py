@@ -85,10 +85,10 @@ def in_flight(nodes: Sequence[fleet.Node]) -> tuple[str, ...]:
     unreadable mark counts (the breaker fails closed)."""
     out = []
     for node in nodes:
-        if keys.RETURN_FAILED in node.annotations or keys.BURNIN_FAILED in node.annotations:
+        if node.marks.failed_return:
             continue
         try:
-            mark = model.read(node.annotations)
+            mark = node.marks.remediation
         except InputError:
             out.append(node.name)
             continue
@@ -107,8 +107,8 @@ def decide(
     node is drained only when its power cycle may follow). ``cards``: node -> the facts of
     its isolated card, for the GPU reset (absent: unknown, no reset)."""
     isolated = sorted(
-        (n for n in snapshot.nodes if n.isolated_by_gpuguard and keys.VERDICT in n.annotations),
-        key=lambda n: (n.annotations[keys.ISOLATED_AT], n.name),
+        (n for n in snapshot.nodes if n.isolated_by_gpuguard and n.marks.verdict is not None),
+        key=lambda n: (n.marks.isolated_at or "", n.name),
     )
     busy = len(in_flight(snapshot.nodes))
     out = [
@@ -118,7 +118,7 @@ def decide(
     ]
     for node in isolated:
         pods = snapshot.pods_on(node.name)
-        if node.annotations.get(keys.VERDICT) == str(decisions.Verdict.GPU_RESET):
+        if node.marks.verdict == str(decisions.Verdict.GPU_RESET):
             one = _reset(node, pods, settings, busy, (cards or {}).get(node.name))
         else:
             one = _one(node, pods, settings, busy)
@@ -129,9 +129,7 @@ def decide(
 
 def _handed_off(node: fleet.Node) -> bool:
     """Still gpuguard's isolation with a power-cycle verdict (the hand-off stands)."""
-    return node.isolated_by_gpuguard and node.annotations.get(keys.VERDICT) == str(
-        decisions.Verdict.POWER_CYCLE
-    )
+    return node.isolated_by_gpuguard and node.marks.verdict == str(decisions.Verdict.POWER_CYCLE)
 
 
 def _one(
@@ -143,20 +141,20 @@ def _one(
     def none(why: str) -> Decision:
         return Decision(node.name, Step.NONE, why)
 
-    verdict, pool = node.annotations.get(keys.VERDICT), pool_of(node, settings)
+    verdict, pool = node.marks.verdict, pool_of(node, settings)
     if verdict != str(decisions.Verdict.POWER_CYCLE):
         return none(f"verdict {verdict}: no automated repair for it")
     if pool not in settings.power_cycle_pools | settings.hand_off_pools:
         return none(f"pool {pool!r} ({settings.pool_label}) has no automated repair")
-    if keys.HOLD in node.annotations:
+    if node.marks.hold is not None:
         return none(f"{keys.HOLD} set by a person: no automated repair")
     try:
-        mark = model.read(node.annotations)
+        mark = node.marks.remediation
     except InputError as e:
         return none(f"{e}: no further repair")
     if mark is not None:
         return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
-    recorded = node.annotations.get(keys.BOOT_ID)
+    recorded = node.marks.boot_id
     if recorded and node.boot_id and recorded != node.boot_id:
         return none("rebooted since the isolation: the return checks decide")
     if pool in settings.hand_off_pools:
@@ -191,10 +189,10 @@ def _reset(
     pool = pool_of(node, settings)
     if pool not in settings.gpu_reset_pools:
         return none(f"pool {pool!r} ({settings.pool_label}) has no automated GPU reset")
-    if keys.HOLD in node.annotations:
+    if node.marks.hold is not None:
         return none(f"{keys.HOLD} set by a person: no automated repair")
     try:
-        mark = model.read(node.annotations)
+        mark = node.marks.remediation
     except InputError as e:
         return none(f"{e}: no further repair")
     if mark is not None and mark.action is model.Action.GPU_RESET and (
@@ -203,10 +201,10 @@ def _reset(
         return Decision(node.name, Step.GPU_RESET_RESULT, mark.detail)
     if mark is not None:
         return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
-    recorded = node.annotations.get(keys.BOOT_ID)
+    recorded = node.marks.boot_id
     if recorded and node.boot_id and recorded != node.boot_id:
         return none("rebooted since the isolation: the return checks decide")
-    uuid = node.annotations.get(keys.GPU_UUID)
+    uuid = node.marks.gpu_uuid
     if not uuid or not model.CARD_UUID.match(uuid):
         return none(f"the isolated card is not known ({keys.GPU_UUID}): no automated reset")
     if card is None or card.uuid != uuid:

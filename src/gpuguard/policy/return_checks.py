@@ -57,9 +57,6 @@ class Context:
     isolated_at: datetime | None
     now: datetime
 
-    def annotation(self, key: str) -> str | None:
-        return self.node.annotations.get(key)
-
     def seen(self, source: str, value: str) -> decisions.Evidence:
         return decisions.Evidence(source=source, value=value, at=self.now)
 
@@ -77,7 +74,7 @@ def context_of(
         settings=settings.return_to_pool,
         own_namespace=settings.controller.namespace,
         fault=_fault_of(node),
-        isolated_at=parse_stamp(node.annotations.get(keys.ISOLATED_AT)),
+        isolated_at=parse_stamp(node.marks.isolated_at),
         now=now,
     )
 
@@ -96,7 +93,7 @@ def parse_stamp(text: str | None) -> datetime | None:
 
 
 def _still_cordoned(c: Context) -> model.ReturnCheck:
-    raw = c.annotation(keys.ISOLATED_AT)
+    raw = c.node.marks.isolated_at
     result = _result(
         Condition.STILL_CORDONED,
         c.seen(f"node/{c.node.name} spec.unschedulable", str(c.node.unschedulable).lower()),
@@ -113,7 +110,7 @@ def _still_cordoned(c: Context) -> model.ReturnCheck:
 
 
 def _rebooted_or_reset(c: Context) -> model.ReturnCheck:
-    recorded, current = c.annotation(keys.BOOT_ID), c.node.boot_id
+    recorded, current = c.node.marks.boot_id, c.node.boot_id
     boot = c.seen(f"{keys.BOOT_ID} -> node/{c.node.name} bootID", f"{recorded} -> {current}")
     result = _result(Condition.REBOOTED_OR_RESET, boot)
     if recorded and current and recorded != current:
@@ -127,7 +124,7 @@ def _rebooted_or_reset(c: Context) -> model.ReturnCheck:
 
 def _reset_done(c: Context, boot: decisions.Evidence) -> model.ReturnCheck:
     """Reset-class faults recover without a reboot, but an operand restart is no proof."""
-    raw = c.annotation(keys.RESET_DONE)
+    raw = c.node.marks.reset_done
     mark = c.seen(keys.RESET_DONE, raw if raw is not None else "(absent)")
     result = _result(Condition.REBOOTED_OR_RESET, boot, mark)
     stamp = parse_stamp(raw)
@@ -148,7 +145,7 @@ def _reset_done(c: Context, boot: decisions.Evidence) -> model.ReturnCheck:
         return result(
             Status.FAIL,
             f"{keys.RESET_DONE} {raw} is not after the isolation "
-            f"({c.annotation(keys.ISOLATED_AT)}): the reset of an earlier fault",
+            f"({c.node.marks.isolated_at}): the reset of an earlier fault",
         )
     return result(Status.PASS, f"GPU reset confirmed by a human at {raw}")
 
@@ -157,19 +154,19 @@ def _gpuguards_reset(c: Context) -> remediation.Mark | None:
     """gpuguard's own reset of this isolation's card (docs/remediation.md#gpu-reset): its Job
     ended well after the isolation; a malformed mark is no proof."""
     try:
-        mark = remediation.read(c.node.annotations)
+        mark = c.node.marks.remediation
     except InputError:
         return None
     if (mark is None or mark.action is not remediation.Action.GPU_RESET
             or mark.result is not remediation.Result.DONE
-            or mark.isolated_at != c.annotation(keys.ISOLATED_AT)
+            or mark.isolated_at != c.node.marks.isolated_at
             or c.isolated_at is None or mark.at <= c.isolated_at or mark.at > c.now):
         return None
     return mark
 
 
 def _gpus_back(c: Context) -> model.ReturnCheck:
-    node, raw = c.node, c.annotation(keys.GPU_CAPACITY)
+    node, raw = c.node, c.node.marks.gpu_capacity
     recorded = _int_or_none(raw)
     ready = node.conditions.get("Ready", "(absent)")
     result = _result(
@@ -240,7 +237,7 @@ def _no_gpu_pods(c: Context) -> model.ReturnCheck:
 
 
 def _no_hold(c: Context) -> model.ReturnCheck:
-    text = c.annotation(keys.HOLD)
+    text = c.node.marks.hold
     if text is None:
         return _result(Condition.NO_HOLD)(Status.PASS, f"no {keys.HOLD}")
     result = _result(Condition.NO_HOLD, c.seen(keys.HOLD, text))
@@ -251,7 +248,7 @@ def _card_history(c: Context) -> model.ReturnCheck:
     if xid_signals.is_fabric_label(c.fault.label):  # docs/xid-events.md#persistent-states
         return _result(Condition.CARD_HISTORY)(
             Status.PASS, f"{c.fault.label}: a node-wide fabric fault names no card to count")
-    card = c.annotation(keys.GPU_UUID) or "(card unknown)"
+    card = c.node.marks.gpu_uuid or "(card unknown)"
     faults, limit = c.facts.card_faults, c.settings.max_card_faults
     if faults is None:
         return _result(Condition.CARD_HISTORY)(Status.UNKNOWN, f"ledger count of {card} unreadable")
@@ -265,7 +262,7 @@ def _card_history(c: Context) -> model.ReturnCheck:
 
 def _inspected(c: Context, history: str, count: decisions.Evidence) -> model.ReturnCheck:
     """A card with a history returns only after a human's inspection of this fault."""
-    raw = c.annotation(keys.INSPECTED)
+    raw = c.node.marks.inspected
     if raw is None:
         return _result(Condition.CARD_HISTORY, count)(
             Status.FAIL, f"{history}: needs a human's inspection ({keys.INSPECTED}=<time>)"
@@ -383,9 +380,9 @@ CHECKS: tuple[Callable[[Context], model.ReturnCheck], ...] = (
 def _fault_of(node: fleet.Node) -> Fault:
     """``xid-94`` or ``fallen-off-bus``; a verdict annotation (the evidence Job's) outranks
     the code's default verdict. An unreadable reason leaves the verdict unknown (None)."""
-    label = node.annotations.get(keys.REASON, "").strip()
+    label = (node.marks.reason or "").strip()
     xid = _int_or_none(label.removeprefix("xid-")) if label.startswith("xid-") else None
-    verdict = _verdict_or_none(node.annotations.get(keys.VERDICT))
+    verdict = _verdict_or_none(node.marks.verdict)
     if verdict is None and xid is not None:
         verdict = xid_catalog.default_verdict(xid)
     if verdict is None and label == "fallen-off-bus":

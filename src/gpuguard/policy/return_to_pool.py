@@ -17,6 +17,7 @@ from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, faults, fleet, pci
 from gpuguard.model import return_to_pool as model
 from gpuguard.model import settings as settings_model
+from gpuguard.model.node_marks import Isolation
 from gpuguard.policy import return_checks
 
 Status = decisions.CheckStatus
@@ -45,13 +46,13 @@ def decide(
 
 def _conclude(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.ReturnDecision:
     node = c.node
-    if keys.ISOLATED_AT not in node.annotations:
+    if node.marks.isolation is Isolation.NONE:
         reason = Reason.HUMAN_CORDON if node.unschedulable else Reason.NOT_ISOLATED
         return _decision(c, checks, Step.NONE, reason, checks[0].summary)
-    if (writer := node.foreign_marks) is not None:
+    if node.marks.isolation is Isolation.FOREIGN:
         detail = (
-            f"{keys.ISOLATED_AT} was written by {writer}, not by gpuguard: not gpuguard's "
-            "isolation, never returned by gpuguard"
+            f"{keys.ISOLATED_AT} was written by {node.marks.foreign_writer}, not by gpuguard: "
+            "not gpuguard's isolation, never returned by gpuguard"
         )
         return _decision(c, checks, Step.NONE, Reason.MARKS_NOT_GPUGUARDS, detail)
     if not node.unschedulable:
@@ -75,8 +76,8 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
     on the node (``gpuguard.io/burnin-failed``) for this boot, reset and inspection stands
     whatever became of its Job (deleted by its TTL, its pods by PodGC)."""
     mode, result = _mode(c), c.facts.burn_in
-    if c.annotation(keys.BURNIN_FAILED) == burnin_key(c.node, mode):
-        failed = c.annotation(keys.RETURN_FAILED) or "burn-in failed"
+    if c.node.marks.burnin_failed == burnin_key(c.node, mode):
+        failed = c.node.marks.return_failed or "burn-in failed"
         detail = (
             f"burn-in ({mode}) failed on this boot: {failed}; stays isolated until a new boot, "
             f"{keys.RESET_DONE} or {keys.INSPECTED}"
@@ -113,10 +114,9 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
 def burnin_key(node: fleet.Node, mode: model.BurnInMode) -> str:
     """The key of the node's burn-in now: its isolation, boot, a human's reset and inspection
     marks, and the mode."""
-    marks = node.annotations
+    marks = node.marks
     return model.burnin_key(
-        marks.get(keys.ISOLATED_AT, ""), node.boot_id, str(mode),
-        marks.get(keys.RESET_DONE), marks.get(keys.INSPECTED),
+        marks.isolated_at or "", node.boot_id, str(mode), marks.reset_done, marks.inspected
     )  # fmt: skip
 
 
@@ -126,8 +126,8 @@ def _burn_in_line(c: _Context, result: model.BurnInResult) -> faults.LedgerEntry
         at=result.started_at,
         node=c.node.name,
         xid=None,
-        pci=pci.try_normalize_pci(c.annotation(keys.GPU_PCI)),
-        uuid=c.annotation(keys.GPU_UUID),
+        pci=pci.try_normalize_pci(c.node.marks.gpu_pci),
+        uuid=c.node.marks.gpu_uuid,
         recorder=faults.Recorder.GPUGUARD,
         kind=faults.FaultKind.BURNIN_FAILED,
     )
@@ -137,7 +137,7 @@ def _tests_this_repair(c: _Context, result: model.BurnInResult, mode: model.Burn
     """A result counts for the current boot, after the isolation and any reset, in the mode."""
     if c.isolated_at is None:
         return False
-    reset = return_checks.parse_stamp(c.annotation(keys.RESET_DONE))
+    reset = return_checks.parse_stamp(c.node.marks.reset_done)
     after = max(c.isolated_at, reset) if reset is not None else c.isolated_at
     deep_enough = mode is model.BurnInMode.MATMUL or result.mode is mode
     return result.boot_id == c.node.boot_id and result.started_at > after and deep_enough

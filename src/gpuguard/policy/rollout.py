@@ -42,6 +42,7 @@ from gpuguard.model import annotation_keys as keys
 from gpuguard.model import change as model
 from gpuguard.model import decisions, fleet, settings
 from gpuguard.model import return_to_pool as return_model
+from gpuguard.model.node_marks import Isolation
 
 Phase = model.Phase
 Status = decisions.CheckStatus
@@ -446,7 +447,7 @@ def _start(
 
 def _not_takeable(f: NodeFacts, kured_holder: str | None, *, drains: bool) -> str | None:
     if f.node.unschedulable:
-        if keys.ISOLATED_AT in f.node.annotations:
+        if f.node.marks.isolation is not Isolation.NONE:
             return "isolated by gpuguard for a fault: skipped"
         return "cordoned by someone else: skipped, never touched"
     if f.gpu_pods and not drains:

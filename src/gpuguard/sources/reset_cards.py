@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuguard.errors import SourceError
-from gpuguard.model import annotation_keys as keys
 from gpuguard.model import decisions, fleet, ports
 from gpuguard.model import metric_names as names
 from gpuguard.model.remediation import CardFacts
@@ -38,9 +37,9 @@ class ResetCardsPlan:
 def waiting(snapshot: fleet.FleetSnapshot) -> dict[str, str]:
     """Node -> the isolated card of each node gpuguard isolated with a ``gpu-reset`` verdict."""
     verdict = str(decisions.Verdict.GPU_RESET)
-    return {n.name: n.annotations[keys.GPU_UUID] for n in snapshot.nodes
-            if n.isolated_by_gpuguard and n.annotations.get(keys.VERDICT) == verdict
-            and keys.GPU_UUID in n.annotations}  # fmt: skip
+    return {n.name: uuid for n in snapshot.nodes
+            if n.isolated_by_gpuguard and n.marks.verdict == verdict
+            and (uuid := n.marks.gpu_uuid) is not None}  # fmt: skip
 
 
 def card_facts(uuid: str, samples: Iterable[fleet.MetricSample]) -> CardFacts:

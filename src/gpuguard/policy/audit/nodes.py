@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuguard.model import annotation_keys, fleet, gpu_isolation, node_conditions, withheld
+from gpuguard.model import annotation_keys, fleet, gpu_isolation, node_conditions
 from gpuguard.model.audit import AuditView, Input, Obj, Severity
 from gpuguard.policy.audit import kube
 from gpuguard.policy.audit.registry import Hit, NotChecked
@@ -314,7 +314,7 @@ def _node_repair_gate(deployment: Obj) -> bool:
 
 def withheld_faults(view: AuditView) -> Iterator[Hit]:
     for node in view.of(Input.NODES):
-        mark = withheld.read(as_fleet_node(node))
+        mark = as_fleet_node(node).marks.withheld
         if mark is not None:
             yield Hit(Severity.HIGH, (kube.ref("Node", node),),
                       f"fault {mark.fault} withheld by the breaker ({mark.reason}) since "
