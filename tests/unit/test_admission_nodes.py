@@ -15,6 +15,7 @@ import pytest
 
 from gpuguard.agent import conditions as agent_conditions
 from gpuguard.agent import node_status
+from gpuguard.agent.counts import Counts
 from gpuguard.controller import fitness_label
 from gpuguard.model import annotation_keys as keys
 from gpuguard.model import fleet, gpu_isolation
@@ -267,7 +268,7 @@ def conditions_policy() -> Obj:
 def agent_patch(gone: bool) -> Obj:
     """The agent's patch body: all well, or GPU 4 gone from the bus."""
     xids = [["4", UUID, PCI, "79", 1]] if gone else []
-    seen = agent_conditions.Seen({"xids": xids}, {}, {}, {PCI: True}, None)
+    seen = agent_conditions.Seen(Counts.from_json({"xids": xids}), Counts(), {}, {PCI: True}, None)
     return node_status.body(agent_conditions.compute(seen, Classifier(), AT), 1.8e9)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from gpuguard.agent import conditions, daemon, journal, node_status
 from gpuguard.agent.checks import nvidia, result
+from gpuguard.agent.counts import Counts
 from gpuguard.errors import CatalogError
 from gpuguard.model import decisions
 from gpuguard.model import metric_names as names
@@ -61,8 +62,9 @@ def seen(xids: list[list[Any]] | None = None, fallen: list[list[Any]] | None = N
          fabric: tuple[decisions.CheckStatus, str] | None = None,
          sxids: list[list[Any]] | None = None) -> conditions.Seen:
     return conditions.Seen(
-        counts={"xids": xids or [], "fallen_off": fallen or [], "sxids": sxids or []},
-        baseline=baseline or {},
+        counts=Counts.from_json({"xids": xids or [], "fallen_off": fallen or [],
+                                 "sxids": sxids or []}),
+        baseline=Counts.from_json(baseline or {}),
         gpu_index={UUID: "4", PCI: "4"},
         config_all_ff=config or {},
         kernel_log_problem=problem,

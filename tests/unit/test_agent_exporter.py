@@ -117,7 +117,7 @@ def test_tally_round_trips_through_its_saved_form() -> None:
     restored.restore(c.tally.as_json())
     assert restored.as_json() == c.tally.as_json()
     restored.count([kernel_lines.xid(PCI, 79)], parse.XidLogParser())  # fresh parser, no GPU at
-    assert restored.xids[("", UUID, PCI, "79", "")] == 2  # the UUID is remembered across restarts
+    assert restored.xids[("", UUID, PCI, 79, "")] == 2  # the UUID is remembered across restarts
 
 
 def test_gpu_indexes_read_from_the_driver_information_files(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_nvswitch_sxid_lines_are_counted_by_switch_code_and_severity() -> None:
 def test_counts_saved_before_the_rule_label_restore_with_an_empty_rule() -> None:
     restored = exporter.Tally()
     restored.restore({"xids": [["", UUID, PCI, "79", 2]]})
-    assert restored.xids == {("", UUID, PCI, "79", ""): 2}
+    assert restored.xids == {("", UUID, PCI, 79, ""): 2}
 
 
 def test_a_third_xid_13_on_the_same_sm_within_a_day_is_counted_under_its_promotion() -> None:

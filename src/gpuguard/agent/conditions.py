@@ -19,12 +19,11 @@ contained it, while a fatal one leaves the switch and its GPUs needing a reset.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
-from gpuguard.agent import exporter
+from gpuguard.agent import counts as agent_counts
 from gpuguard.agent.checks import gpu_state
 from gpuguard.kernlog import messages
 from gpuguard.model import decisions, faults
@@ -48,13 +47,13 @@ FATAL = "Fatal"  # the driver's severity word on an SXid line (kernlog.messages.
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """What the agent knows now. ``counts`` and ``baseline`` are ``Tally.as_json`` shapes (the
-    counts at this boot's start: they are subtracted); ``config_all_ff`` maps a PCI address to
+    """What the agent knows now. ``counts`` and ``baseline`` are the tally's counts now and at
+    this boot's start (``this_boot``: the rows grown since); ``config_all_ff`` maps a PCI address to
     whether its config space reads all ones (None: unreadable); ``driver`` is the
     ``nvidia-match`` check's status and evidence, None before the first check cycle."""
 
-    counts: Mapping[str, Any]
-    baseline: Mapping[str, Any]
+    counts: agent_counts.Counts
+    baseline: agent_counts.Counts
     gpu_index: Mapping[str, str]
     config_all_ff: Mapping[str, bool | None]
     kernel_log_problem: str | None
@@ -62,6 +61,10 @@ class Seen:
     uuid_by_pci: Mapping[str, str] = field(default_factory=dict)  # from the kernel's GPU-at lines
     recovery: tuple[decisions.CheckStatus, str] | None = None  # ``gpu-recovery``, if run
     fabric: tuple[decisions.CheckStatus, str] | None = None  # ``nvlink-fabric``, if run
+
+    @property
+    def this_boot(self) -> agent_counts.Counts:
+        return self.counts.since(self.baseline)
 
 
 def compute(
@@ -124,10 +127,11 @@ def _fallen_off(seen: Seen, now: datetime) -> nc.GpuCondition:
 def _fallen_off_cards(seen: Seen) -> list[nc.GpuNamed]:
     """The GPUs the kernel said fell off the bus this boot: Xid 79 or the message."""
     found: dict[tuple[str, str], nc.GpuNamed] = {}
-    for gpu, uuid, pci, code, _, _ in _since_boot(seen, "xids"):
-        if code == str(faults.FALLEN_OFF_BUS_XID):
+    grown = seen.this_boot
+    for gpu, uuid, pci, code, _ in grown.xids:
+        if code == faults.FALLEN_OFF_BUS_XID:
             found.setdefault((pci, uuid), _named(seen, pci, uuid, gpu, faults.FALLEN_OFF_BUS_XID))
-    for pci, uuid, _ in _since_boot(seen, "fallen_off"):
+    for pci, uuid in grown.fallen_off:
         if not any(_same_card(key, pci, uuid) for key in found):
             found[(pci, uuid)] = _named(seen, pci, uuid, None, faults.FALLEN_OFF_BUS_XID)
     return sorted(found.values(), key=_order)
@@ -138,9 +142,9 @@ def _hardware_xids(
 ) -> nc.GpuCondition:
     named = sorted(
         (
-            _named(seen, pci, uuid, gpu, int(code))
-            for gpu, uuid, pci, code, rule, _ in _since_boot(seen, "xids")
-            if code.isdigit() and xid_signals.is_hardware(classifier, int(code), rule)
+            _named(seen, pci, uuid, gpu, code)
+            for gpu, uuid, pci, code, rule in seen.this_boot.xids
+            if xid_signals.is_hardware(classifier, code, rule)
         ),
         key=_order,
     )
@@ -186,9 +190,9 @@ def _fabric(seen: Seen, now: datetime) -> nc.GpuCondition:
     """A fatal SXid this boot first (it names the switch), then a failed registration (it
     names the GPUs); else no fault, with what the fabric check last said."""
     kind = nc.GPU_FABRIC_FAULT
-    fatal = [row for row in _since_boot(seen, "sxids") if row[2] == FATAL]
+    fatal = [key for key in seen.this_boot.sxids if key.severity == FATAL]
     if fatal:
-        shown = ", ".join(f"nvswitch={address or '?'} sxid={code}" for address, code, *_ in fatal)
+        shown = ", ".join(f"nvswitch={address or '?'} sxid={code}" for address, code, _ in fatal)
         text = f"{shown}; fatal NVSwitch SXid(s) this boot: reset the switches and GPUs"
         return nc.GpuCondition(kind, "True", nc.FATAL_SXID, text[: nc.MAX_MESSAGE], now)
     status, evidence = seen.fabric or (None, "not checked")
@@ -203,20 +207,6 @@ def _fabric(seen: Seen, now: datetime) -> nc.GpuCondition:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-
-def _since_boot(seen: Seen, family: str) -> Iterable[list[str]]:
-    """Rows of ``family`` whose count grew since this boot's start (the count is last)."""
-    rows = _rows(seen.baseline, family)
-    before = {tuple(str(v) for v in row[:-1]): int(row[-1]) for row in rows}
-    for row in _rows(seen.counts, family):
-        key = tuple(str(v) for v in row[:-1])
-        if int(row[-1]) > before.get(key, 0):
-            yield [*key, str(row[-1])]
-
-
-def _rows(saved: Mapping[str, Any], family: str) -> list[list[Any]]:
-    return exporter.xid_rows(saved) if family == "xids" else list(saved.get(family, []))
 
 
 def _named(seen: Seen, pci: str, uuid: str, gpu: str | None, xid: int | None) -> nc.GpuNamed:

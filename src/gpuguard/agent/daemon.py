@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -47,13 +46,14 @@ from gpuguard.agent import (
     podresources,
     position,
 )
+from gpuguard.agent import counts as agent_counts
 from gpuguard.agent import topology as agent_topology
 from gpuguard.agent.checks import gpu_state, nvidia, result
 from gpuguard.agent.evidence import hostread, pci
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.errors import SourceError
 from gpuguard.kernlog import parse
-from gpuguard.model import decisions
+from gpuguard.model import decisions, faults
 from gpuguard.model import node_conditions as nc
 from gpuguard.policy import xid_signals
 
@@ -157,9 +157,7 @@ class Agent:
     def report_conditions(self) -> dict[str, nc.GpuCondition]:
         """Compute the node conditions from what the agent knows now and offer them to the
         reporter (which writes them when they changed, rate-limited)."""
-        counts = self.tally.as_json()
-        with self.tally.lock:  # the follower thread learns cards as it reads
-            uuids = dict(self.tally.uuid_by_pci)
+        counts = self.tally.counts()
         seen = conditions.Seen(
             counts=counts,
             baseline=self._boot_baseline,
@@ -167,7 +165,7 @@ class Agent:
             config_all_ff=self._config_space(counts),
             kernel_log_problem=self.kernel_log_problem,
             driver=self._states.get(nvidia.NAME),
-            uuid_by_pci=uuids,
+            uuid_by_pci=counts.uuid_by_pci,
             recovery=self._states.get(gpu_state.RECOVERY),
             fabric=self._states.get(gpu_state.FABRIC),
         )
@@ -177,10 +175,10 @@ class Agent:
             self.reporter.offer(self.conditions)
         return self.conditions
 
-    def _config_space(self, counts: dict[str, Any]) -> dict[str, bool | None]:
+    def _config_space(self, counts: agent_counts.Counts) -> dict[str, bool | None]:
         """Whether each card the kernel said fell off the bus reads all ones now."""
-        cards = {row[2] for row in counts["xids"] if str(row[3]) == "79"}
-        cards |= {row[0] for row in counts["fallen_off"]}
+        cards = {key.pci for key in counts.xids if key.xid == faults.FALLEN_OFF_BUS_XID}
+        cards |= {key.pci for key in counts.fallen_off}
         return {c: pci.config_space_all_ff(self.config.root, c) for c in cards if c}
 
     def _note_problem(self, problem: str | None) -> bool:
@@ -296,7 +294,7 @@ def _classes(overrides: Path | None) -> xid_catalog.XidCatalog:
 BASELINE_FILE = "boot-baseline.json"
 
 
-def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]:
+def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> agent_counts.Counts:
     """The counts at this boot's start, which the conditions subtract ("seen this boot"):
     kept in the state directory with the boot ID, taken afresh when the boot ID changed."""
     boot = hostread.optional_line(config.root, "proc/sys/kernel/random/boot_id") or ""
@@ -304,11 +302,11 @@ def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]
     try:
         saved = json.loads(path.read_text())
         if saved.get("boot_id") == boot and isinstance(saved.get("counts"), dict):
-            return dict(saved["counts"])
-    except (OSError, ValueError, AttributeError):
+            return agent_counts.Counts.from_json(saved["counts"])
+    except (OSError, ValueError, TypeError, AttributeError):
         pass  # none yet (or unreadable): this boot starts from the restored counts
-    counts = tally.as_json()
-    data = json.dumps({"boot_id": boot, "counts": counts}).encode()
+    counts = tally.counts()
+    data = json.dumps({"boot_id": boot, "counts": counts.as_json()}).encode()
     try:
         position.write_file(config.state_dir, BASELINE_FILE, data)
     except OSError as e:
@@ -318,9 +316,9 @@ def _boot_baseline(config: AgentConfig, tally: exporter.Tally) -> dict[str, Any]
 
 def _bus_losses(tally: exporter.Tally) -> int:
     """Xid 79 lines and "fallen off the bus" messages counted so far."""
-    snapshot = tally.as_json()
-    xid79 = sum(int(n) for *_, code, _, n in exporter.xid_rows(snapshot) if str(code) == "79")
-    return xid79 + sum(int(n) for *_, n in snapshot["fallen_off"])
+    counts = tally.counts()
+    xid79 = sum(n for key, n in counts.xids.items() if key.xid == faults.FALLEN_OFF_BUS_XID)
+    return xid79 + sum(counts.fallen_off.values())
 
 
 def _open_follower(

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from gpuguard.agent import gpu_processes, podresources, topology
 from gpuguard.agent.checks import hostfs, nvidia, result
+from gpuguard.agent.counts import CardKey, Counts, SxidKey, XidKey
 from gpuguard.catalog import events as event_rules
 from gpuguard.kernlog import messages, parse
 from gpuguard.model import decisions, xid
@@ -51,18 +52,8 @@ class Writes(Protocol):
     def writes(self) -> Mapping[str, int]: ...
 
 
-XidKey = tuple[str, str, str, str, str]  # gpu, uuid, pci, xid, rule
-CardKey = tuple[str, str]  # pci, uuid
-SxidKey = tuple[str, str, str]  # NVSwitch pci, sxid, severity
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 HISTORY_SIZE = 512  # recent Xid occurrences kept for the promotion rules
-
-
-def xid_rows(saved: Mapping[str, Any]) -> list[list[Any]]:
-    """The ``xids`` rows of an ``as_json`` shape as ``[gpu, uuid, pci, xid, rule, count]``;
-    rows saved before the ``rule`` label (five cells) get rule ``""``."""
-    rows = saved.get("xids", [])
-    return [[*row[:4], "", row[4]] if len(row) == 5 else list(row) for row in rows]
 
 
 def _base(name: str) -> str:
@@ -118,12 +109,14 @@ class Tally:
         uuid = event.uuid or self.uuid_by_pci.get(address, "")
         if event.uuid and address:
             self.uuid_by_pci[address] = event.uuid
-        card = (address, uuid)
+        card = CardKey(address, uuid)
         if event.kind is xid.KernelEventKind.FALLEN_OFF_BUS:
             self.fallen_off[card] = self.fallen_off.get(card, 0) + 1
             return
+        if event.xid is None:  # kernlog.parse names the code of every Xid event
+            return
         gpu = self.gpu_index.get(uuid) or self.gpu_index.get(address, "")
-        key = (gpu, uuid, address, str(event.xid), self._rule_of(event, uuid or address))
+        key = XidKey(gpu, uuid, address, event.xid, self._rule_of(event, uuid or address))
         self.xids[key] = self.xids.get(key, 0) + 1
         if event.recovery_action is not None:
             self.recovery[card] = str(event.recovery_action)
@@ -133,7 +126,7 @@ class Tally:
         if fields is None:
             self.malformed += 1
             return
-        key = (fields.pci or "", str(fields.code), fields.severity)
+        key = SxidKey(fields.pci or "", fields.code, fields.severity)
         self.sxids[key] = self.sxids.get(key, 0) + 1
 
     def _rule_of(self, event: xid.KernelEvent, card: str) -> str:
@@ -147,29 +140,23 @@ class Tally:
         chosen = event_rules.worse(self.rules.promotion(tuple(self.history), seen), judged)
         return chosen.rule if chosen else ""
 
-    def as_json(self) -> dict[str, Any]:
+    def counts(self) -> Counts:
+        """What is counted now (copies: the follower thread goes on counting)."""
         with self.lock:
-            return {
-                "xids": [[*key, n] for key, n in self.xids.items()],
-                "fallen_off": [[*key, n] for key, n in self.fallen_off.items()],
-                "recovery": [[*key, action] for key, action in self.recovery.items()],
-                "sxids": [[*key, n] for key, n in self.sxids.items()],
-                "uuid_by_pci": dict(self.uuid_by_pci),
-                "lines": self.lines,
-                "malformed": self.malformed,
-            }
+            return Counts(dict(self.xids), dict(self.fallen_off), dict(self.recovery),
+                          dict(self.sxids), dict(self.uuid_by_pci), self.lines, self.malformed)
+
+    def as_json(self) -> dict[str, Any]:
+        return self.counts().as_json()
 
     def restore(self, saved: Mapping[str, Any]) -> None:
         """Continue from counts saved by ``as_json`` (ValueError/TypeError on a bad shape)."""
+        counts = Counts.from_json(saved)
         with self.lock:
-            self.xids = {(str(g), str(u), str(p), str(x), str(r)): int(n)
-                         for g, u, p, x, r, n in xid_rows(saved)}
-            self.fallen_off = {(str(p), str(u)): int(n) for p, u, n in saved.get("fallen_off", [])}
-            self.recovery = {(str(p), str(u)): str(a) for p, u, a in saved.get("recovery", [])}
-            self.sxids = {(str(p), str(c), str(s)): int(n) for p, c, s, n in saved.get("sxids", [])}
-            self.uuid_by_pci = {str(k): str(v) for k, v in saved.get("uuid_by_pci", {}).items()}
-            self.lines = int(saved.get("lines", 0))
-            self.malformed = int(saved.get("malformed", 0))
+            self.xids, self.fallen_off = dict(counts.xids), dict(counts.fallen_off)
+            self.recovery, self.sxids = dict(counts.recovery), dict(counts.sxids)
+            self.uuid_by_pci = dict(counts.uuid_by_pci)
+            self.lines, self.malformed = counts.lines, counts.malformed
 
 
 def _seconds(event: xid.KernelEvent) -> float | None:
@@ -234,42 +221,42 @@ class AgentCollector(Collector):
         return family
 
     def _kernel_log(self) -> Iterator[Metric]:
-        snapshot = self.tally.as_json()
+        snapshot = self.tally.counts()
         node = self.node
         xids = CounterMetricFamily(
             _base(names.XID_TOTAL), "Xid lines in this node's kernel log.",
             labels=["node", "gpu", "uuid", "pci", "xid", "rule"],
         )
-        for gpu, uuid, address, code, rule, n in snapshot["xids"]:
-            xids.add_metric([node, gpu, uuid, address, code, rule], n)
+        for (gpu, uuid, address, code, rule), n in snapshot.xids.items():
+            xids.add_metric([node, gpu, uuid, address, str(code), rule], n)
         fallen = CounterMetricFamily(
             _base(names.FALLEN_OFF_BUS_TOTAL), "GPU has fallen off the bus messages.",
             labels=["node", "pci", "uuid"],
         )
-        for address, uuid, n in snapshot["fallen_off"]:
+        for (address, uuid), n in snapshot.fallen_off.items():
             fallen.add_metric([node, address, uuid], n)
         recovery = GaugeMetricFamily(
             names.XID154_RECOVERY_ACTION, "1 for the last Xid 154 recovery action per GPU.",
             labels=["node", "pci", "uuid", "action"],
         )
-        for address, uuid, action in snapshot["recovery"]:
+        for (address, uuid), action in snapshot.recovery.items():
             recovery.add_metric([node, address, uuid, action], 1)
         sxids = CounterMetricFamily(
             _base(names.SXID_TOTAL), "NVSwitch SXid lines in this node's kernel log.",
             labels=["node", "pci", "sxid", "severity"],
         )
-        for address, code, severity, n in snapshot["sxids"]:
-            sxids.add_metric([node, address, code, severity], n)
+        for (address, code, severity), n in snapshot.sxids.items():
+            sxids.add_metric([node, address, str(code), severity], n)
         lines = CounterMetricFamily(
             _base(names.AGENT_KERNEL_LINES_TOTAL), "Kernel log lines read.", labels=["node"]
         )
-        lines.add_metric([node], snapshot["lines"])
+        lines.add_metric([node], snapshot.lines)
         malformed = CounterMetricFamily(
             _base(names.AGENT_MALFORMED_LINES_TOTAL),
             "Kernel log records that mention an Xid (or a whole record) that could not be read.",
             labels=["node"],
         )
-        malformed.add_metric([node], snapshot["malformed"])
+        malformed.add_metric([node], snapshot.malformed)
         readable = GaugeMetricFamily(
             names.AGENT_KERNEL_LOG_READABLE,
             "1 while the agent can read its kernel-log source, 0 when it cannot (see its log).",
@@ -278,7 +265,7 @@ class AgentCollector(Collector):
         readable.add_metric([node], int(self.kernel_log_readable))
         yield from (xids, fallen, recovery, sxids, lines, malformed, readable)
         if self.classes is not None:
-            yield _rule_hardware(node, snapshot["xids"], self.classes)
+            yield _rule_hardware(node, snapshot.xids, self.classes)
 
     def _checks(self, cycle: CheckCycle) -> Iterator[Metric]:
         node = self.node
@@ -347,7 +334,7 @@ class AgentCollector(Collector):
         yield from (held, readable)
 
 
-def _rule_hardware(node: str, rows: Iterable[list[Any]], classes: RuleClasses) -> Metric:
+def _rule_hardware(node: str, xids: Iterable[XidKey], classes: RuleClasses) -> Metric:
     """1 when a rule the agent has counted makes its lines hardware under the cluster's classes,
     0 when not: alerts on ``gpuguard_xid_total`` drop the series whose rule says 0."""
     family = GaugeMetricFamily(
@@ -355,9 +342,9 @@ def _rule_hardware(node: str, rows: Iterable[list[Any]], classes: RuleClasses) -
         "1 when lines of this per-event Xid rule are hardware faults here, 0 when not.",
         labels=["node", "rule"],
     )
-    seen = {(str(code), str(rule)) for *_, code, rule, _ in rows if rule and str(code).isdigit()}
-    for code, rule in sorted(seen):
-        family.add_metric([node, rule], int(classes.is_hardware_event(int(code), rule)))
+    seen = {(key.xid, key.rule) for key in xids if key.rule}
+    for code, rule in sorted(seen, key=lambda pair: (str(pair[0]), pair[1])):
+        family.add_metric([node, rule], int(classes.is_hardware_event(code, rule)))
     return family
 
 
