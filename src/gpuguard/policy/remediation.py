@@ -146,31 +146,20 @@ def _one(
         return none(f"verdict {verdict}: no automated repair for it")
     if pool not in settings.power_cycle_pools | settings.hand_off_pools:
         return none(f"pool {pool!r} ({settings.pool_label}) has no automated repair")
-    if node.marks.hold is not None:
-        return none(f"{keys.HOLD} set by a person: no automated repair")
-    try:
-        mark = node.marks.remediation
-    except InputError as e:
-        return none(f"{e}: no further repair")
-    if mark is not None:
-        return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
-    recorded = node.marks.boot_id
-    if recorded and node.boot_id and recorded != node.boot_id:
-        return none("rebooted since the isolation: the return checks decide")
+    stop, mark = _stopped(node)
+    if why := stop or _done_or_rebooted(node, mark):
+        return none(why)
     if pool in settings.hand_off_pools:
         return Decision(node.name, Step.HAND_OFF, f"pool {pool}: handed to the cluster's "
                         "remediator (node condition GpuguardRemediationRequired)")  # fmt: skip
     if node.name not in settings.bmc_secrets and pool not in settings.bmc_secrets:
         return none(f"no BMC Secret for node {node.name} or pool {pool} "
                     "(remediation.bmc_secrets): the person's request stands")  # fmt: skip
-    if busy >= settings.max_in_flight:
-        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
-                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
-    left = workload_pods(pods)
-    if left:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
-        return Decision(node.name, Step.DRAIN, f"evicting {len(left)} GPU pod(s) first: {names}",
-                        left)  # fmt: skip
+    if wait := _wait_turn(node, busy, settings):
+        return wait
+    if left := workload_pods(pods):
+        return Decision(node.name, Step.DRAIN,
+                        f"evicting {len(left)} GPU pod(s) first: {_named(left)}", left)
     return Decision(node.name, Step.POWER_CYCLE, f"power-cycle verdict, pool {pool}, drained")
 
 
@@ -189,21 +178,15 @@ def _reset(
     pool = pool_of(node, settings)
     if pool not in settings.gpu_reset_pools:
         return none(f"pool {pool!r} ({settings.pool_label}) has no automated GPU reset")
-    if node.marks.hold is not None:
-        return none(f"{keys.HOLD} set by a person: no automated repair")
-    try:
-        mark = node.marks.remediation
-    except InputError as e:
-        return none(f"{e}: no further repair")
+    stop, mark = _stopped(node)
+    if stop:
+        return none(stop)
     if mark is not None and mark.action is model.Action.GPU_RESET and (
         mark.result is model.Result.STARTED
     ):
         return Decision(node.name, Step.GPU_RESET_RESULT, mark.detail)
-    if mark is not None:
-        return none(f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}")
-    recorded = node.marks.boot_id
-    if recorded and node.boot_id and recorded != node.boot_id:
-        return none("rebooted since the isolation: the return checks decide")
+    if why := _done_or_rebooted(node, mark):
+        return none(why)
     uuid = node.marks.gpu_uuid
     if not uuid or not model.CARD_UUID.match(uuid):
         return none(f"the isolated card is not known ({keys.GPU_UUID}): no automated reset")
@@ -215,12 +198,44 @@ def _reset(
     if card.processes != 0:
         return none(f"{uuid} held open by {card.processes} process(es) (None: unknown): "
                     "no reset while in use")  # fmt: skip
-    if busy >= settings.max_in_flight:
-        return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
-                        f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
-    left = workload_pods(pods)
-    if left:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in left)
-        return none(f"GPU pod(s) still on the node: {names}: no reset while they run")
+    if wait := _wait_turn(node, busy, settings):
+        return wait
+    if left := workload_pods(pods):
+        return none(f"GPU pod(s) still on the node: {_named(left)}: no reset while they run")
     return Decision(node.name, Step.GPU_RESET, f"gpu-reset verdict, pool {pool}, {uuid} idle, "
                     "no row remap pending or failed")  # fmt: skip
+
+
+def _stopped(node: fleet.Node) -> tuple[str | None, model.Mark | None]:
+    """Why no automated repair starts on the node whatever its route (a person's hold, an
+    unreadable repair mark), else None and the node's repair mark (None: no repair yet)."""
+    if node.marks.hold is not None:
+        return f"{keys.HOLD} set by a person: no automated repair", None
+    try:
+        return None, node.marks.remediation
+    except InputError as e:
+        return f"{e}: no further repair", None
+
+
+def _done_or_rebooted(node: fleet.Node, mark: model.Mark | None) -> str | None:
+    """Why no repair starts now: one was already tried for this isolation, or the node
+    rebooted since it (the return checks decide); None when neither."""
+    if mark is not None:
+        return f"{mark.action} {mark.result} at {mark.at:%Y-%m-%dT%H:%M:%SZ}: {mark.detail}"
+    recorded = node.marks.boot_id
+    if recorded and node.boot_id and recorded != node.boot_id:
+        return "rebooted since the isolation: the return checks decide"
+    return None
+
+
+def _wait_turn(
+    node: fleet.Node, busy: int, settings: settings_model.RemediationSettings
+) -> Decision | None:
+    if busy < settings.max_in_flight:
+        return None
+    return Decision(node.name, Step.WAIT, f"{busy} repair(s) in flight, at most "
+                    f"{settings.max_in_flight} (remediation.max_in_flight): waits its turn")
+
+
+def _named(pods: Sequence[fleet.Pod]) -> str:
+    return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
