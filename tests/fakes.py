@@ -103,7 +103,7 @@ class FakeJobs:
 
 
 @dataclass
-class FakeBurnIns(FakeJobs):
+class FakeBurnins(FakeJobs):
     """Burn-in Jobs that end as soon as they are created, with ``gpuguard burnin``'s summary
     as their termination message: passed, or failed on the nodes in ``failing``."""
 

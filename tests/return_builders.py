@@ -76,15 +76,15 @@ def system_pods(*, kube_proxy_ready: bool = True) -> tuple[fleet.Pod, ...]:
     )
 
 
-def burn_in(
-    outcome: model.BurnInOutcome = model.BurnInOutcome.PASSED,
+def burnin(
+    outcome: model.BurninOutcome = model.BurninOutcome.PASSED,
     *,
-    mode: model.BurnInMode = model.BurnInMode.MATMUL,
+    mode: model.BurninMode = model.BurninMode.MATMUL,
     boot: str = BOOT_AFTER_POWER_CYCLE,
     started: datetime = datetime(2026, 9, 22, 16, 26, tzinfo=UTC),
     failed_check: str = "",
-) -> model.BurnInResult:
-    return model.BurnInResult(
+) -> model.BurninResult:
+    return model.BurninResult(
         outcome=outcome,
         mode=mode,
         boot_id=boot,
@@ -101,7 +101,7 @@ HEALTHY = model.ReturnFacts(
     row_remap_pending={str(gpu): 0.0 for gpu in range(8)},
     conformance={"ipvs-loaded": Status.PASS, "nvidia-match": Status.PASS},
     pcie_links=tuple(model.PcieLink(str(g), 16, 16, 1, 4) for g in range(8)),
-    burn_in=burn_in(),
+    burnin=burnin(),
 )
 """gpu-node-b at 16:30 on 9/22 as the seed tells it, had gpuguard read everything."""
 

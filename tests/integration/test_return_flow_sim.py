@@ -122,9 +122,9 @@ def test_xid79_node_is_isolated_then_returned_after_the_power_cycle(tmp_path: Pa
     assert not [k for k in marks if keys.is_gpuguard_key(k)]
     assert objects.get("Node", "", "gpu-node-a")["spec"].get("unschedulable") is not True
     label = keys.BURNIN_NODE_LABEL
-    (burn_in,) = [j for j in objects.list("Job", "gpuguard")
+    (burnin,) = [j for j in objects.list("Job", "gpuguard")
                   if j["metadata"]["labels"].get(label) == "gpu-node-b"]  # fmt: skip
-    assert burn_in["metadata"]["annotations"][keys.BOOT_ID] == played.node("gpu-node-b").boot_id
+    assert burnin["metadata"]["annotations"][keys.BOOT_ID] == played.node("gpu-node-b").boot_id
     reasons = [e["reason"] for e in objects.list("Event", "default")
                if e["involvedObject"]["name"] == "gpu-node-b"]  # fmt: skip
     assert reasons[-1] == "BurnInPassed"

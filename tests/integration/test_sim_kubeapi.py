@@ -82,10 +82,10 @@ def test_sync_list_nodes_by_label_selector(sim_api: SimApi, client: lightkube.Cl
     add_node(sim_api.store, "cpu-1")
 
     gpu_nodes = client.list(Node, labels={"nvidia.com/gpu.present": "true"})
-    not_burn_in = client.list(Node, labels={"nvidia.com/gpu.present": "true", "pool": None})
+    not_burnin = client.list(Node, labels={"nvidia.com/gpu.present": "true", "pool": None})
 
     assert [n.metadata.name for n in gpu_nodes] == ["gpu-1", "gpu-2"]
-    assert [n.metadata.name for n in not_burn_in] == ["gpu-2"]
+    assert [n.metadata.name for n in not_burnin] == ["gpu-2"]
 
 
 async def test_async_list_nodes_by_label_selector(

@@ -62,13 +62,13 @@ def test_recovery_decides_or_names_the_bad_annotation(marks: dict[str, str], job
 def test_the_return_decision_never_crashes_and_never_returns_on_a_bad_mark(
     marks: dict[str, str], cordoned: bool
 ) -> None:
-    passed = return_model.BurnInResult(
-        return_model.BurnInOutcome.PASSED, return_model.BurnInMode.MATMUL_AND_MEMTEST,
+    passed = return_model.BurninResult(
+        return_model.BurninOutcome.PASSED, return_model.BurninMode.MATMUL_AND_MEMTEST,
         "boot-1", NOW,
     )  # fmt: skip
     facts = return_model.ReturnFacts(
         pods=(), hardware_xids_since_boot=(), card_faults=1, row_remap_pending={},
-        conformance={}, pcie_links=(), burn_in=passed,
+        conformance={}, pcie_links=(), burnin=passed,
     )  # fmt: skip
     decision = return_to_pool.decide(node(marks, cordoned), facts, GUARD, NOW)
     assert len(decision.checks) == len(return_model.ReturnCondition)

@@ -50,13 +50,13 @@ def test_the_rollout_completes_wave_by_wave_within_its_limits(
     assert all(n.driver_module == NEW and n.kernel_release == "6.8.0-60-generic"
                for n in run.played.nodes)
     assert report["isolated"] == []  # change cordons are not faults
-    burn_ins = {j["metadata"]["labels"][keys.BURNIN_NODE_LABEL]: j
+    burnins = {j["metadata"]["labels"][keys.BURNIN_NODE_LABEL]: j
                 for j in run.played.store.list("Job")}
-    assert sorted(burn_ins) == sorted(n.name for n in run.played.nodes)  # each one burnt in
+    assert sorted(burnins) == sorted(n.name for n in run.played.nodes)  # each one burnt in
     assert all(j["metadata"]["annotations"][keys.CHANGE] == "drv-580-159"
                and j["metadata"]["annotations"][keys.BOOT_ID] == node.boot_id  # the new boot
                and any(c["type"] == "Complete" for c in j["status"]["conditions"])
-               for node in run.played.nodes for j in [burn_ins[node.name]])
+               for node in run.played.nodes for j in [burnins[node.name]])
     json.dumps(report)
 
 

@@ -36,8 +36,8 @@ def test_a_silent_exporter_is_a_finding_and_its_nodes_gpus_are_unknown_not_healt
     waits = [e for e in timeline if e["node"] == "gpu-node-b" and e["kind"] == "return_check"]
     after_boot = [e for e in waits if 46 * 60 <= e["t"] < 66 * 60]
     assert [e["reason"] for e in after_boot] == ["return-data-missing"]
-    burn_in = next(e for e in timeline if e["reason"] == "return-conditions-met")
-    assert burn_in["t"] >= 66 * 60  # only once its exporter answers again
+    burnin = next(e for e in timeline if e["reason"] == "return-conditions-met")
+    assert burnin["t"] >= 66 * 60  # only once its exporter answers again
     assert report["returned"] == ["gpu-node-b"]
     assert report["false_isolations"] == []
 

@@ -152,7 +152,7 @@ def test_the_returning_gpu_is_burnt_in_alone_by_an_admitted_job(
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
 
-def test_a_card_that_fails_its_burn_in_stays_out() -> None:
+def test_a_card_that_fails_its_burnin_stays_out() -> None:
     run = harness.play(with_card(SLOW, CARD_UUID), GUARD)
     steps = details(run, "gpu")
     assert any("its burn-in failed" in d for d in steps)

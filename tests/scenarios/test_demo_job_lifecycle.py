@@ -52,7 +52,7 @@ def test_a_hung_evidence_job_is_one_human_verdict_with_its_reason(
     assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget"]
 
 
-def test_a_hung_burn_in_fails_once_and_only_a_new_boot_runs_it_again(
+def test_a_hung_burnin_fails_once_and_only_a_new_boot_runs_it_again(
     burnin_hangs: tuple[harness.ScenarioRun, dict[str, Any]],
 ) -> None:
     run, report = burnin_hangs

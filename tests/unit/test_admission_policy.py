@@ -167,7 +167,7 @@ BURNIN_HOSTILE: list[tuple[str, str, Mutation]] = [
 
 @pytest.mark.parametrize(("name", "rule", "mutate"), BURNIN_HOSTILE,
                          ids=[m[0] for m in BURNIN_HOSTILE])
-def test_a_hostile_burn_in_job_is_refused_by_its_rule(
+def test_a_hostile_burnin_job_is_refused_by_its_rule(
     name: str, rule: str, mutate: Mutation
 ) -> None:
     job = burnin()
@@ -462,7 +462,7 @@ def _var(job: Obj, name: str) -> Obj:
     return var
 
 
-def test_the_burn_in_of_one_gpu_and_its_pod_are_admitted() -> None:
+def test_the_burnin_of_one_gpu_and_its_pod_are_admitted() -> None:
     job = gpu_burnin()
     assert _c(job)["command"][-2:] == ["--uuid", CARD]
     assert failed_rules(job) == []
@@ -483,7 +483,7 @@ GPU_BURNIN_HOSTILE: list[tuple[str, str, Mutation]] = [
 
 @pytest.mark.parametrize(("name", "rule", "mutate"), GPU_BURNIN_HOSTILE,
                          ids=[m[0] for m in GPU_BURNIN_HOSTILE])
-def test_any_other_gpu_burn_in_shape_is_refused(name: str, rule: str, mutate: Mutation) -> None:
+def test_any_other_gpu_burnin_shape_is_refused(name: str, rule: str, mutate: Mutation) -> None:
     job = gpu_burnin()
     mutate(job)
     assert failed_rules(job) == [rule]

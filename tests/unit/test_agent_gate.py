@@ -173,26 +173,26 @@ def test_the_api_server_version_and_where_it_came_from(
         pytest.param((), CheckStatus.UNKNOWN, id="none"),
         pytest.param(
             (
-                onboarding.BurnInJob("burnin-1", "2026-09-01T10:00:00+00:00", JobState.FAILED),
-                onboarding.BurnInJob("burnin-2", "2026-09-02T10:00:00+00:00", JobState.SUCCEEDED),
+                onboarding.BurninJob("burnin-1", "2026-09-01T10:00:00+00:00", JobState.FAILED),
+                onboarding.BurninJob("burnin-2", "2026-09-02T10:00:00+00:00", JobState.SUCCEEDED),
             ),
             CheckStatus.PASS,
             id="the-newest-decides",
         ),
         pytest.param(
-            (onboarding.BurnInJob("burnin-3", "2026-09-03T10:00:00+00:00", JobState.RUNNING),),
+            (onboarding.BurninJob("burnin-3", "2026-09-03T10:00:00+00:00", JobState.RUNNING),),
             CheckStatus.UNKNOWN,
             id="running",
         ),
         pytest.param(
-            (onboarding.BurnInJob("burnin-4", "2026-09-03T10:00:00+00:00", JobState.FAILED),),
+            (onboarding.BurninJob("burnin-4", "2026-09-03T10:00:00+00:00", JobState.FAILED),),
             CheckStatus.FAIL,
             id="failed",
         ),
     ],
 )
-def test_the_newest_burn_in_job_is_the_smoke_step(
-    burnin_jobs: tuple[onboarding.BurnInJob, ...], expected: CheckStatus
+def test_the_newest_burnin_job_is_the_smoke_step(
+    burnin_jobs: tuple[onboarding.BurninJob, ...], expected: CheckStatus
 ) -> None:
     smoke = facts(view(burnin_jobs=burnin_jobs)).smoke
     assert smoke is not None

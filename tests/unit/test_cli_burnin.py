@@ -34,7 +34,7 @@ def eight_gpus(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
     return backend
 
 
-def test_cpu_mode_says_it_is_not_a_burn_in_result_and_exits_1() -> None:
+def test_cpu_mode_says_it_is_not_a_burnin_result_and_exits_1() -> None:
     code, stdout, stderr = gpuguard(*CPU, "--expected-gpus", "1")
     assert code == 1
     assert "CPU mode: not a burn-in result" in stderr

@@ -47,7 +47,7 @@ def test_the_evidence_manifest_is_the_job_the_recovery_step_creates(tmp_path: Pa
     assert step_jobs.created[0]["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
 
 
-def test_the_burn_in_manifest_as_yaml_names_its_gpus_and_mode(tmp_path: Path) -> None:
+def test_the_burnin_manifest_as_yaml_names_its_gpus_and_mode(tmp_path: Path) -> None:
     printed = runner.invoke(app, ["manifest", "job", "burnin", "--node", "gpu-node-b",
                                   "--gpus", "4", "--mode", "matmul", "--reason", "xid-79",
                                   "-c", str(settings_file(tmp_path))])

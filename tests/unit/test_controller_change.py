@@ -27,15 +27,15 @@ DECLARED = change_source.declared("drv-580", {
 
 
 IMAGE = "ghcr.io/example/gpuguard:test"
-burn_ins = fakes.FakeBurnIns()
+burnins = fakes.FakeBurnins()
 
 
 @pytest.fixture(autouse=True)
-def _fresh_burn_ins() -> None:
-    """Each test starts with no burn-in Job (they end when created, see fakes.FakeBurnIns)."""
-    burn_ins.created.clear()
-    burn_ins.results.clear()
-    burn_ins.failing.clear()
+def _fresh_burnins() -> None:
+    """Each test starts with no burn-in Job (they end when created, see fakes.FakeBurnins)."""
+    burnins.created.clear()
+    burnins.results.clear()
+    burnins.failing.clear()
 
 
 def cluster() -> fakes.FakeNodes:
@@ -70,7 +70,7 @@ def the_tool(nodes: fakes.FakeNodes) -> None:
 def changes(nodes: fakes.FakeNodes, source: fakes.FakeChanges | None = None,
             failing: tuple[str, str] | None = None) -> step.Changes:
     return step.Changes(source=source or fakes.FakeChanges((DECLARED,)), writer=nodes,
-                        checks=agents(nodes, failing), jobs=burn_ins, image=IMAGE,
+                        checks=agents(nodes, failing), jobs=burnins, image=IMAGE,
                         kured=source or fakes.FakeChanges(), notifier=nodes)
 
 
@@ -109,7 +109,7 @@ def test_a_change_never_takes_more_nodes_than_the_admins_ceiling(
     limits = settings.ChangeLimitSettings(max_unavailable=ceiling[0], min_available=ceiling[1])
     for _ in range(3):
         step.Changes(source=fakes.FakeChanges((greedy,)), writer=nodes, checks=agents(nodes),
-                     jobs=burn_ins, image=IMAGE, kured=fakes.FakeChanges(), notifier=nodes,
+                     jobs=burnins, image=IMAGE, kured=fakes.FakeChanges(), notifier=nodes,
                      limits=limits).run(nodes.snapshot(at), at, may_write=lambda: True)
         most_out = max(most_out, sum(n.unschedulable for n in nodes.nodes.values()))
         at += timedelta(minutes=1)
@@ -124,7 +124,7 @@ def test_a_restarted_controller_plans_the_same_rollout_from_the_marks() -> None:
         at += timedelta(minutes=1)
     before = {n: node.annotations.get(keys.CHANGE) for n, node in nodes.nodes.items()}
     fresh = step.Changes(source=fakes.FakeChanges((DECLARED,)), writer=nodes,
-                         checks=agents(nodes), jobs=burn_ins, image=IMAGE,
+                         checks=agents(nodes), jobs=burnins, image=IMAGE,
                          kured=fakes.FakeChanges())  # a new process
     (outcome,) = fresh.run(nodes.snapshot(at), at, may_write=lambda: True)
     assert outcome.plan is not None
@@ -217,9 +217,9 @@ def test_kureds_lock_as_kured_writes_it(lock: str | None, holder: str | None) ->
     assert change.kured_holder(lock, START) == holder
 
 
-def test_a_failed_burn_in_stops_the_rollout_and_the_canary_stays_cordoned() -> None:
+def test_a_failed_burnin_stops_the_rollout_and_the_canary_stays_cordoned() -> None:
     nodes, at = cluster(), START
-    burn_ins.failing.add("gpu-node-0")
+    burnins.failing.add("gpu-node-0")
     for _ in range(6):
         outcome = tick(nodes, at)
         the_tool(nodes)
@@ -230,7 +230,7 @@ def test_a_failed_burn_in_stops_the_rollout_and_the_canary_stays_cordoned() -> N
     mark = change.read_mark(nodes.nodes["gpu-node-0"])
     assert mark is not None
     assert "throughput-floor" in mark.detail
-    (job,) = burn_ins.created  # the return to pool's burn-in, pinned to the canary's new boot
+    (job,) = burnins.created  # the return to pool's burn-in, pinned to the canary's new boot
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "gpu-node-0"
     assert pod["containers"][0]["command"][:2] == ["gpuguard", "burnin"]
@@ -257,13 +257,13 @@ class AdminTemplates:
 
 def the_change_jobs(nodes: fakes.FakeNodes, ran: set[str]) -> None:
     """Each change Job that ended well installed the change and rebooted its node."""
-    for job in burn_ins.created:
+    for job in burnins.created:
         name = job["metadata"]["name"]
         if job["metadata"]["labels"]["gpuguard.io/job"] != "change" or name in ran:
             continue
         ran.add(name)
         node = job["spec"]["template"]["spec"]["nodeName"]
-        if node not in burn_ins.failing:
+        if node not in burnins.failing:
             nodes.update(node, boot_id=f"{node}-boot-1", kernel_version="6.8.0-60-generic",
                          labels={change.DRIVER_LABELS[0]: "580.159.03"})
 
@@ -271,7 +271,7 @@ def the_change_jobs(nodes: fakes.FakeNodes, ran: set[str]) -> None:
 def by_job(nodes: fakes.FakeNodes, at: datetime) -> step.Outcome:
     (outcome,) = step.Changes(
         source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
-        jobs=burn_ins, image=IMAGE, templates=AdminTemplates(), notifier=nodes,
+        jobs=burnins, image=IMAGE, templates=AdminTemplates(), notifier=nodes,
     ).run(nodes.snapshot(at), at, may_write=lambda: True)  # fmt: skip
     return outcome
 
@@ -284,7 +284,7 @@ def test_a_rollout_by_job_runs_the_admins_template_pinned_to_each_node() -> None
         at += timedelta(minutes=1)
     assert outcome.plan is not None
     assert outcome.plan.state is change.RolloutState.COMPLETED
-    changed = [j for j in burn_ins.created
+    changed = [j for j in burnins.created
                if j["metadata"]["labels"]["gpuguard.io/job"] == "change"]
     assert sorted(j["spec"]["template"]["spec"]["nodeName"] for j in changed) == NAMES  # once each
     (container,) = changed[0]["spec"]["template"]["spec"]["containers"]
@@ -300,7 +300,7 @@ def test_a_rollout_by_job_runs_the_admins_template_pinned_to_each_node() -> None
 
 def test_a_failed_change_job_stops_the_rollout_naming_apply() -> None:
     nodes, at, ran = cluster(), START, set[str]()
-    burn_ins.failing.add("gpu-node-0")
+    burnins.failing.add("gpu-node-0")
     for _ in range(5):
         outcome = by_job(nodes, at)
         the_change_jobs(nodes, ran)
@@ -313,11 +313,11 @@ def test_a_failed_change_job_stops_the_rollout_naming_apply() -> None:
 def test_a_job_change_without_the_admins_template_creates_nothing_and_times_out() -> None:
     nodes = cluster()
     empty = step.Changes(source=fakes.FakeChanges((BY_JOB,)), writer=nodes, checks=agents(nodes),
-                         jobs=burn_ins, image=IMAGE, templates=None)
+                         jobs=burnins, image=IMAGE, templates=None)
     for i in range(3):
         empty.run(nodes.snapshot(START + timedelta(minutes=i)), START + timedelta(minutes=i),
                   may_write=lambda: True)
-    assert burn_ins.created == []
+    assert burnins.created == []
     late = START + timedelta(hours=3)
     (outcome,) = empty.run(nodes.snapshot(late), late, may_write=lambda: True)
     assert outcome.plan is not None
@@ -346,7 +346,7 @@ def test_a_drain_window_evicts_the_busy_canarys_gpu_pods_through_the_eviction_ap
             fleet.Pod("team-a", "web", "gpu-node-0", fleet.PodPhase.RUNNING))
     evictions = Evictions({"train-1"})
     roll = step.Changes(source=fakes.FakeChanges((drains,)), writer=nodes, checks=agents(nodes),
-                        jobs=burn_ins, image=IMAGE, evictions=evictions)
+                        jobs=burnins, image=IMAGE, evictions=evictions)
     for minutes in (0, 30):
         at = START + timedelta(minutes=minutes)
         roll.run(dataclasses.replace(nodes.snapshot(at), pods=pods), at, may_write=lambda: True)

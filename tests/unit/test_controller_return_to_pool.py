@@ -176,7 +176,7 @@ def returned(node: fleet.Node, remove: tuple[str, ...]) -> fleet.Node:
     return replace(node, unschedulable=False, annotations=marks)
 
 
-def test_sept_22_return_runs_the_checklist_then_a_burn_in_then_one_uncordon_patch() -> None:
+def test_sept_22_return_runs_the_checklist_then_a_burnin_then_one_uncordon_patch() -> None:
     w = world()
     node = isolated()
     first = w.tick(node)
@@ -210,7 +210,7 @@ def test_sept_22_return_runs_the_checklist_then_a_burn_in_then_one_uncordon_patc
                       may_write=lambda: True) == []  # fmt: skip
 
 
-def test_burn_in_of_a_memory_class_fault_runs_the_memory_test() -> None:
+def test_burnin_of_a_memory_class_fault_runs_the_memory_test() -> None:
     w = world()
     node = isolated({keys.REASON: "xid-48", keys.VERDICT: "gpu-reset",
                      keys.RESET_DONE: "2026-09-22T09:00:00Z"})  # fmt: skip
@@ -307,7 +307,7 @@ def test_missing_facts_never_return_a_node(
     assert (w.jobs.created, w.writer.uncordoned) == ([], [])
 
 
-def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> None:
+def test_a_failed_burnin_keeps_the_node_and_is_annotated_and_told_once() -> None:
     w = world()
     node = isolated()
     w.tick(node)
@@ -336,7 +336,7 @@ def test_a_failed_burn_in_keeps_the_node_and_is_annotated_and_told_once() -> Non
     assert w.writer.uncordoned == []
 
 
-def test_another_power_cycle_after_a_failed_burn_in_gets_a_new_job() -> None:
+def test_another_power_cycle_after_a_failed_burnin_gets_a_new_job() -> None:
     w = world()
     w.tick(isolated())
     w.jobs.finish([740.0] * 7 + [520.0])
@@ -363,7 +363,7 @@ def test_dry_run_or_a_standby_decides_but_writes_nothing() -> None:
         [], marked, started, [])  # fmt: skip
 
 
-def test_a_human_uncordon_first_cleans_gpuguards_annotations_and_says_burn_in_skipped() -> None:
+def test_a_human_uncordon_first_cleans_gpuguards_annotations_and_says_burnin_skipped() -> None:
     w = world()
     outcome = w.tick(isolated(cordoned=False))
     assert outcome.decision.step is Step.CLEAN_ANNOTATIONS
@@ -392,25 +392,25 @@ def test_a_node_still_waiting_for_its_verdict_is_shown_but_left_to_the_evidence_
     ("state", "message", "outcome", "failed"),
     [
         pytest.param(jobs.JobState.ABSENT, None, None, "", id="no-job-yet"),
-        pytest.param(jobs.JobState.RUNNING, None, model.BurnInOutcome.RUNNING, "", id="running"),
-        pytest.param(jobs.JobState.FAILED, None, model.BurnInOutcome.FAILED,
+        pytest.param(jobs.JobState.RUNNING, None, model.BurninOutcome.RUNNING, "", id="running"),
+        pytest.param(jobs.JobState.FAILED, None, model.BurninOutcome.FAILED,
                      "burn-in Job failed: DeadlineExceeded", id="deadline-no-summary"),
-        pytest.param(jobs.JobState.SUCCEEDED, "not json", model.BurnInOutcome.FAILED,
+        pytest.param(jobs.JobState.SUCCEEDED, "not json", model.BurninOutcome.FAILED,
                      "burn-in Job succeeded: no summary", id="unreadable-summary-never-passes"),
         pytest.param(jobs.JobState.SUCCEEDED, json.dumps({"passed": False, "mode": "matmul",
                      "checks": [{"check": "gpu-count", "status": "FAIL", "evidence": "7/8"}]}),
-                     model.BurnInOutcome.FAILED, "gpu-count FAIL: 7/8", id="exit-0-but-not-passed"),
+                     model.BurninOutcome.FAILED, "gpu-count FAIL: 7/8", id="exit-0-but-not-passed"),
     ],
 )  # fmt: skip
-def test_burn_in_result_from_the_job(
+def test_burnin_result_from_the_job(
     state: jobs.JobState,
     message: str | None,
-    outcome: model.BurnInOutcome | None,
+    outcome: model.BurninOutcome | None,
     failed: str,
 ) -> None:
     detail = "DeadlineExceeded" if state is jobs.JobState.FAILED else ""
-    result = return_to_pool.burn_in_result(
-        jobs.JobResult(state, message, detail), model.BurnInMode.MATMUL, BOOT_AFTER, NOW
+    result = return_to_pool.burnin_result(
+        jobs.JobResult(state, message, detail), model.BurninMode.MATMUL, BOOT_AFTER, NOW
     )
     assert (result.outcome if result else None) is outcome
     if result is not None:
@@ -460,11 +460,11 @@ def test_the_real_burnin_command_output_is_read_and_cpu_mode_never_passes() -> N
             "--expected-gpus", "1", "--mode", "matmul"]  # fmt: skip
     ran = CliRunner().invoke(app, argv)
     state = jobs.JobState.SUCCEEDED if ran.exit_code == 0 else jobs.JobState.FAILED
-    result = return_to_pool.burn_in_result(
-        jobs.JobResult(state, ran.stdout), model.BurnInMode.MATMUL, BOOT_AFTER, NOW
+    result = return_to_pool.burnin_result(
+        jobs.JobResult(state, ran.stdout), model.BurninMode.MATMUL, BOOT_AFTER, NOW
     )
     assert result is not None
-    assert (result.outcome, result.mode) == (model.BurnInOutcome.FAILED, model.BurnInMode.MATMUL)
+    assert (result.outcome, result.mode) == (model.BurninOutcome.FAILED, model.BurninMode.MATMUL)
     assert result.failed_check.startswith("throughput-floor UNKNOWN: no expected fp16")
 
 
@@ -491,7 +491,7 @@ def test_facts_are_asked_only_of_the_isolated_nodes_and_not_at_all_without_them(
     assert w.facts.asked_nodes == [("gpu-node-b",)]
 
 
-def test_a_burn_in_is_read_against_the_uid_gpuguard_recorded_for_that_job() -> None:
+def test_a_burnin_is_read_against_the_uid_gpuguard_recorded_for_that_job() -> None:
     """A Job of this name that gpuguard did not create (none recorded, or recorded for
     another Job) is checked against "": not gpuguard's, a failure (actuators.jobs)."""
     node = isolated({keys.BURNIN_JOB_UID: "gpuguard-burnin-gpu-node-b-d3af99b4=u-1"})

@@ -72,7 +72,7 @@ def test_gpu_isolation_skips_bad_entries_only() -> None:
         assert NodeMarks.parse({keys.GPU_ISOLATED: bad}).gpus == ()
 
 
-def test_a_failed_return_or_burn_in_is_seen() -> None:
+def test_a_failed_return_or_burnin_is_seen() -> None:
     assert NodeMarks.parse({keys.RETURN_FAILED: "burn-in failed"}).failed_return
     assert NodeMarks.parse({keys.BURNIN_FAILED: "k"}).failed_return
 

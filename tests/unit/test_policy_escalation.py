@@ -352,10 +352,10 @@ def test_confirmations_that_count() -> None:
     assert counted == set(faults.Confirmation) - {faults.Confirmation.OBSERVED}
 
 
-def test_a_failed_burn_in_line_is_kept_but_not_counted_as_another_fault() -> None:
+def test_a_failed_burnin_line_is_kept_but_not_counted_as_another_fault() -> None:
     kind = faults.FaultKind.BURNIN_FAILED
-    burn_in = dataclasses.replace(fault("2026-09-11"), xid=None, kind=kind)
-    entries = [fault("2026-09-10"), burn_in]
+    burnin = dataclasses.replace(fault("2026-09-11"), xid=None, kind=kind)
+    entries = [fault("2026-09-10"), burnin]
     assert escalation.card_fault_count(entries, CARD_A) == 1
     history = escalation.history_for(entries, CARD_A, "gpu-node-b", SLOT)
     assert escalation.escalate(history) is Escalation.NONE

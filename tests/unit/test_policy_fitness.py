@@ -22,7 +22,7 @@ from gpuguard.sources import onboarding as gate_source
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 READY = {"Ready": "True"}
-PASSED = onboarding.BurnInJob("burnin-gpu-1", (AT - timedelta(days=2)).isoformat(),
+PASSED = onboarding.BurninJob("burnin-gpu-1", (AT - timedelta(days=2)).isoformat(),
                               jobs.JobState.SUCCEEDED)
 
 
@@ -82,10 +82,10 @@ def test_conformance_fail_is_not_fit_and_no_agent_only_when_required() -> None:
     assert failed(judged(no_agent, require=True)) == {"conformance": CheckStatus.UNKNOWN}
 
 
-def test_last_burn_in_failed_or_running_is_not_fit() -> None:
+def test_last_burnin_failed_or_running_is_not_fit() -> None:
     newer = (AT - timedelta(hours=1)).isoformat()
     for state in (jobs.JobState.FAILED, jobs.JobState.RUNNING):
-        last = onboarding.BurnInJob("burnin-2", newer, state)
+        last = onboarding.BurninJob("burnin-2", newer, state)
         verdict = judged(replace(healthy(), burnin_jobs=(PASSED, last)))
         assert failed(verdict) == {"burn-in": CheckStatus.FAIL}, state
     assert judged(replace(healthy(), burnin_jobs=())).fit  # none on record: a warning

@@ -191,7 +191,7 @@ def test_a_returning_gpu_is_burnt_in_alone_and_then_every_mark_goes() -> None:
 
 @pytest.mark.parametrize(("succeeded", "message"), [
     (False, burnin_report(passed=False)), (True, burnin_report(passed=False)), (False, None)])
-def test_a_failed_burn_in_holds_the_gpu_and_applies_it_again(
+def test_a_failed_burnin_holds_the_gpu_and_applies_it_again(
     succeeded: bool, message: str | None
 ) -> None:
     the_node = returning_node()
@@ -231,7 +231,7 @@ def test_a_second_return_after_a_failed_one_runs_a_new_undo_job() -> None:
     assert first.key != second.key
 
 
-def test_a_replaced_card_leaves_the_list_without_a_burn_in() -> None:
+def test_a_replaced_card_leaves_the_list_without_a_burnin() -> None:
     the_node = node(applied(), marks={annotation_keys.GPU_RETURN: f"replaced:{CARD}"})
     plan = policy.plan(the_node, [fault_line(30), fault_line(20), fault_line(3)], [plugin_pod()])
     assert plan is not None

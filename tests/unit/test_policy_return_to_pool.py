@@ -19,7 +19,7 @@ from tests.return_builders import (
     ISOLATED_AT,
     NOW,
     XID_79_AGAIN,
-    burn_in,
+    burnin,
     facts,
     marks,
     node,
@@ -42,14 +42,14 @@ CASES = [
     ),
     pytest.param(
         node(),
-        facts(burn_in=None),
+        facts(burnin=None),
         Step.START_BURN_IN,
         None,
         id="9/22-16:25-conditions-met-starts-burn-in",
     ),
     pytest.param(
         node(),
-        facts(burn_in=burn_in(model.BurnInOutcome.RUNNING)),
+        facts(burnin=burnin(model.BurninOutcome.RUNNING)),
         Step.BURN_IN_RUNNING,
         None,
         id="9/22-16:26-burn-in-running-waits-for-it",
@@ -91,7 +91,7 @@ CASES = [
     ),
     pytest.param(
         node(marks("xid-94"), boot=BOOT_AT_ISOLATION),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.HOLD,
         Condition.REBOOTED_OR_RESET,
         id="reset-class-without-reset-done-stays-although-operands-restarted",
@@ -101,7 +101,7 @@ CASES = [
             marks("xid-94", **{keys.RESET_DONE: stamp(ISOLATED_AT - timedelta(days=3))}),
             boot=BOOT_AT_ISOLATION,
         ),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.HOLD,
         Condition.REBOOTED_OR_RESET,
         id="reset-done-older-than-isolation-stays",
@@ -111,7 +111,7 @@ CASES = [
             marks("xid-119", **{keys.RESET_DONE: stamp(ISOLATED_AT + timedelta(minutes=4))}),
             boot=BOOT_AT_ISOLATION,
         ),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.UNCORDON,
         None,
         id="9/30-drill-reset-class-with-reset-done-returns-without-reboot",
@@ -134,14 +134,14 @@ CASES = [
             ),
             boot=BOOT_AT_ISOLATION,
         ),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.HOLD,
         Condition.REBOOTED_OR_RESET,
         id="xid95-config-space-all-ff-verdict-power-cycle-reset-is-not-enough",
     ),
     pytest.param(
         node(boot=BOOT_AT_ISOLATION),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.HOLD,
         Condition.REBOOTED_OR_RESET,
         id="xid79-not-power-cycled-yet-stays",
@@ -171,7 +171,7 @@ CASES = [
         node(),
         facts(
             pods=(*system_pods(), pod("burnin-gpu-node-b-x7", "gpuguard", gpus=8)),
-            burn_in=burn_in(model.BurnInOutcome.RUNNING),
+            burnin=burnin(model.BurninOutcome.RUNNING),
         ),
         Step.BURN_IN_RUNNING,
         None,
@@ -179,21 +179,21 @@ CASES = [
     ),
     pytest.param(
         node(),
-        facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="throughput-ratio 0.71")),
+        facts(burnin=burnin(model.BurninOutcome.FAILED, failed_check="throughput-ratio 0.71")),
         Step.STAY_ISOLATED,
         None,
         id="burnin-failed-stays-isolated-with-failed-check",
     ),
     pytest.param(
         node(),
-        facts(burn_in=burn_in(boot=BOOT_AT_ISOLATION)),
+        facts(burnin=burnin(boot=BOOT_AT_ISOLATION)),
         Step.START_BURN_IN,
         None,
         id="burn-in-of-an-earlier-boot-does-not-count",
     ),
     pytest.param(
         node(cordoned=False),
-        facts(burn_in=None),
+        facts(burnin=None),
         Step.CLEAN_ANNOTATIONS,
         None,
         id="human-uncordoned-first-cleans-annotations-and-records-skip",
@@ -349,7 +349,7 @@ def test_returning_uncordons_and_removes_gpuguards_marks_but_never_a_hold() -> N
 
 
 def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
-    failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
+    failed = facts(burnin=burnin(model.BurninOutcome.FAILED, failed_check="gpu-count 7/8"))
 
     first = return_to_pool.decide(node(), failed, GUARD, NOW)
     assert first.action is not None
@@ -359,7 +359,7 @@ def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
     assert first.action.kind is decisions.ActionKind.ANNOTATE
     assert first.action.annotations == {
         keys.RETURN_FAILED: "gpu-count 7/8",
-        keys.BURNIN_FAILED: return_to_pool.burnin_key(node(), model.BurnInMode.MATMUL),
+        keys.BURNIN_FAILED: return_to_pool.burnin_key(node(), model.BurninMode.MATMUL),
     }
     assert first.record is not None
     assert first.record.kind is faults.FaultKind.BURNIN_FAILED
@@ -369,14 +369,14 @@ def test_burnin_failure_annotates_the_failed_check_and_its_key_once() -> None:
 
 
 def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot_or_mark() -> None:
-    failed = facts(burn_in=burn_in(model.BurnInOutcome.FAILED, failed_check="gpu-count 7/8"))
+    failed = facts(burnin=burnin(model.BurninOutcome.FAILED, failed_check="gpu-count 7/8"))
     first = return_to_pool.decide(node(), failed, GUARD, NOW)
     assert first.action is not None
     marked = marks(**first.action.annotations)
 
-    job_deleted = return_to_pool.decide(node(marked), facts(burn_in=None), GUARD, NOW)
+    job_deleted = return_to_pool.decide(node(marked), facts(burnin=None), GUARD, NOW)
     inspected = node(marked | {keys.INSPECTED: "2026-09-21T07:00:00Z"})
-    after_inspection = return_to_pool.decide(inspected, facts(burn_in=None), GUARD, NOW)
+    after_inspection = return_to_pool.decide(inspected, facts(burnin=None), GUARD, NOW)
 
     assert job_deleted.step is Step.STAY_ISOLATED
     assert job_deleted.action is None
@@ -387,7 +387,7 @@ def test_a_recorded_burnin_failure_stands_after_its_job_is_gone_until_a_new_boot
 def test_human_uncordon_cleans_only_gpuguards_marks_and_records_the_skip() -> None:
     subject = node(marks(**{keys.HOLD: "keep for RMA"}), cordoned=False)
 
-    decision = return_to_pool.decide(subject, facts(burn_in=None), GUARD, NOW)
+    decision = return_to_pool.decide(subject, facts(burnin=None), GUARD, NOW)
 
     assert decision.action is not None
     assert decision.action.kind is decisions.ActionKind.CLEAN_ANNOTATIONS
@@ -422,21 +422,21 @@ def test_reset_class_operand_restart_names_the_missing_reset_done() -> None:
 
 
 MEMORY_CLASS = [
-    pytest.param("xid-48", model.BurnInMode.MATMUL_AND_MEMTEST, id="xid48-dbe-memtest"),
-    pytest.param("xid-64", model.BurnInMode.MATMUL_AND_MEMTEST, id="xid64-remap-fail-memtest"),
-    pytest.param("xid-140", model.BurnInMode.MATMUL_AND_MEMTEST, id="xid140-ecc-memtest"),
-    pytest.param("xid-79", model.BurnInMode.MATMUL, id="xid79-bus-matmul-only"),
-    pytest.param("fallen-off-bus", model.BurnInMode.MATMUL, id="fallen-off-bus-matmul-only"),
-    pytest.param("who-knows", model.BurnInMode.MATMUL_AND_MEMTEST, id="unknown-fault-memtest"),
+    pytest.param("xid-48", model.BurninMode.MATMUL_AND_MEMTEST, id="xid48-dbe-memtest"),
+    pytest.param("xid-64", model.BurninMode.MATMUL_AND_MEMTEST, id="xid64-remap-fail-memtest"),
+    pytest.param("xid-140", model.BurninMode.MATMUL_AND_MEMTEST, id="xid140-ecc-memtest"),
+    pytest.param("xid-79", model.BurninMode.MATMUL, id="xid79-bus-matmul-only"),
+    pytest.param("fallen-off-bus", model.BurninMode.MATMUL, id="fallen-off-bus-matmul-only"),
+    pytest.param("who-knows", model.BurninMode.MATMUL_AND_MEMTEST, id="unknown-fault-memtest"),
 ]
 
 
 @pytest.mark.parametrize(("reason", "mode"), MEMORY_CLASS)
-def test_memory_class_fault_asks_for_memtest(reason: str, mode: model.BurnInMode) -> None:
-    decision = return_to_pool.decide(node(marks(reason)), facts(burn_in=None), GUARD, NOW)
+def test_memory_class_fault_asks_for_memtest(reason: str, mode: model.BurninMode) -> None:
+    decision = return_to_pool.decide(node(marks(reason)), facts(burnin=None), GUARD, NOW)
 
     assert decision.step is Step.START_BURN_IN
-    assert decision.burn_in_mode is mode
+    assert decision.burnin_mode is mode
     assert decision.action is not None
     assert decision.action.kind is decisions.ActionKind.START_BURNIN_JOB
 
@@ -445,7 +445,7 @@ def test_matmul_only_pass_does_not_return_a_memory_class_fault() -> None:
     decision = return_to_pool.decide(node(marks("xid-48")), facts(), GUARD, NOW)
 
     assert decision.step is Step.START_BURN_IN
-    assert decision.burn_in_mode is model.BurnInMode.MATMUL_AND_MEMTEST
+    assert decision.burnin_mode is model.BurninMode.MATMUL_AND_MEMTEST
 
 
 def test_max_card_faults_is_configurable() -> None:

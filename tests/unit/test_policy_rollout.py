@@ -144,7 +144,7 @@ def test_a_verified_node_is_burnt_in_on_the_boot_it_was_verified_on() -> None:
     burn = plan.action_for("n00")
     assert burn is not None
     assert burn.step is Step.BURN_IN
-    assert burn.burn_in is return_to_pool.BurnInMode.MATMUL  # the Job to create
+    assert burn.burnin is return_to_pool.BurninMode.MATMUL  # the Job to create
     assert burn.cordon is None  # still out of service
     assert "ipvs-loaded: PASS" in burn.evidence
     assert "driver 580.159.03" in burn.evidence
@@ -155,17 +155,17 @@ def test_a_verified_node_is_burnt_in_on_the_boot_it_was_verified_on() -> None:
     assert plan.out == 1
 
 
-def burning(result: return_to_pool.BurnInOutcome | None, *, boot: str = "boot-2",
+def burning(result: return_to_pool.BurninOutcome | None, *, boot: str = "boot-2",
             since: datetime = NOW, failed: str = "") -> rollout.NodeFacts:
     on = marked("n00", change.Phase.BURN_IN, since=since, boot=boot)
-    found = None if result is None else return_to_pool.BurnInResult(
-        result, return_to_pool.BurnInMode.MATMUL, boot, NOW, failed, "8 GPU(s), min/max 0.97")
+    found = None if result is None else return_to_pool.BurninResult(
+        result, return_to_pool.BurninMode.MATMUL, boot, NOW, failed, "8 GPU(s), min/max 0.97")
     return dataclasses.replace(applied(), node=dataclasses.replace(on, boot_id="boot-2"),
-                               burn_in=found)
+                               burnin=found)
 
 
-def test_a_passed_burn_in_returns_the_node_with_the_evidence() -> None:
-    plan = rollout.plan(SPEC, fleet_of(12, n00=burning(return_to_pool.BurnInOutcome.PASSED)), NOW)
+def test_a_passed_burnin_returns_the_node_with_the_evidence() -> None:
+    plan = rollout.plan(SPEC, fleet_of(12, n00=burning(return_to_pool.BurninOutcome.PASSED)), NOW)
     back = plan.action_for("n00")
     assert back is not None
     assert back.step is Step.UNCORDON
@@ -176,11 +176,11 @@ def test_a_passed_burn_in_returns_the_node_with_the_evidence() -> None:
 
 
 @pytest.mark.parametrize(("facts", "detail"), [
-    (burning(return_to_pool.BurnInOutcome.FAILED, failed="throughput-floor FAIL: GPU 3"), "GPU 3"),
-    (burning(return_to_pool.BurnInOutcome.RUNNING, since=NOW - timedelta(hours=3)), "not ended"),
+    (burning(return_to_pool.BurninOutcome.FAILED, failed="throughput-floor FAIL: GPU 3"), "GPU 3"),
+    (burning(return_to_pool.BurninOutcome.RUNNING, since=NOW - timedelta(hours=3)), "not ended"),
     (burning(None, boot="boot-1"), "rebooted during"),  # a result of another boot never counts
 ])
-def test_a_failed_burn_in_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
+def test_a_failed_burnin_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
                                                        detail: str) -> None:
     plan = rollout.plan(SPEC, fleet_of(12, n00=facts), NOW)
     stop = plan.action_for("n00")
@@ -191,20 +191,20 @@ def test_a_failed_burn_in_stops_the_rollout_naming_it(facts: rollout.NodeFacts,
     assert steps(plan, Step.CORDON) == []
 
 
-@pytest.mark.parametrize("result", [None, return_to_pool.BurnInOutcome.RUNNING])
-def test_a_burn_in_under_way_waits_and_its_job_is_made_sure_of(
-    result: return_to_pool.BurnInOutcome | None,
+@pytest.mark.parametrize("result", [None, return_to_pool.BurninOutcome.RUNNING])
+def test_a_burnin_under_way_waits_and_its_job_is_made_sure_of(
+    result: return_to_pool.BurninOutcome | None,
 ) -> None:
     wait = rollout.plan(SPEC, fleet_of(12, n00=burning(result)), NOW).action_for("n00")
     assert wait is not None
-    assert (wait.step, wait.burn_in) == (Step.WAIT, return_to_pool.BurnInMode.MATMUL)
+    assert (wait.step, wait.burnin) == (Step.WAIT, return_to_pool.BurninMode.MATMUL)
 
 
-def test_a_change_declared_without_burn_in_returns_once_verified() -> None:
-    spec = dataclasses.replace(SPEC, burn_in=None)
+def test_a_change_declared_without_burnin_returns_once_verified() -> None:
+    spec = dataclasses.replace(SPEC, burnin=None)
     back = rollout.plan(spec, fleet_of(12, n00=applied()), NOW).action_for("n00")
     assert back is not None
-    assert (back.step, back.burn_in) == (Step.UNCORDON, None)
+    assert (back.step, back.burnin) == (Step.UNCORDON, None)
 
 
 @pytest.mark.parametrize(("facts", "why"), [
@@ -325,12 +325,24 @@ def test_a_change_spec_is_checked_when_read() -> None:
         change.parse_spec("drv", "driver: x\n", control="stop")
 
 
+@pytest.mark.parametrize(("old", "new"), sorted(change.RENAMED_KEYS.items()))
+def test_a_change_declared_with_a_renamed_key_is_refused_naming_the_new_one(
+    old: str, new: str,
+) -> None:
+    # Before the vocabulary was one word, the burn-in keys were burn_in / burn_in_timeout.
+    with pytest.raises(InputError, match=f"change drv: change.yaml: {old} is now spelled {new}"):
+        change.parse_spec("drv", f"driver: '580.159.03'\n{old}: none\n")
+    assert change.parse_spec("drv", f"driver: '580.159.03'\n{new}: 1h\n"
+                             if new.endswith("timeout") else
+                             f"driver: '580.159.03'\n{new}: none\n").name == "drv"
+
+
 @pytest.mark.parametrize(("text", "why"), [
     ("driver: '580.159.03'\nmethod: job\n", "names its job_template"),
     ("driver: '580.159.03'\njob_template: host-apt\n", "names its job_template"),
     ("driver: '580; curl x|sh'\nmethod: job\njob_template: host-apt\n", "not a package version"),
     ("driver: '580'\nmethod: job\njob_template: '../x'\n", "job_template"),
-    ("driver: '580'\nburn_in: stress\n", "burn_in"),
+    ("driver: '580'\nburnin: stress\n", "burnin"),
 ])
 def test_a_job_change_names_an_admins_template_and_passes_only_plain_versions(
     text: str, why: str,
@@ -338,8 +350,8 @@ def test_a_job_change_names_an_admins_template_and_passes_only_plain_versions(
     with pytest.raises(InputError, match=why):
         change.parse_spec("drv", text)
     ok = change.parse_spec("drv", "driver: '580.159.03'\nmethod: job\njob_template: host-apt\n"
-                           "burn_in: none\n")
-    assert (ok.method, ok.job_template, ok.burn_in) == (change.Method.JOB, "host-apt", None)
+                           "burnin: none\n")
+    assert (ok.method, ok.job_template, ok.burnin) == (change.Method.JOB, "host-apt", None)
 
 
 def test_a_change_cordon_is_its_own_lifecycle_state() -> None:

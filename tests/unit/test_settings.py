@@ -73,7 +73,7 @@ def test_an_environment_error_is_not_blamed_on_the_file(tmp_path: Path) -> None:
 
 def test_a_renamed_section_is_refused_with_its_new_name(tmp_path: Path) -> None:
     old = tmp_path / "old.yaml"
-    old.write_text("restore:\n  burn_in: matmul\n")
+    old.write_text("restore:\n  burnin: matmul\n")
     with pytest.raises(InputError, match="'restore' is now 'return_to_pool'"):
         settings.GuardSettings.load(old)
     with pytest.raises(InputError, match="GPUGUARD_RETURN_TO_POOL__"):

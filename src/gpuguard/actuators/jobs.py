@@ -122,7 +122,7 @@ def evidence_job(
 
 
 BURNIN_MODE_FLAG = {"matmul": "matmul", "matmul+memtest": "memory"}
-"""``model.return_to_pool.BurnInMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's
+"""``model.return_to_pool.BurninMode`` -> ``gpuguard burnin --mode``: the memory mode is DCGM's
 level-4 diagnostic (memtest plus its stress tests) or, without DCGM, the pattern test."""
 
 

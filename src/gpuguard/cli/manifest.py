@@ -98,9 +98,9 @@ def burnin(
     node: NodeOpt,
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs the node should have.")],
     mode: Annotated[
-        return_to_pool.BurnInMode,
+        return_to_pool.BurninMode,
         typer.Option(help="matmul, or matmul+memtest after memory faults."),
-    ] = return_to_pool.BurnInMode.MATMUL_AND_MEMTEST,
+    ] = return_to_pool.BurninMode.MATMUL_AND_MEMTEST,
     reason: Annotated[
         str | None, typer.Option(help="The node's gpuguard.io/reason, e.g. xid-48.")
     ] = None,

@@ -22,7 +22,7 @@ def as_data(decision: return_to_pool.ReturnDecision) -> dict[str, Any]:
         "reason": str(decision.reason),
         "detail": decision.detail,
         "blocking": str(decision.blocking.name) if decision.blocking else None,
-        "burn_in_mode": str(decision.burn_in_mode) if decision.burn_in_mode else None,
+        "burnin_mode": str(decision.burnin_mode) if decision.burnin_mode else None,
         "remove_annotations": list(decision.remove_annotations),
         "checks": [
             {

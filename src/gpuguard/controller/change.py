@@ -121,7 +121,7 @@ class Changes:
             except GpuguardError as e:
                 out.append(Outcome(item.name, error=f"kured's lock unreadable: {e}"))
                 continue
-            facts = self._burn_ins(item.spec, node_facts(snapshot, samples), now)
+            facts = self._burnins(item.spec, node_facts(snapshot, samples), now)
             facts = self._change_jobs(item.spec, facts)
             plan = rollout.plan(item.spec, facts, now, kured_holder=holder)
             out.append(Outcome(item.name, plan,
@@ -147,24 +147,24 @@ class Changes:
             log.warning("change rollout: conformance unreadable, nothing verified: %s", e)
             return ()
 
-    def _burn_ins(self, spec: change.ChangeSpec, facts: list[rollout.NodeFacts],
+    def _burnins(self, spec: change.ChangeSpec, facts: list[rollout.NodeFacts],
                   now: datetime) -> list[rollout.NodeFacts]:
         """Each node in this change's burn-in with its burn-in Job's result (unreadable:
         None, and the policy waits)."""
         out = []
         for f in facts:
             mark = _mark(f.node)
-            if (spec.burn_in is not None and mark is not None and mark.change == spec.name
+            if (spec.burnin is not None and mark is not None and mark.change == spec.name
                     and mark.phase is change.Phase.BURN_IN):
                 name = job_specs.change_burnin_name(f.node.name, spec.name, mark.boot,
-                                                    str(spec.burn_in))
+                                                    str(spec.burnin))
                 try:
                     job = self.jobs.result(name)
                 except GpuguardError as e:
                     log.warning("%s: burn-in Job %s unreadable: %s", f.node.name, name, e)
                     job = job_model.JobResult(job_model.JobState.RUNNING)
-                result = return_step.burn_in_result(job, spec.burn_in, mark.boot, now)
-                out.append(dataclasses.replace(f, burn_in=result))
+                result = return_step.burnin_result(job, spec.burnin, mark.boot, now)
+                out.append(dataclasses.replace(f, burnin=result))
                 continue
             out.append(f)
         return out
@@ -237,14 +237,14 @@ class Changes:
         return f"evicted {len(pods) - len(refused)}" + (
             f", refused (PodDisruptionBudget or error): {', '.join(refused)}" if refused else "")
 
-    def _start_burn_in(self, node: fleet.Node, plan: rollout.Plan,
+    def _start_burnin(self, node: fleet.Node, plan: rollout.Plan,
                        action: rollout.NodeAction) -> None:
         """The burn-in Job for the boot the node is verified on (create-if-absent)."""
-        if action.burn_in is None:
+        if action.burnin is None:
             return
         manifest = job_specs.change_burnin_job(
             node.name, plan.change, node.boot_id, gpus=node.gpu_capacity,
-            mode=str(action.burn_in), image=self.image, namespace=self.namespace,
+            mode=str(action.burnin), image=self.image, namespace=self.namespace,
             runtime_class=self.runtime_class, deadline=self.burnin_deadline,
         )  # fmt: skip
         try:
@@ -271,7 +271,7 @@ class Changes:
         done: dict[str, str] = {}
         for action in plan.actions:
             node = snapshot.node(action.node)
-            acts = action.burn_in is not None or action.change_job or action.evict
+            acts = action.burnin is not None or action.change_job or action.evict
             if (action.step not in rollout.WRITES and not acts) or node is None:
                 continue
             if not may_write():
@@ -280,7 +280,7 @@ class Changes:
             if action.evict:
                 done[action.node] = self._drain(snapshot, plan.change, action.node)
                 continue
-            self._start_burn_in(node, plan, action)
+            self._start_burnin(node, plan, action)
             self._start_change_job(node, spec, action)
             if action.step not in rollout.WRITES:
                 continue

@@ -156,13 +156,13 @@ class ReturnToPool:
         mode the policy asks for (its result, if any, decides the step)."""
         facts = gatherer.facts(node, pods)
         decision = return_to_pool.decide(node, facts, self.settings, now)
-        mode = decision.burn_in_mode
+        mode = decision.burnin_mode
         if decision.step is not Step.START_BURN_IN or mode is None:
             return decision
-        result = gatherer.burn_in(node, mode)
+        result = gatherer.burnin(node, mode)
         if result is None:
             return decision
-        with_result = dataclasses.replace(facts, burn_in=result)
+        with_result = dataclasses.replace(facts, burnin=result)
         return return_to_pool.decide(node, with_result, self.settings, now)
 
     def _carry_out(
@@ -184,7 +184,7 @@ class ReturnToPool:
         try:
             match decision.step:
                 case Step.START_BURN_IN:
-                    tell = self._start_burn_in(node, decision)
+                    tell = self._start_burnin(node, decision)
                 case Step.UNCORDON:
                     self.writer.uncordon(node, decision.remove_annotations)
                     tell = True
@@ -217,9 +217,9 @@ class ReturnToPool:
         ):
             self.ledger.append(line)
 
-    def _start_burn_in(self, node: fleet.Node, decision: model.ReturnDecision) -> bool:
+    def _start_burnin(self, node: fleet.Node, decision: model.ReturnDecision) -> bool:
         """Create the Job unless an earlier tick did; True when this call created it."""
-        mode = decision.burn_in_mode or model.BurnInMode.MATMUL_AND_MEMTEST
+        mode = decision.burnin_mode or model.BurninMode.MATMUL_AND_MEMTEST
         manifest = job_specs.burnin_job(
             node.name,
             node.marks.isolated_at or "",
@@ -261,9 +261,9 @@ def decision_writes(decision: model.ReturnDecision) -> bool:
     )
 
 
-def burn_in_result(
-    job: job_model.JobResult, mode: model.BurnInMode, boot_id: str, read_at: datetime
-) -> model.BurnInResult | None:
+def burnin_result(
+    job: job_model.JobResult, mode: model.BurninMode, boot_id: str, read_at: datetime
+) -> model.BurninResult | None:
     """The burn-in Job (run in ``mode`` on ``boot_id``) and its ``gpuguard burnin --summary``
     message as a result (None while no Job exists). Passed only when the pod succeeded AND the
     summary says passed; an unreadable summary is a failure a human must see, never a pass."""
@@ -271,13 +271,13 @@ def burn_in_result(
         return None
     read_at = job.started_at or read_at
     if job.state is job_model.JobState.RUNNING:
-        return model.BurnInResult(model.BurnInOutcome.RUNNING, mode, boot_id, read_at)
+        return model.BurninResult(model.BurninOutcome.RUNNING, mode, boot_id, read_at)
     summary = _summary(job.message)
     if summary.get("passed") is True and job.state is job_model.JobState.SUCCEEDED:
         detail = _passed_detail(summary)
-        return model.BurnInResult(model.BurnInOutcome.PASSED, mode, boot_id, read_at, "", detail)
+        return model.BurninResult(model.BurninOutcome.PASSED, mode, boot_id, read_at, "", detail)
     failed = _failed_check(summary) or f"burn-in Job {job.state}: {job.detail or 'no summary'}"
-    return model.BurnInResult(model.BurnInOutcome.FAILED, mode, boot_id, read_at, failed)
+    return model.BurninResult(model.BurninOutcome.FAILED, mode, boot_id, read_at, failed)
 
 
 def _summary(message: str | None) -> dict[str, Any]:
@@ -313,7 +313,7 @@ def burnin_created_uid(node: fleet.Node, name: str) -> str:
     return uid if recorded == name else ""
 
 
-def burnin_job_name(node: fleet.Node, mode: model.BurnInMode) -> str:
+def burnin_job_name(node: fleet.Node, mode: model.BurninMode) -> str:
     """The burn-in Job of the node's current isolation, boot, reset and inspection, in ``mode``."""
     key = return_to_pool.burnin_key(node, mode)
     return job_specs.job_name(job_specs.JobKind.BURNIN, node.name, key)
@@ -381,11 +381,11 @@ class _Gatherer:
         window = escalation.merge_window_for(self.step.settings.isolation.hold_window)
         return escalation.card_fault_count(self.ledger.entries, uuid, merge_window=window)
 
-    def burn_in(self, node: fleet.Node, mode: model.BurnInMode) -> model.BurnInResult | None:
+    def burnin(self, node: fleet.Node, mode: model.BurninMode) -> model.BurninResult | None:
         try:
             name = burnin_job_name(node, mode)
             job = self.step.jobs.result(name, created_uid=burnin_created_uid(node, name))
         except GpuguardError as e:
             log.warning("%s: burn-in Job unreadable: %s", node.name, e)
             return None
-        return burn_in_result(job, mode, node.boot_id, self.now)
+        return burnin_result(job, mode, node.boot_id, self.now)

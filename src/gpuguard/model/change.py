@@ -128,8 +128,8 @@ class _Spec(pydantic.BaseModel):
     apply_timeout: str = "2h"
     verify_timeout: str = "30m"
     kured: str | None = "kube-system/kured"
-    burn_in: return_model.BurnInMode | Literal["none"] = return_model.BurnInMode.MATMUL
-    burn_in_timeout: str = "2h"
+    burnin: return_model.BurninMode | Literal["none"] = return_model.BurninMode.MATMUL
+    burnin_timeout: str = "2h"
     drain_after: str | None = None
     job_template: Annotated[str, pydantic.Field(pattern=_TEMPLATE_NAME)] | None = None
 
@@ -150,7 +150,7 @@ class ChangeSpec:
     change (None: the checks that passed on that node before the change, recorded in its mark
     as ``NodeMark.passed``); ``check`` adds the expected-state
     check of an arbitrary change. ``min_available``: the share of the pool's nodes that must
-    stay schedulable (the pool's free-capacity floor). ``burn_in``: the burn-in's mode after
+    stay schedulable (the pool's free-capacity floor). ``burnin``: the burn-in's mode after
     the checks pass (the Job the return to pool runs; None: no burn-in, e.g. a taint)."""
 
     name: str
@@ -168,8 +168,8 @@ class ChangeSpec:
     apply_timeout: timedelta = timedelta(hours=2)
     verify_timeout: timedelta = timedelta(minutes=30)
     kured: tuple[str, str] | None = ("kube-system", "kured")
-    burn_in: return_model.BurnInMode | None = return_model.BurnInMode.MATMUL
-    burn_in_timeout: timedelta = timedelta(hours=2)
+    burnin: return_model.BurninMode | None = return_model.BurninMode.MATMUL
+    burnin_timeout: timedelta = timedelta(hours=2)
     drain_after: timedelta | None = None  # opt-in: evict its GPU pods after this long cordoned
     job_template: str | None = None  # method job: the admin's approved template's name
     control: Control = Control.RUN
@@ -183,6 +183,7 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
     where = f"change {name}: {SPEC_KEY}"
     try:
         raw = yaml.safe_load(text) or {}
+        _refuse_renamed(raw, where)
         spec = _Spec.model_validate(raw)
     except yaml.YAMLError as e:
         raise InputError(f"{where}: not valid YAML: {e}") from e
@@ -210,14 +211,24 @@ def parse_spec(name: str, text: str, control: str | None = None) -> ChangeSpec:
         verify_timeout=durations.parse_duration(spec.verify_timeout,
                                                 what=f"{where}: verify_timeout"),
         kured=_kured(spec.kured, where),
-        burn_in=None if spec.burn_in == "none" else return_model.BurnInMode(spec.burn_in),
-        burn_in_timeout=durations.parse_duration(spec.burn_in_timeout,
-                                                 what=f"{where}: burn_in_timeout"),
+        burnin=None if spec.burnin == "none" else return_model.BurninMode(spec.burnin),
+        burnin_timeout=durations.parse_duration(spec.burnin_timeout,
+                                                 what=f"{where}: burnin_timeout"),
         drain_after=None if spec.drain_after is None else durations.parse_duration(
             spec.drain_after, what=f"{where}: drain_after"),
         job_template=spec.job_template,
         control=parse_control(control, name),
     )  # fmt: skip
+
+
+RENAMED_KEYS = {"burn_in": "burnin", "burn_in_timeout": "burnin_timeout"}
+"""Keys of ``change.yaml`` that were renamed: burn-in is one word in every key (docs/design.md)."""
+
+
+def _refuse_renamed(raw: object, where: str) -> None:
+    for old, new in RENAMED_KEYS.items():
+        if isinstance(raw, dict) and old in raw:
+            raise InputError(f"{where}: {old} is now spelled {new} (docs/change-management.md)")
 
 
 def parse_control(text: str | None, name: str) -> Control:

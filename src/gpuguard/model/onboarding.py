@@ -30,7 +30,7 @@ class GateNode:
 
 
 @dataclass(frozen=True, slots=True)
-class BurnInJob:
+class BurninJob:
     """A burn-in Job labelled for the node: its name, creation time (RFC 3339) and state."""
 
     name: str
@@ -45,7 +45,7 @@ class GateView:
 
     node: GateNode
     others: tuple[GateNode, ...]
-    burnin_jobs: tuple[BurnInJob, ...]
+    burnin_jobs: tuple[BurninJob, ...]
     check_status: Mapping[str, decisions.CheckStatus]
     api_server_version: str | None = None
     version_unreadable: str | None = None

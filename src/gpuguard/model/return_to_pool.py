@@ -58,21 +58,21 @@ class ReturnStep(StrEnum):
     STAY_ISOLATED = "stay-isolated"  # burn-in failed: annotate the failed check, alert
 
 
-class BurnInMode(StrEnum):
+class BurninMode(StrEnum):
     """The burn-in's depth: the seed's matmul, plus a memory test after memory-class faults."""
 
     MATMUL = "matmul"
     MATMUL_AND_MEMTEST = "matmul+memtest"
 
 
-class BurnInOutcome(StrEnum):
+class BurninOutcome(StrEnum):
     RUNNING = "running"
     PASSED = "passed"
     FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
-class BurnInResult:
+class BurninResult:
     """The latest burn-in Job of a node, as the burn-in runner reports it.
 
     ``boot_id`` is the node's boot ID when the Job ran: a result counts only for the boot (and,
@@ -80,8 +80,8 @@ class BurnInResult:
     ``throughput-ratio 0.71 < 0.80`` or ``gpu-count 7/8``.
     """
 
-    outcome: BurnInOutcome
-    mode: BurnInMode
+    outcome: BurninOutcome
+    mode: BurninMode
     boot_id: str
     started_at: datetime
     failed_check: str = ""
@@ -113,7 +113,7 @@ class ReturnFacts:
     counters. ``card_faults``: the ledger's fault count of the card named in
     ``gpuguard.io/gpu-uuid``, this fault included. ``row_remap_pending``: per GPU, the value of
     ``DCGM_FI_DEV_ROW_REMAP_PENDING``. ``conformance``: the agent's check statuses by check name
-    (empty: no agent on the node). ``burn_in``: the node's latest burn-in Job, if any.
+    (empty: no agent on the node). ``burnin``: the node's latest burn-in Job, if any.
     """
 
     pods: tuple[fleet.Pod, ...] | None
@@ -122,7 +122,7 @@ class ReturnFacts:
     row_remap_pending: Mapping[str, float] | None
     conformance: Mapping[str, decisions.CheckStatus] | None
     pcie_links: tuple[PcieLink, ...] | None
-    burn_in: BurnInResult | None = None
+    burnin: BurninResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class ReturnDecision:
     action: decisions.Action | None = None
     remove_annotations: tuple[str, ...] = ()
     blocking: ReturnCheck | None = None
-    burn_in_mode: BurnInMode | None = None
+    burnin_mode: BurninMode | None = None
     record: faults.LedgerEntry | None = None  # a failed burn-in's ledger line, written once
 
 

@@ -36,7 +36,7 @@ class FitnessFacts:
     guard: tuple[str, ...]  # the guard's actions and findings on this node now (dry run)
     guard_error: str | None  # why the guard could not decide, if it could not
     check_status: Mapping[str, CheckStatus]  # the node agent's conformance checks
-    burnin_jobs: tuple[onboarding.BurnInJob, ...]
+    burnin_jobs: tuple[onboarding.BurninJob, ...]
     links: tuple[str, ...] = ()  # throttling and interconnect problems on the node now
     links_unread: str | None = None  # why they could not be read (a WARN, not a pass)
     dcgm_series: frozenset[str] | None = None  # DCGM series Prometheus has; None: not read
@@ -183,7 +183,7 @@ def links(problems: tuple[str, ...], unread: str | None) -> Check:
                  "errors")
 
 
-def burnin(found: tuple[onboarding.BurnInJob, ...], at: datetime) -> Check:
+def burnin(found: tuple[onboarding.BurninJob, ...], at: datetime) -> Check:
     """The newest burn-in Job: failed or still running is not fit; none on record is a WARN
     (gpuguard's burn-in Jobs have ttlSecondsAfterFinished: 7 days)."""
     dated = [(t, j) for j in found if (t := timestamps.parse_utc(j.created)) is not None]

@@ -207,7 +207,7 @@ def api_server(view: onboarding.GateView, given: str | None) -> tuple[str | None
     return newest.kubelet_version, f"control-plane {newest.name} kubelet; {unreadable}"
 
 
-def smoke(burnin_jobs: tuple[onboarding.BurnInJob, ...], node: str, namespace: str) -> StepResult:
+def smoke(burnin_jobs: tuple[onboarding.BurninJob, ...], node: str, namespace: str) -> StepResult:
     """The newest burn-in Job labelled for the node decides the smoke step."""
     if not burnin_jobs:
         label = annotation_keys.BURNIN_NODE_LABEL

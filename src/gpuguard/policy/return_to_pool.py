@@ -75,7 +75,7 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
     """Every condition passed: the burn-in of this repair decides — once. A failure recorded
     on the node (``gpuguard.io/burnin-failed``) for this boot, reset and inspection stands
     whatever became of its Job (deleted by its TTL, its pods by PodGC)."""
-    mode, result = _mode(c), c.facts.burn_in
+    mode, result = _mode(c), c.facts.burnin
     if c.node.marks.burnin_failed == burnin_key(c.node, mode):
         failed = c.node.marks.return_failed or "burn-in failed"
         detail = (
@@ -90,11 +90,11 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
             act=decisions.ActionKind.START_BURNIN_JOB, evidence=_checklist_evidence(c, checks),
             mode=mode,
         )  # fmt: skip
-    ran = _burn_in_evidence(c, result)
-    if result.outcome is model.BurnInOutcome.RUNNING:
+    ran = _burnin_evidence(c, result)
+    if result.outcome is model.BurninOutcome.RUNNING:
         detail = f"burn-in ({result.mode}) running since {result.started_at.isoformat()}"
         return _decision(c, checks, Step.BURN_IN_RUNNING, Reason.BURN_IN_RUNNING, detail, mode=mode)
-    if result.outcome is model.BurnInOutcome.PASSED:
+    if result.outcome is model.BurninOutcome.PASSED:
         detail = f"burn-in ({result.mode}) passed: returned to service after {c.fault.label}"
         return _decision(
             c, checks, Step.UNCORDON, Reason.BURN_IN_PASSED, detail,
@@ -107,11 +107,11 @@ def _after_checks(c: _Context, checks: tuple[model.ReturnCheck, ...]) -> model.R
         c, checks, Step.STAY_ISOLATED, Reason.BURN_IN_FAILED, detail,
         act=decisions.ActionKind.ANNOTATE, evidence=(ran,), mode=mode,
         annotations={keys.RETURN_FAILED: failed, keys.BURNIN_FAILED: burnin_key(c.node, mode)},
-        record=_burn_in_line(c, result),
+        record=_burnin_line(c, result),
     )  # fmt: skip
 
 
-def burnin_key(node: fleet.Node, mode: model.BurnInMode) -> str:
+def burnin_key(node: fleet.Node, mode: model.BurninMode) -> str:
     """The key of the node's burn-in now: its isolation, boot, a human's reset and inspection
     marks, and the mode."""
     marks = node.marks
@@ -120,7 +120,7 @@ def burnin_key(node: fleet.Node, mode: model.BurnInMode) -> str:
     )  # fmt: skip
 
 
-def _burn_in_line(c: _Context, result: model.BurnInResult) -> faults.LedgerEntry:
+def _burnin_line(c: _Context, result: model.BurninResult) -> faults.LedgerEntry:
     """The ledger line of a failed burn-in: the isolated card's, at the burn-in's start."""
     return faults.LedgerEntry(
         at=result.started_at,
@@ -133,13 +133,13 @@ def _burn_in_line(c: _Context, result: model.BurnInResult) -> faults.LedgerEntry
     )
 
 
-def _tests_this_repair(c: _Context, result: model.BurnInResult, mode: model.BurnInMode) -> bool:
+def _tests_this_repair(c: _Context, result: model.BurninResult, mode: model.BurninMode) -> bool:
     """A result counts for the current boot, after the isolation and any reset, in the mode."""
     if c.isolated_at is None:
         return False
     reset = return_checks.parse_stamp(c.node.marks.reset_done)
     after = max(c.isolated_at, reset) if reset is not None else c.isolated_at
-    deep_enough = mode is model.BurnInMode.MATMUL or result.mode is mode
+    deep_enough = mode is model.BurninMode.MATMUL or result.mode is mode
     return result.boot_id == c.node.boot_id and result.started_at > after and deep_enough
 
 
@@ -155,7 +155,7 @@ def _decision(
     annotations: dict[str, str] | None = None,
     remove: tuple[str, ...] = (),
     blocking: model.ReturnCheck | None = None,
-    mode: model.BurnInMode | None = None,
+    mode: model.BurninMode | None = None,
     record: faults.LedgerEntry | None = None,
 ) -> model.ReturnDecision:
     """The decision; with ``act``, the one write that carries it out (same reason, detail)."""
@@ -178,7 +178,7 @@ def _decision(
         action=action,
         remove_annotations=remove,
         blocking=blocking,
-        burn_in_mode=mode,
+        burnin_mode=mode,
         record=record,
     )
 
@@ -191,7 +191,7 @@ def _checklist_evidence(
     return (c.seen("return checklist", f"{passed}/{len(checks)} PASS ({names})"),)
 
 
-def _burn_in_evidence(c: _Context, result: model.BurnInResult) -> decisions.Evidence:
+def _burnin_evidence(c: _Context, result: model.BurninResult) -> decisions.Evidence:
     text = f"{result.outcome} ({result.mode}, boot {result.boot_id})"
     if result.failed_check:
         text += f": {result.failed_check}"
@@ -200,10 +200,10 @@ def _burn_in_evidence(c: _Context, result: model.BurnInResult) -> decisions.Evid
     return decisions.Evidence(source=f"burn-in of {c.node.name}", value=text, at=result.started_at)
 
 
-def _mode(c: _Context) -> model.BurnInMode:
+def _mode(c: _Context) -> model.BurninMode:
     if c.fault.verdict is None or c.fault.xid in c.settings.memory_test_xids:
-        return model.BurnInMode.MATMUL_AND_MEMTEST
-    return model.BurnInMode.MATMUL
+        return model.BurninMode.MATMUL_AND_MEMTEST
+    return model.BurninMode.MATMUL
 
 
 def _first(checks: Iterable[model.ReturnCheck], status: Status) -> model.ReturnCheck | None:

@@ -71,7 +71,7 @@ LIVE = (Phase.CORDONED, Phase.APPLYING, Phase.BURN_IN)
 class NodeFacts:
     """One node as the rollout reads it. ``checks``: the agent's statuses (empty: none
     reported); ``applied``: the change's tool reported it done (its mark, or its Job);
-    ``burn_in``: the burn-in Job of the boot the node's mark names (None: none exists)."""
+    ``burnin``: the burn-in Job of the boot the node's mark names (None: none exists)."""
 
     node: fleet.Node
     gpu_pods: int = 0
@@ -80,13 +80,13 @@ class NodeFacts:
     driver: str | None = None
     applied: bool = False
     apply_failed: str | None = None
-    burn_in: return_model.BurnInResult | None = None
+    burnin: return_model.BurninResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NodeAction:
     """One node's step: the annotations to write (None removes), the cordon to set (None:
-    leave), the reason and the evidence; ``burn_in``: the burn-in Job to create if absent
+    leave), the reason and the evidence; ``burnin``: the burn-in Job to create if absent
     (its mode; on the boot in the node's mark); ``change_job``: the change's Job (method
     job) to create if absent."""
 
@@ -98,7 +98,7 @@ class NodeAction:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     cordon: bool | None = None
     check: str | None = None
-    burn_in: return_model.BurnInMode | None = None
+    burnin: return_model.BurninMode | None = None
     change_job: bool = False
     evict: bool = False  # evict the node's GPU pods (Eviction API: PodDisruptionBudgets decide)
 
@@ -293,12 +293,12 @@ def _verify(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
             "still the old " + ", ".join(stale) if stale else ", ".join(pending) if pending
             else "versions not reported" if versions else "no check reported"), wave=mark.wave)
     evidence = tuple(f"{c}: PASS" for c in sorted(required)) + _versions(f)
-    if spec.burn_in is not None:
+    if spec.burnin is not None:
         burning = model.NodeMark(spec.name, Phase.BURN_IN, mark.wave, now, f.node.boot_id,
                                  gpus=mark.gpus)
         return NodeAction(name, Step.BURN_IN, "changed, rebooted, every check PASS: burn-in",
                           evidence, mark.wave, {keys.CHANGE: burning.encode()},
-                          burn_in=spec.burn_in)
+                          burnin=spec.burnin)
     return _uncordon(spec, name, mark, now, "changed, rebooted, every check PASS", evidence)
 
 
@@ -312,21 +312,21 @@ def _uncordon(spec: model.ChangeSpec, node: str, mark: model.NodeMark, now: date
 def _burned_in(spec: model.ChangeSpec, f: NodeFacts, mark: model.NodeMark,
                now: datetime) -> NodeAction:
     """The burn-in on the boot that was verified: passed returns the node, failed (or not
-    ended within ``burn_in_timeout``, or the node rebooted meanwhile) stops the rollout."""
-    result, mode = f.burn_in, spec.burn_in or return_model.BurnInMode.MATMUL
+    ended within ``burnin_timeout``, or the node rebooted meanwhile) stops the rollout."""
+    result, mode = f.burnin, spec.burnin or return_model.BurninMode.MATMUL
     if f.node.boot_id != mark.boot:
         return _fail(spec, f, mark, now, BURN_IN, "the node rebooted during its burn-in")
-    if result is not None and result.outcome is return_model.BurnInOutcome.FAILED:
+    if result is not None and result.outcome is return_model.BurninOutcome.FAILED:
         return _fail(spec, f, mark, now, BURN_IN, result.failed_check or "failed")
-    if result is not None and result.outcome is return_model.BurnInOutcome.PASSED:
+    if result is not None and result.outcome is return_model.BurninOutcome.PASSED:
         return _uncordon(spec, f.node.name, mark, now, "changed, every check PASS, burn-in "
                          "passed", (f"burn-in ({mode}): passed {result.detail}".strip(),
                                     *_versions(f)))
-    if now - mark.since > spec.burn_in_timeout:
+    if now - mark.since > spec.burnin_timeout:
         return _fail(spec, f, mark, now, BURN_IN, f"not ended after {now - mark.since}")
     what = "running" if result is not None else "starting"
     return NodeAction(f.node.name, Step.WAIT, f"burn-in ({mode}) {what}", wave=mark.wave,
-                      burn_in=mode)
+                      burnin=mode)
 
 
 def _passing(f: NodeFacts) -> tuple[str, ...]:

@@ -72,7 +72,7 @@ class GateReader:
         except SourceError as e:
             return None, str(e)
 
-    def _burnin_jobs(self, node: str, namespace: str) -> tuple[onboarding.BurnInJob, ...]:
+    def _burnin_jobs(self, node: str, namespace: str) -> tuple[onboarding.BurninJob, ...]:
         with api_errors.translated(f"listing burn-in Jobs in {namespace}", SourceError):
             found = self._client.list(
                 Job, namespace=namespace, labels={annotation_keys.BURNIN_NODE_LABEL: node}
@@ -105,7 +105,7 @@ def _text(value: object) -> str | None:
     return str(value) if value is not None else None
 
 
-def burnin_job(job: Job) -> onboarding.BurnInJob:
+def burnin_job(job: Job) -> onboarding.BurninJob:
     meta, status = job.metadata, job.status
     created = meta.creationTimestamp if meta else None
     if status and (status.succeeded or 0) > 0:
@@ -114,7 +114,7 @@ def burnin_job(job: Job) -> onboarding.BurnInJob:
         state = jobs.JobState.FAILED
     else:
         state = jobs.JobState.RUNNING
-    return onboarding.BurnInJob(
+    return onboarding.BurninJob(
         (meta.name if meta else None) or "?", created.isoformat() if created else "", state
     )
 
