@@ -6,9 +6,10 @@ one reused buffer, jumps from one ``NVRM:`` to the next with a compiled literal 
 ``search`` and counts the newlines in between with ``count`` (both C loops; per gigabyte the two
 passes are most of the time, the regex engine's literal search the faster of the two searches
 the standard library has, ``bytearray.find`` the other), so only candidate lines are decoded
-and handed to
-``XidLogParser``. Every line the parser acts on contains ``NVRM:``, so the events and counts are
-exactly those of feeding it every line.
+and handed to ``XidLogParser``. The first chunk is searched with ``bytearray.find``: ``re`` is
+imported only for a file longer than one chunk, where its faster search pays for its import.
+Every line the parser acts on contains ``NVRM:``, so the events and counts are exactly those of
+feeding it every line.
 
 Like ``parse``, it imports only what scanning needs (no pathlib, no typing at run time): ``gpuguard
 xid parse`` on a file without an ``NVRM:`` line starts in the interpreter's own time.
@@ -17,14 +18,13 @@ xid parse`` on a file without an ``NVRM:`` line starts in the interpreter's own 
 from __future__ import annotations
 
 import os
-import re
 
 from gpuguard.errors import InputError
 from gpuguard.kernlog import parse
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing (mypy reads either)
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator
+    from collections.abc import Callable, Generator, Iterator
     from typing import Protocol, TypeAlias
 
     from gpuguard.model import xid
@@ -36,13 +36,14 @@ if TYPE_CHECKING:
         def readinto(self, buffer: memoryview, /) -> int | None: ...
 
     Source: TypeAlias = str | os.PathLike[str] | BinaryReader
+    Find: TypeAlias = Callable[[bytearray, int, int], int]  # where the marker is next, or -1
 
 CHUNK_SIZE = 1024 * 1024  # small enough that find and count reuse the CPU cache
 # Longer "lines" (binary junk without newlines) are cut here so memory stays bounded.
 MAX_LINE_BYTES = 1024 * 1024
 # Over kernel text the regex engine's literal search took 0.53 s/GB of CPU, ``bytearray.find``
 # 0.70 (2-core development machine, issue 28): the same leftmost hits within the same bounds.
-_NEEDLE = re.compile(re.escape(parse.NVRM_MARKER.encode()))
+_NEEDLE = parse.NVRM_MARKER.encode()
 _NEWLINE = b"\n"
 
 
@@ -88,6 +89,7 @@ def _scan_stream(
     kept = 0  # bytes of an unfinished line, moved to the front of the buffer
     lines_before = 0
     discarding = False  # inside an over-long line whose head was already fed
+    find: Find = _find
     while size := _read_into(stream, view[kept : kept + chunk_size], name):
         end = kept + size
         start = 0
@@ -98,7 +100,8 @@ def _scan_stream(
             discarding, lines_before = False, lines_before + 1
         last_newline = buffer.rfind(_NEWLINE, start, end)
         complete = start if last_newline < 0 else last_newline + 1
-        lines_before += yield from _scan_block(buffer, start, complete, lines_before, parser)
+        lines_before += yield from _scan_block(buffer, start, complete, lines_before, parser, find)
+        find = _literal_search()
         kept = end - complete
         if kept > MAX_LINE_BYTES:
             head = view[complete : complete + MAX_LINE_BYTES]
@@ -113,13 +116,13 @@ def _scan_stream(
 
 
 def _scan_block(
-    buffer: bytearray, start: int, end: int, lines_before: int, parser: parse.XidLogParser
+    buffer: bytearray, start: int, end: int, lines_before: int, parser: parse.XidLogParser,
+    find: Find,
 ) -> Generator[xid.KernelEvent, None, int]:
     """Feed the candidate lines of ``buffer[start:end]`` (whole lines); return its line count."""
     line_no = lines_before
     position = start
-    while (found := _NEEDLE.search(buffer, position, end)) is not None:
-        hit = found.start()
+    while (hit := find(buffer, position, end)) >= 0:
         previous_newline = buffer.rfind(_NEWLINE, position, hit)
         line_start = position if previous_newline < 0 else previous_newline + 1
         line_stop = buffer.find(_NEWLINE, hit, end)
@@ -130,6 +133,27 @@ def _scan_block(
         position = line_stop + 1
     line_no += buffer.count(_NEWLINE, position, end)
     return line_no - lines_before
+
+
+def _find(buffer: bytearray, start: int, end: int) -> int:
+    return buffer.find(_NEEDLE, start, end)
+
+
+_searches: list[Find] = []  # the literal search, made at the first file longer than a chunk
+
+
+def _literal_search() -> Find:
+    if not _searches:
+        import re
+
+        search = re.compile(re.escape(_NEEDLE)).search
+
+        def find(buffer: bytearray, start: int, end: int) -> int:
+            found = search(buffer, start, end)
+            return -1 if found is None else found.start()
+
+        _searches.append(find)
+    return _searches[0]
 
 
 def _feed_candidate(
