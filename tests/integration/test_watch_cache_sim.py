@@ -304,8 +304,10 @@ class Ticks(tick.Guard):
     results: list[tick.TickResult] = field(default_factory=list)
     ticked: threading.Condition = field(default_factory=threading.Condition)
 
-    def tick(self, *, urgent: bool = False) -> tick.TickResult:
-        result = super().tick(urgent=urgent)
+    def tick(
+        self, *, urgent: bool = False, woken: Callable[[], bool] | None = None
+    ) -> tick.TickResult:
+        result = super().tick(urgent=urgent, woken=woken)
         with self.ticked:
             self.results.append(result)
             self.ticked.notify_all()

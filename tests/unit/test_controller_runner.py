@@ -4,6 +4,7 @@ releases the Lease when stopped."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -132,7 +133,7 @@ def test_any_exception_in_a_tick_fails_it_closed_and_the_loop_ticks_again() -> N
     loop, clock = make(FakeLease(), fakes.FakeMetrics())
     calls = []
 
-    def explode() -> tick.TickResult:
+    def explode(**_: object) -> tick.TickResult:
         calls.append(1)
         raise ValueError("invalid literal for int() with base 10: '²'")
 
@@ -254,9 +255,11 @@ def test_a_wake_ends_the_loops_wait() -> None:
 
     asked: list[bool] = []
 
-    def tick_and_stop(*, urgent: bool = False) -> tick.TickResult:
+    def tick_and_stop(
+        *, urgent: bool = False, woken: Callable[[], bool] | None = None
+    ) -> tick.TickResult:
         asked.append(urgent)
-        result = tick_once(urgent=urgent)
+        result = tick_once(urgent=urgent, woken=woken)
         if loop.metrics.registry.get_sample_value("gpuguard_urgent_wakes_total"):
             stop.set()  # as on SIGTERM (cli/run.py): stop, and end the wait
             loop.interrupt()
@@ -356,3 +359,25 @@ def test_a_dry_run_that_isolated_nothing_does_not_tick_again() -> None:
     assert result.decision.fast_path_left == ("gpu-node-b",)
     assert loop.step() is None
     assert cordoned(api) == []
+
+
+def test_a_wake_during_a_tick_is_told_to_that_tick_and_the_next_pass_ticks_at_once() -> None:
+    source = fakes.FakeMetrics()
+    loop, _ = make(FakeLease(), source)
+    told: list[tuple[bool, bool, bool]] = []
+    ticked = loop.guard.tick
+
+    def tick_woken_midway(
+        *, urgent: bool = False, woken: Callable[[], bool] | None = None
+    ) -> tick.TickResult:
+        assert woken is not None
+        before = woken()
+        if not told:  # the agent's condition lands while the regular tick runs
+            loop.wake("gpu-1", "GpuFallenOffBus/GpuGoneFromBus")
+        told.append((urgent, before, woken()))
+        return ticked(urgent=urgent, woken=woken)
+
+    loop.guard.tick = tick_woken_midway  # type: ignore[method-assign]
+    assert loop.step() is not None
+    assert loop.step() is not None  # no 30 s wait: the woken tick
+    assert told == [(False, False, True), (True, False, False)]

@@ -279,3 +279,22 @@ def test_a_node_whose_step_raises_costs_only_that_node() -> None:
     assert failure.startswith("node gpu-node-x (annotations {")
     assert "xid-²" in failure
     assert "RuntimeError: unexpected" in failure
+
+
+def test_a_wake_during_a_tick_leaves_its_later_steps_to_the_woken_tick() -> None:
+    # A GPU gone from the bus must not wait for a return's or a recovery's queries.
+    rec, step_jobs, _, _ = test_controller_recovery.make()
+    cluster, metrics = xid79_world()
+    isolated = test_controller_recovery.isolated_node()
+    cluster.node_list = [*cluster.node_list, fleet.Node(
+        "gpu-node-c", isolated.boot_id, 8, 7, unschedulable=True,
+        annotations=isolated.annotations)]  # fmt: skip
+    g, writer = guard(cluster=cluster, metrics=metrics, recovery=rec)
+    cut = g.tick(woken=lambda: True)
+    assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the isolation still ran
+    assert cut.left_to_next == ("recovery",)
+    assert step_jobs.created == []
+    assert cut.recovery == []
+    woken = g.tick(urgent=True, woken=lambda: False)  # the woken tick runs what was left
+    assert woken.left_to_next == ()
+    assert [m["spec"]["template"]["spec"]["nodeName"] for m in step_jobs.created] == ["gpu-node-c"]

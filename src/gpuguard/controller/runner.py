@@ -140,7 +140,7 @@ class Runner:
         if urgent:
             self.metrics.urgent_ticks.inc()
         try:
-            result = self.guard.tick(urgent=True) if urgent else self.guard.tick()
+            result = self.guard.tick(urgent=urgent, woken=self._woken_since)
         except Exception as e:  # nothing handled it (controller.failsafe): fail closed, go on
             log.exception("tick failed closed: %s: %s", type(e).__name__, e)
             error = f"{type(e).__name__}: {e}"
@@ -153,6 +153,10 @@ class Runner:
         self._beat = self.monotonic()
         self._again(result)
         return result
+
+    def _woken_since(self) -> bool:
+        """A wake came since this pass began: the tick leaves its later steps to the next."""
+        return self._urgent
 
     def _look_at_prometheus(self, now: float) -> None:
         """A standby asks Prometheus for the freshness series once per interval."""

@@ -54,6 +54,7 @@ class TickResult:
     gpus: list[gpu_step.Outcome] = field(default_factory=list)
     changes: list[change_step.Outcome] = field(default_factory=list)  # declared change rollouts
     fleet_health: fleet_health_step.FleetHealth | None = None  # read-only findings
+    left_to_next: tuple[str, ...] = ()  # later steps a wake cut short (the woken tick runs them)
 
     @property
     def ok(self) -> bool:
@@ -93,10 +94,13 @@ class Guard:
     fitness_label: fitness_label.FitnessLabel | None = None  # opt-in: health.label
     pods_on_gpus: ports.NodeMetricsSource | None = None  # of the nodes a tick may name them for
 
-    def tick(self, *, urgent: bool = False) -> TickResult:
+    def tick(self, *, urgent: bool = False, woken: Callable[[], bool] | None = None) -> TickResult:
         """One tick. ``urgent`` (a wake: docs/design.md#fast-path) decides the isolation on the
         phantom check's standing decision instead of running a due one first: its window
-        queries over every GPU would stand between a GPU gone from the bus and its cordon."""
+        queries over every GPU would stand between a GPU gone from the bus and its cordon.
+        ``woken``: whether a wake came meanwhile; asked after the isolation, before each later
+        step (recovery, repairs, returns, rollouts, fleet health), so a GPU gone from the bus
+        never waits for a return's week-long queries: the steps left run in the woken tick."""
         result = TickResult(at=self.clock.now())
         try:
             result.snapshot = self._collect(result)
@@ -104,11 +108,16 @@ class Guard:
             log.warning("tick at %s: no decision, source error: %s", result.at, e)
             result.error, result.error_kind = str(e), "source"
             return result
-        self._steps(result, result.snapshot, urgent=urgent)
+        self._steps(result, result.snapshot, urgent=urgent, woken=woken or _never)
         return result
 
     def _steps(
-        self, result: TickResult, snapshot: fleet.FleetSnapshot, *, urgent: bool = False
+        self,
+        result: TickResult,
+        snapshot: fleet.FleetSnapshot,
+        *,
+        urgent: bool = False,
+        woken: Callable[[], bool],
     ) -> None:
         """Each step fails closed on its own (``controller.failsafe``): the next still runs."""
         errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
@@ -131,33 +140,64 @@ class Guard:
             result.gpus = failsafe.guarded("gpu-isolation", subject, errors, gpus, [])
         silent = partial(freshness.silent_exporters, snapshot, self.settings.prometheus.staleness)
         result.silent = failsafe.guarded("freshness", subject, errors, silent, ())
+        later = self._later_steps(result, snapshot, decision)
+        for at, (_, run_step) in enumerate(later):
+            if woken():
+                result.left_to_next = tuple(n for n, _ in later[at:])
+                log.info("tick at %s: a wake came; %s left to the woken tick", result.at,
+                         ", ".join(result.left_to_next))  # fmt: skip
+                return
+            run_step()
+
+    def _later_steps(
+        self,
+        result: TickResult,
+        snapshot: fleet.FleetSnapshot,
+        decision: isolate.IsolationDecision | None,
+    ) -> list[tuple[str, Callable[[], object]]]:
+        """The steps after the isolation, in order, each failing closed on its own."""
+        errors, subject = result.step_errors, f"tick at {result.at.isoformat()}"
         unknown = frozenset(
             f.node for f in result.silent if f.reason is decisions.Reason.EXPORTER_SILENT
         )
         may_write = self._may_write
-        if self.recovery is not None:
-            run = partial(self.recovery.run, snapshot.nodes, result.at, may_write=may_write,
-                          errors=errors)  # fmt: skip
-            result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
-        if self.remediation is not None:
-            repair = partial(self.remediation.run, snapshot, result.at, may_write=may_write)
-            result.remediations = failsafe.guarded("remediation", subject, errors, repair, [])
-        if self.return_to_pool is not None:
-            back = partial(self.return_to_pool.run, snapshot, result.at, may_write=may_write,
-                           errors=errors, silent=unknown)  # fmt: skip
-            result.returns = failsafe.guarded("return_to_pool", subject, errors, back, [])
-        if self.changes is not None:
-            roll = partial(self.changes.run, snapshot, result.at, may_write=may_write)
-            result.changes = failsafe.guarded("change", subject, errors, roll, [])
-        if self.fleet_health is not None:
-            health = partial(self.fleet_health.run, result.at, may_write=may_write)
-            result.fleet_health = failsafe.guarded("fleet-health", subject, errors, health, None)
-        if self.fitness_label is not None and decision is not None:
-            label = partial(self.fitness_label.run, snapshot.nodes, result.at, decision.actions,
-                            (*decision.findings, *result.silent), may_write=may_write,
-                            fleet=result.fleet_health)
-            unlabelled: dict[str, str] = {}
-            failsafe.guarded("fitness-label", subject, errors, label, unlabelled)
+        steps: list[tuple[str, Callable[[], object]]] = []
+        if (recovery := self.recovery) is not None:
+            def recover() -> None:
+                run = partial(recovery.run, snapshot.nodes, result.at, may_write=may_write,
+                              errors=errors)  # fmt: skip
+                result.recovery = failsafe.guarded("recovery", subject, errors, run, [])
+            steps.append(("recovery", recover))
+        if (remediation := self.remediation) is not None:
+            def repair() -> None:
+                run = partial(remediation.run, snapshot, result.at, may_write=may_write)
+                result.remediations = failsafe.guarded("remediation", subject, errors, run, [])
+            steps.append(("remediation", repair))
+        if (return_to_pool := self.return_to_pool) is not None:
+            def back() -> None:
+                run = partial(return_to_pool.run, snapshot, result.at, may_write=may_write,
+                              errors=errors, silent=unknown)  # fmt: skip
+                result.returns = failsafe.guarded("return_to_pool", subject, errors, run, [])
+            steps.append(("return_to_pool", back))
+        if (changes := self.changes) is not None:
+            def roll() -> None:
+                run = partial(changes.run, snapshot, result.at, may_write=may_write)
+                result.changes = failsafe.guarded("change", subject, errors, run, [])
+            steps.append(("change", roll))
+        if (fleet_health := self.fleet_health) is not None:
+            def health() -> None:
+                run = partial(fleet_health.run, result.at, may_write=may_write)
+                result.fleet_health = failsafe.guarded("fleet-health", subject, errors, run, None)
+            steps.append(("fleet-health", health))
+        if (fitness := self.fitness_label) is not None and decision is not None:
+            def label() -> None:
+                run = partial(fitness.run, snapshot.nodes, result.at, decision.actions,
+                              (*decision.findings, *result.silent), may_write=may_write,
+                              fleet=result.fleet_health)
+                unlabelled: dict[str, str] = {}
+                failsafe.guarded("fitness-label", subject, errors, run, unlabelled)
+            steps.append(("fitness-label", label))
+        return steps
 
     def _history(
         self,
@@ -301,3 +341,7 @@ class Guard:
                 self.notifier.notify(action, at)
             except GpuguardError as e:
                 log.warning("%s: %s, but the notification failed: %s", node.name, action.reason, e)
+
+
+def _never() -> bool:
+    return False
