@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller.recovery import LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys, decisions, faults, fleet, ports
 from gpuguard.policy import escalation, fault_history, recovery, xid_signals
@@ -32,7 +32,7 @@ class Outcome:
 
 @dataclass
 class FaultHistory:
-    ledger: LedgerPort
+    ledger: ports.LedgerPort[ledger_store.LedgerRead]
     catalog: xid_catalog.XidCatalog
     lookback: timedelta
     writer: ports.ClusterWriter | None = None  # raises an isolated node's escalation
