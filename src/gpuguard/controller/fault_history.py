@@ -11,7 +11,7 @@ signals seen are not remembered then, so nothing is lost.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -42,9 +42,16 @@ class FaultHistory:
     _seen_by: dict[faults.LedgerEntry, str] = field(default_factory=dict, repr=False)
 
     def run(
-        self, snapshot: fleet.FleetSnapshot, *, tripped: bool, may_write: Callable[[], bool]
+        self,
+        snapshot: fleet.FleetSnapshot,
+        *,
+        tripped: bool,
+        may_write: Callable[[], bool],
+        signals: Mapping[str, list[xid_signals.HardwareXid]] | None = None,
     ) -> Outcome:
-        signals = xid_signals.all_signals(snapshot, self.catalog)
+        """``signals``: the tick's ``xid_signals.all_signals`` (None: computed here)."""
+        if signals is None:
+            signals = xid_signals.all_signals(snapshot, self.catalog)
         if not may_write():
             self._seen = None  # a later term of leadership compares with the ledger instead
             return Outcome()
