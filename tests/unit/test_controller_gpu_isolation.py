@@ -121,7 +121,8 @@ def test_the_controller_gives_the_job_its_file_only_when_it_has_one(
         {"controller": {"xid_overrides": overrides}})
     client = lightkube.Client(config=kubeapi.lightkube_config("http://127.0.0.1:9"))
     made = wiring.gpu_isolation_step(client, FakeWriter(), CATALOG,  # type: ignore[arg-type]
-                                     guard_settings, namespace="gpuguard")
+                                     guard_settings, namespace="gpuguard",
+                                     fault_ledger=EmptyLedger())
     assert made.xid_overrides is (overrides is not None)
     assert job_specs.XID_OVERRIDES_FILE == "/etc/gpuguard-xid/xid-overrides.yaml"
 

@@ -292,7 +292,9 @@ def test_a_wake_during_a_tick_leaves_its_later_steps_to_the_woken_tick() -> None
     g, writer = guard(cluster=cluster, metrics=metrics, recovery=rec)
     cut = g.tick(woken=lambda: True)
     assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the isolation still ran
-    assert cut.left_to_next == ("recovery",)
+    assert cut.left_to_next == (
+        "Recovery", "Remediation", "ReturnToPool", "Changes", "FleetHealth", "FitnessLabel"
+    )
     assert step_jobs.created == []
     assert cut.recovery == []
     woken = g.tick(urgent=True, woken=lambda: False)  # the woken tick runs what was left

@@ -16,7 +16,8 @@ from typing import Any
 from tests import chart
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ENTRY_POINTS = ("gpuguard.controller.wiring", "gpuguard.controller.leader", "gpuguard.cli.run")
+ENTRY_POINTS = ("gpuguard.controller.serve", "gpuguard.controller.wiring",
+                "gpuguard.controller.leader", "gpuguard.cli.run")
 VERBS = {"get": "get", "list": "list", "watch": "watch", "create": "create",
          "replace": "update", "patch": "patch", "delete": "delete", "apply": "patch"}
 CLUSTER, OWN, DEFAULT = "cluster", "release-namespace", "default"

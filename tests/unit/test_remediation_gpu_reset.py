@@ -321,9 +321,12 @@ def test_the_controller_wires_the_reset_only_for_an_opted_in_pool_and_fails_clos
         return prometheus.PrometheusSource("http://127.0.0.1:9", plan, timeout_s=0.5)
 
     off = settings.GuardSettings()
-    assert wiring.remediation_step(client, Writer(), off, None, read=read) is None  # type: ignore[arg-type]
+    shared = wiring.shared_ledger(client, "gpuguard")
+    assert wiring.remediation_step(client, Writer(), off, None, read=read,  # type: ignore[arg-type]
+                                   fault_ledger=shared) is None
     on = settings.GuardSettings.model_validate({"remediation": {"gpu_reset_pools": [POOL]}})
-    made = wiring.remediation_step(client, Writer(), on, None, read=read)  # type: ignore[arg-type]
+    made = wiring.remediation_step(client, Writer(), on, None, read=read,  # type: ignore[arg-type]
+                                   fault_ledger=shared)
     assert made is not None
     assert made.reset_jobs is not None
     assert made.reset_job == step.ResetJob(on.controller.image, on.controller.namespace,

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import os
-import signal
 import socket
-import threading
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
 from gpuguard.cli import failures, guard
-from gpuguard.controller import fast_path, leader, runner, telemetry, wiring
+from gpuguard.controller import serve
 
 
 class LogLevel(StrEnum):
@@ -53,40 +48,6 @@ def run(
     me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     conn = guard.connection(kubeconfig, kube_server, prometheus_url)
     port = settings.controller.metrics_port if metrics_port is None else metrics_port
-    c = settings.controller
-    fast = fast_path.FastPath()
-    with (
-        wiring.build_guard(settings, conn, dry_run=dry_run, fast=fast) as (built, client),
-        contextlib.closing(wiring.freshness_reader(settings, conn)) as fresh,
-    ):
-        elector = leader.LeaseElector(
-            leader.KubeLeases(client, c.lease_name, c.namespace),
-            identity=me,
-            lease_duration=c.lease_duration,
-            renew_deadline=c.renew_deadline,
-            retry_period=c.renew_every,
-        )
-        metrics = telemetry.GuardMetrics()
-        loop = runner.Runner(
-            dataclasses.replace(built, is_leader=runner.WriteGate(elector, metrics)),
-            elector,
-            metrics,
-            interval=c.interval,
-            retry=c.renew_every,
-            probe=lambda: fresh.samples(datetime.now(UTC)),
-        )
-        stop = threading.Event()
-
-        def stopping(*_: object) -> None:
-            stop.set()
-            loop.interrupt()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, stopping)
-        with failures.listening("--metrics-port", port), telemetry.serve(
-            loop.metrics, loop.healthy, port=port, ready=loop.ready
-        ) as server, fast_path.watching(
-            built.cluster, fast, loop.wake, metrics, c.interval, stop
-        ):
-            logging.info("gpuguard %s serving /metrics on :%d", me, server.server_address[1])
-            loop.run(stop)
+    serving = serve.Serving(identity=me, port=port, dry_run=dry_run)
+    with failures.listening("--metrics-port", port):
+        serve.serve(settings, conn, serving)

@@ -73,12 +73,6 @@ class EvictionPort(Protocol):
     def evict(self, pod_namespace: str, name: str) -> eviction.Evicted: ...
 
 
-class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> str | None: ...
-
-    def result(self, name: str) -> job_model.JobResult: ...
-
-
 @dataclass
 class Changes:
     """The rollout step's ports; ``jobs``, ``image``, ``namespace`` and ``runtime_class``:
@@ -88,7 +82,7 @@ class Changes:
     source: ChangeSource
     writer: ChangeWriter
     checks: ports.MetricsSource
-    jobs: JobsPort
+    jobs: ports.JobsPort
     image: str
     kured: LockSource | None = None
     notifier: ports.Notifier | None = None  # a stopped rollout is told to people

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -60,16 +60,18 @@ def isolate_sparing_others(
     errors: StepErrors,
     phantom_cordons: Sequence[decisions.Action] = (),
     ledger: Sequence[faults.LedgerEntry] | None = (),
+    signals: Mapping[str, list[xid_signals.HardwareXid]] | None = None,
 ) -> isolate.IsolationDecision:
     """The isolation decision; when it raises, each node is decided alone to find the ones
     whose input raises, and the fleet is decided again without them — one node's bad input
     costs that node, not every other node's protection. An excluded node that gpuguard holds
     still counts against the breaker: it stays in the fleet with only the marks the breaker
-    reads (``policy.admission.history``), so it can neither raise again nor make room."""
+    reads (``policy.admission.history``), so it can neither raise again nor make room.
+    ``signals`` (the whole snapshot's) serve the first decision only."""
     decide = partial(isolate.decide, classifier=classifier, settings=settings,
                      phantom_cordons=phantom_cordons, ledger=ledger)  # fmt: skip
     try:
-        return decide(snapshot)
+        return decide(snapshot, signals=signals)
     except Exception:
         culprits = [n for n in snapshot.nodes if not _decides(snapshot, n, classifier, settings)]
         if not culprits or len(culprits) == len(snapshot.nodes):

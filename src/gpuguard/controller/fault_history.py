@@ -11,12 +11,12 @@ signals seen are not remembered then, so nothing is lost.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
-from gpuguard.controller.recovery import LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import annotation_keys, decisions, faults, fleet, ports
 from gpuguard.policy import escalation, fault_history, recovery, xid_signals
@@ -32,7 +32,7 @@ class Outcome:
 
 @dataclass
 class FaultHistory:
-    ledger: LedgerPort
+    ledger: ports.LedgerPort[ledger_store.LedgerRead]
     catalog: xid_catalog.XidCatalog
     lookback: timedelta
     writer: ports.ClusterWriter | None = None  # raises an isolated node's escalation
@@ -42,9 +42,16 @@ class FaultHistory:
     _seen_by: dict[faults.LedgerEntry, str] = field(default_factory=dict, repr=False)
 
     def run(
-        self, snapshot: fleet.FleetSnapshot, *, tripped: bool, may_write: Callable[[], bool]
+        self,
+        snapshot: fleet.FleetSnapshot,
+        *,
+        tripped: bool,
+        may_write: Callable[[], bool],
+        signals: Mapping[str, list[xid_signals.HardwareXid]] | None = None,
     ) -> Outcome:
-        signals = xid_signals.all_signals(snapshot, self.catalog)
+        """``signals``: the tick's ``xid_signals.all_signals`` (None: computed here)."""
+        if signals is None:
+            signals = xid_signals.all_signals(snapshot, self.catalog)
         if not may_write():
             self._seen = None  # a later term of leadership compares with the ledger instead
             return Outcome()

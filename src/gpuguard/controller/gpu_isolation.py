@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 from gpuguard.actuators import eviction
 from gpuguard.actuators import jobs as job_specs
+from gpuguard.actuators import ledger as ledger_store
 from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller.dra_taints import DraTaints
-from gpuguard.controller.recovery import JobsPort, LedgerPort
 from gpuguard.errors import GpuguardError
 from gpuguard.model import (
     annotation_keys,
@@ -75,8 +75,8 @@ class Outcome:
 
 @dataclass
 class GpuIsolation:
-    jobs: JobsPort
-    ledger: LedgerPort
+    jobs: ports.JobsPort
+    ledger: ports.LedgerPort[ledger_store.LedgerRead]
     writer: ports.ClusterWriter
     marker: Marker
     catalog: xid_catalog.XidCatalog

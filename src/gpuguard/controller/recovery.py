@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from gpuguard.actuators import jobs as job_specs
 from gpuguard.actuators import ledger as ledger_store
@@ -22,28 +22,15 @@ from gpuguard.catalog import xid as xid_catalog
 from gpuguard.controller import failsafe
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import annotation_keys, decisions, fleet, ports, settings
-from gpuguard.model import jobs as job_model
 from gpuguard.policy import escalation, recovery
 
 log = logging.getLogger(__name__)
 
 
-class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> str | None: ...
-
-    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult: ...
-
-
-class LedgerPort(Protocol):
-    def entries(self) -> ledger_store.LedgerRead: ...
-
-    def append(self, entry: Any) -> None: ...
-
-
 @dataclass
 class Recovery:
-    jobs: JobsPort
-    ledger: LedgerPort
+    jobs: ports.JobsPort
+    ledger: ports.LedgerPort[ledger_store.LedgerRead]
     writer: ports.ClusterWriter
     catalog: xid_catalog.XidCatalog
     image: str

@@ -58,10 +58,6 @@ class MarkWriter(ports.ClusterWriter, Protocol):
         ...
 
 
-class LedgerPort(Protocol):
-    def append(self, entry: Any) -> None: ...
-
-
 class HandOffWriter(Protocol):
     def set_condition(self, node: str, condition: str, status: bool, reason: str,
                       message: str, now: datetime) -> None:  # fmt: skip
@@ -105,7 +101,7 @@ class Remediation:
     settings: settings_model.RemediationSettings
     hand_off: HandOffWriter | None = None
     notifier: ports.Notifier | None = None
-    ledger: LedgerPort | None = None  # the power cycle's line on the card's history
+    ledger: ports.LedgerWriter | None = None  # the power cycle's line on the card's history
     reset_jobs: ResetJobs | None = None  # the GPU reset (remediation.gpu_reset_pools)
     reset_job: ResetJob | None = None
     cards: Callable[[fleet.FleetSnapshot], Mapping[str, model.CardFacts]] | None = None

@@ -57,18 +57,6 @@ Step = model.ReturnStep
 AWAITING_VERDICT = "waiting for the evidence verdict"
 
 
-class JobsPort(Protocol):
-    def create(self, manifest: dict[str, Any]) -> str | None: ...
-
-    def result(self, name: str, created_uid: str | None = None) -> job_model.JobResult: ...
-
-
-class LedgerReader(Protocol):
-    def entries(self) -> ledger_store.LedgerRead: ...
-
-    def append(self, entry: Any) -> None: ...
-
-
 class ReturnWriter(Protocol):
     def uncordon(self, node: fleet.Node, remove_annotations: tuple[str, ...]) -> None: ...
 
@@ -96,8 +84,8 @@ class ReturnToPool:
     """The return step's ports; ``run`` decides for every node gpuguard isolated and applies
     what ``may_write()`` allows (re-checked before each write)."""
 
-    jobs: JobsPort
-    ledger: LedgerReader
+    jobs: ports.JobsPort
+    ledger: ports.LedgerPort[ledger_store.LedgerRead]
     writer: ReturnWriter
     facts: ports.NodeMetricsSource
     classifier: xid_signals.XidClassifier

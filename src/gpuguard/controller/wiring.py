@@ -37,6 +37,7 @@ from gpuguard.controller import (
     remediation,
     return_to_pool,
     tick,
+    tick_ledger,
 )
 from gpuguard.controller import topology_cache as topology_step
 from gpuguard.errors import InputError
@@ -131,6 +132,7 @@ def build_guard(
         c = guard_settings.controller
         isolation = guard_settings.isolation
         metrics = read(prometheus.QueryPlan(isolation.hold_window, isolation.xid_lookback))
+        fault_ledger = shared_ledger(client, c.namespace)
         guard = tick.Guard(
             metrics=metrics,
             pods_on_gpus=gpu_pods.source(metrics),
@@ -141,9 +143,10 @@ def build_guard(
             clock=SystemClock(),
             dry_run=dry_run,
             notifier=notifier,
+            ledger=fault_ledger,
             recovery=recovery.Recovery(
                 jobs=jobs.Jobs(client, c.namespace),
-                ledger=ledger.Ledger(client, c.namespace),
+                ledger=fault_ledger,
                 writer=writer,
                 catalog=catalog,
                 image=c.image,
@@ -158,7 +161,7 @@ def build_guard(
             else None,
             return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, c.namespace),
-                ledger=ledger.Ledger(client, c.namespace, quarantine=True),
+                ledger=fault_ledger,
                 writer=writer,
                 facts=return_facts.ReturnFactsSource(read(return_facts.ReturnFactsPlan())),
                 classifier=catalog,
@@ -172,14 +175,15 @@ def build_guard(
                 _gpu_windows(url, guard_settings, closing), guard_settings.phantom
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, c.namespace),
+                fault_ledger,
                 catalog,
                 isolation.xid_lookback,
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
             gpu_isolation=gpu_isolation_step(
-                client, writer, catalog, guard_settings, namespace=c.namespace
+                client, writer, catalog, guard_settings, namespace=c.namespace,
+                fault_ledger=fault_ledger,
             ),
             changes=change_step.Changes(
                 source=changes.ChangeReader(client, c.namespace),
@@ -199,7 +203,7 @@ def build_guard(
             fitness_label=fitness_label.FitnessLabel(writer) if guard_settings.health.label
             else None,
             remediation=remediation_step(client, writer, guard_settings, notifier,
-                                         read=read),
+                                         read=read, fault_ledger=fault_ledger),
             fleet_health=fleet_health.FleetHealthWatch(
                 pods=reads.workload_pods,
                 metrics=read(
@@ -211,6 +215,12 @@ def build_guard(
             ),
         )
         yield guard, client
+
+
+def shared_ledger(client: Client, namespace: str) -> tick_ledger.TickLedger:
+    """The one fault ledger every step of a guard shares (read once a tick); its reads move
+    malformed lines aside (``ledger.Ledger(quarantine=True)``)."""
+    return tick_ledger.TickLedger(ledger.Ledger(client, namespace, quarantine=True))
 
 
 def topology_cache(
@@ -273,6 +283,7 @@ def remediation_step(
     notifier: ports.Notifier | None,
     *,
     read: Callable[[prometheus.Plan], prometheus.PrometheusSource] | None = None,
+    fault_ledger: ports.LedgerWriter,
 ) -> remediation.Remediation | None:
     """The opt-in repairs (docs/remediation.md): None while no pool is opted in. The BMC's
     Secrets are read from the controller's namespace, by name, when a power cycle is due; the
@@ -287,7 +298,7 @@ def remediation_step(
     )  # fmt: skip
     return remediation.Remediation(
         power, eviction.Evictor(client), writer, r, hand_off=writer, notifier=notifier,
-        ledger=ledger.Ledger(client, guard_settings.controller.namespace),
+        ledger=fault_ledger,
         reset_jobs=jobs.Jobs(client, c.namespace) if resets else None,
         reset_job=remediation.ResetJob(c.image, c.namespace, c.job_runtime_class or None),
         cards=reset_cards.ResetCards(reset_cards.scoped(read(prometheus.FreshnessPlan())))
@@ -302,12 +313,13 @@ def gpu_isolation_step(
     guard_settings: settings_model.GuardSettings,
     *,
     namespace: str,
+    fault_ledger: ports.LedgerPort[ledger.LedgerRead],
 ) -> gpu_isolation.GpuIsolation:
     """The GPU-isolation step over the API (the controller's and the demo's guard alike)."""
     c, gpus = guard_settings.controller, guard_settings.gpu_isolation
     return gpu_isolation.GpuIsolation(
         jobs=jobs.Jobs(client, namespace),
-        ledger=ledger.Ledger(client, namespace),
+        ledger=fault_ledger,
         writer=writer,
         marker=writer,
         catalog=catalog,

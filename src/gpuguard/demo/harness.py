@@ -52,6 +52,7 @@ from gpuguard.model import (
     decisions,
     faults,
     fleet,
+    ports,
 )
 from gpuguard.model import remediation as model_remediation
 from gpuguard.model import return_to_pool as return_model
@@ -256,6 +257,7 @@ def _play(
         writer = reads.writer
         catalog = xid_catalog.load_catalog(settings.controller.xid_overrides)
         namespace = settings.controller.namespace
+        fault_ledger = wiring.shared_ledger(client, namespace)
         guard = tick.Guard(
             metrics=view,
             pods_on_gpus=view,
@@ -264,9 +266,10 @@ def _play(
             classifier=catalog,
             settings=settings,
             clock=guard_clock,
+            ledger=fault_ledger,
             recovery=recovery.Recovery(
                 jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace),
+                ledger=fault_ledger,
                 writer=writer,
                 catalog=catalog,
                 image=settings.controller.image,
@@ -278,7 +281,7 @@ def _play(
             ),
             return_to_pool=return_to_pool.ReturnToPool(
                 jobs=jobs.Jobs(client, namespace),
-                ledger=ledger.Ledger(client, namespace, quarantine=True),
+                ledger=fault_ledger,
                 writer=writer,
                 facts=return_view.WorldReturnFacts(played),
                 classifier=catalog,
@@ -287,14 +290,14 @@ def _play(
                 namespace=namespace,
             ),
             history=fault_history.FaultHistory(
-                ledger.Ledger(client, namespace),
+                fault_ledger,
                 catalog,
                 isolation.xid_lookback,
                 writer,
                 merge_window=escalation.merge_window_for(isolation.hold_window),
             ),
             gpu_isolation=wiring.gpu_isolation_step(
-                client, writer, catalog, settings, namespace=namespace
+                client, writer, catalog, settings, namespace=namespace, fault_ledger=fault_ledger
             ),
             changes=change_step.Changes(
                 source=changes.ChangeReader(client, namespace),
@@ -310,7 +313,7 @@ def _play(
                 burnin_deadline=settings.return_to_pool.burnin_deadline,
             ),
             # opt-in repairs (docs/remediation.md): the simulated nodes' BMCs (sim.bmc)
-            remediation=_remediation(played, client, writer, settings),
+            remediation=_remediation(played, client, writer, settings, fault_ledger),
             # the gang check with its Events on the owners, over HTTP like the real guard; the
             # interconnect and topology checks run once at the end (demo.findings), not per tick
             fleet_health=fleet_health.FleetHealthWatch(
@@ -594,6 +597,7 @@ def _remediation(
     client: lightkube.Client,
     writer: Any,
     settings: settings_model.GuardSettings,
+    fault_ledger: ports.LedgerWriter,
 ) -> remediation.Remediation | None:
     """The repairs step with the simulated BMCs, when a pool is opted in."""
     r, c = settings.remediation, settings.controller
@@ -602,7 +606,7 @@ def _remediation(
     power = bmc.SimBmc(played, r.bmc_timeout.total_seconds())
     return remediation.Remediation(
         power, eviction.Evictor(client), writer, r, hand_off=writer,
-        ledger=ledger.Ledger(client, c.namespace), reset_jobs=jobs.Jobs(client, c.namespace),
+        ledger=fault_ledger, reset_jobs=jobs.Jobs(client, c.namespace),
         reset_job=remediation.ResetJob(c.image, c.namespace, c.job_runtime_class or None),
         cards=reset_cards.ResetCards(return_view.WorldResetCards(played)),
     )  # fmt: skip

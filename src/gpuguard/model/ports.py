@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
-from gpuguard.model import decisions, fleet
+from gpuguard.model import decisions, fleet, jobs
+
+ReadT_co = TypeVar("ReadT_co", covariant=True)
 
 
 class Clock(Protocol):
@@ -91,3 +93,28 @@ class PowerControl(Protocol):
         https://redfish.dmtf.org): never raises for a refusal, an error or a timeout of the
         BMC (``ok=False`` with the reason); one call, no retry (docs/remediation.md)."""
         ...
+
+
+class JobsPort(Protocol):
+    """The Kubernetes Jobs the controller creates (burn-in, reset, canary) and reads back."""
+
+    def create(self, manifest: dict[str, Any]) -> str | None: ...
+
+    def result(self, name: str, created_uid: str | None = None) -> jobs.JobResult: ...
+
+
+class LedgerWriter(Protocol):
+    """Appends one line to the per-card fault ledger."""
+
+    def append(self, entry: Any) -> None: ...
+
+
+class LedgerView(Protocol[ReadT_co]):
+    """Reads the per-card fault ledger; ``ReadT_co`` is the adapter's read (the model layer
+    does not import the adapter's ``LedgerRead``)."""
+
+    def entries(self) -> ReadT_co: ...
+
+
+class LedgerPort(LedgerView[ReadT_co], LedgerWriter, Protocol[ReadT_co]):
+    """The ledger a step both reads and appends to."""

@@ -89,11 +89,14 @@ def decide(
     settings: settings_model.GuardSettings,
     phantom_cordons: Sequence[decisions.Action] = (),
     ledger: Sequence[faults.LedgerEntry] | None = (),
+    signals: Mapping[str, list[xid_signals.HardwareXid]] | None = None,
 ) -> IsolationDecision:
     """This tick's isolations, withheld-marks and findings. ``phantom_cordons`` are the opt-in
     phantom isolations, admitted after the faults by the same breaker. ``ledger`` is the fault
-    ledger the GPU-or-node rule reads (None: it could not be read)."""
-    signals = xid_signals.all_signals(snapshot, classifier)
+    ledger the GPU-or-node rule reads (None: it could not be read). ``signals``: the snapshot's
+    ``xid_signals.all_signals`` when the tick has them already (None: computed here)."""
+    if signals is None:
+        signals = xid_signals.all_signals(snapshot, classifier)
     held = _gpu_loss_held(snapshot.samples)
     candidates: dict[str, _Admissible] = {}
     findings: list[decisions.Finding] = xid_signals.forgeries(snapshot.samples)
