@@ -21,7 +21,9 @@ HEAVY = {
     "dataclasses", "inspect", "typing", "pathlib", "json", "gpuguard.model",
     "gpuguard.cli.main", "gpuguard.cli.output", "gpuguard.cli.failures",
     "re",  # with enum and functools, a third of an empty log's parse (kernlog.scan)
+    "importlib.metadata",
 }  # fmt: skip
+EXECUTABLE = Path(__file__).resolve().parents[2] / "src" / "bin" / "gpuguard"
 
 
 def typer_answer(args: list[str]) -> tuple[int, str, str]:
@@ -118,6 +120,20 @@ def test_start_up_imports_no_heavy_module(args: list[str], logs: dict[str, str])
     imported = set(ast.literal_eval(run.stderr.splitlines()[-1]))
     assert imported & HEAVY == set()
     assert "gpuguard.cli.entry" in imported
+
+
+def test_the_executable_runs_the_entry_and_imports_no_heavy_module(
+    logs: dict[str, str],
+) -> None:
+    """The installed script (pyproject's script-files), not pip's wrapper, which imports re."""
+    for args in (["--version"], ["xid", "parse", logs["EMPTY"]]):
+        command = [sys.executable, "-X", "importtime", str(EXECUTABLE), *args]
+        run = subprocess.run(command, check=False, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines()}
+        assert "gpuguard.cli.entry" in imported
+        assert imported & HEAVY == set()
+    assert run.stdout.startswith("0 events in 0 lines")
 
 
 def test_the_version_is_the_installed_package_s() -> None:

@@ -12,7 +12,6 @@ piped, they are not wrapped at 80 columns.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
@@ -21,16 +20,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 import yaml
-from rich.console import Console
 from rich.progress import Progress
-from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from gpuguard.cli import safe_text
+from gpuguard.cli.console import make_console
 
 T = TypeVar("T")
-PIPE_WIDTH = 200  # piped to a file or pager: wide enough that rows stay on one line
 ERROR_LIMIT = 1000  # characters of an error line: enough for every input it names
 
 
@@ -42,30 +39,6 @@ class Format(StrEnum):
 
 FormatOpt = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 JsonAlias = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
-
-
-class SafeConsole(Console):
-    """A rich console that never writes a control character it was given as text: strings
-    are escaped and cut before layout (so tables stay aligned), and every text segment is
-    escaped again as it is written (so a ``Text`` built elsewhere cannot slip one through)."""
-
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        return super().render_str(safe_text.shown(text), **kwargs)
-
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            seg if seg.control else Segment(safe_text.visible(seg.text), seg.style)
-            for seg in buffer
-        )
-
-
-def make_console(*, stderr: bool = False) -> Console:
-    """A console that prints text as text, sized to the terminal or unwrapped when piped."""
-    plain: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
-    console = SafeConsole(stderr=stderr, soft_wrap=False, **plain)
-    if console.is_terminal or "COLUMNS" in os.environ:
-        return console
-    return SafeConsole(stderr=stderr, soft_wrap=False, width=PIPE_WIDTH, **plain)
 
 
 console = make_console()

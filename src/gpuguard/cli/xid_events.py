@@ -3,8 +3,9 @@
 Kept apart from the typer command (``cli.xid_parse``) because two entry points share it: the
 command, and ``cli.entry``'s fast path, which runs ``xid parse`` without importing typer, rich
 or the other command groups (issue 28: the command starts in the interpreter's own time). So
-this module imports only the standard library and ``kernlog`` at start; JSON, rich's table and
-YAML are imported when there is something to print with them.
+this module imports only the standard library and ``kernlog`` at start; JSON, rich's table
+(``cli.console``, not ``cli.output``) and YAML are imported when there is something to print
+with them.
 
 Output: one JSON object per event (``json``), a YAML list (``yaml``) or a table (``table``),
 then ``N events in M lines; K malformed Xid lines skipped`` — on stdout after a table, on
@@ -98,9 +99,10 @@ def _write_json_lines(events: Iterable[xid.KernelEvent], out: TextIO) -> None:
 
 def _print_table(events: list[xid.KernelEvent], stats: parse.ParseStats) -> None:
     if events:
-        from gpuguard.cli import output
+        from gpuguard.cli import console  # rich only: cli.output would import typer and YAML
 
-        output.console.print(_events_table(events, output.console.width))
+        shown = console.make_console()
+        shown.print(_events_table(events, shown.width))
     _print_summary(stats, sys.stdout)
 
 
