@@ -8,7 +8,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import InputError, NotFoundError
 from gpuguard.model import change
 

@@ -16,7 +16,7 @@ from lightkube import Client
 from lightkube.resources import resource_v1, resource_v1beta2
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import gpu_isolation
 

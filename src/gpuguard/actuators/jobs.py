@@ -27,7 +27,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import ConflictError, InputError, SourceError
 from gpuguard.model import annotation_keys
 from gpuguard.model import change as change_model

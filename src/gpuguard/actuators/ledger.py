@@ -61,7 +61,7 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import ConflictError, InputError
 from gpuguard.model import decisions, faults, pci, timestamps
 

@@ -18,7 +18,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.model import annotation_keys, decisions, fleet, timestamps
 
 COMPONENT = "gpuguard"

@@ -14,7 +14,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from gpuguard.actuators import api_errors, nodes
+from gpuguard.actuators import nodes
+from gpuguard.clients import kube as api_errors
 from gpuguard.model import annotation_keys, onboarding
 
 GATE_EVENT_SOURCE = "gpuguard-gate"

@@ -22,7 +22,7 @@ from typing import Any
 from lightkube import Client
 from lightkube.resources.core_v1 import Secret
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import GpuguardError, InputError
 from gpuguard.model import ports
 

@@ -15,7 +15,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.model import decisions, workloads
 
 COMPONENT = "gpuguard"

@@ -36,7 +36,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import ConflictError, GpuguardError, InputError, NotFoundError
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
-from gpuguard.actuators import api_errors
 from gpuguard.catalog import dcgm_fields
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
 from gpuguard.model import audit, fleet, promql_scope
 from gpuguard.model import metric_names as names

@@ -13,7 +13,7 @@ from lightkube import Client
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import InputError, NotFoundError, SourceError
 from gpuguard.model import change
 from gpuguard.model import metric_names as names

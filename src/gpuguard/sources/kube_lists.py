@@ -31,7 +31,7 @@ from lightkube import ConfigError
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import SourceError
 from gpuguard.model import waits
 

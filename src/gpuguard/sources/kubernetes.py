@@ -5,7 +5,7 @@ Also the API server's own version (``GET /version``), which lightkube's ``Client
 for: it is read with an httpx2 client that lightkube's own ``client_adapter`` builds from the
 ``Client``'s public ``config`` — the same base URL, TLS and credentials, not a second stack.
 
-Lightkube's errors become ``SourceError`` through ``actuators.api_errors``, the one translator
+Lightkube's errors become ``SourceError`` through ``clients.kube``, the one translator
 every Kubernetes adapter uses, naming what was being read.
 """
 
@@ -20,7 +20,7 @@ from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import annotation_keys, fleet, node_conditions, timestamps
 from gpuguard.sources import kube_lists

@@ -4,7 +4,7 @@ agent's ``gpuguard_check_status`` from Prometheus — the agent stays read-only 
 server, so its checks reach the gate through Prometheus (docs/onboarding.md).
 
 Errors are ``SourceError`` (``NotFoundError`` for a node that does not exist) through
-``actuators.api_errors``, the one translator of Kubernetes API errors.
+``clients.kube``, the one translator of Kubernetes API errors.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import httpx
 from lightkube import Client
 from lightkube.resources.batch_v1 import Job
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import (
     annotation_keys,

@@ -10,7 +10,7 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
 
-from gpuguard.actuators import api_errors
+from gpuguard.clients import kube as api_errors
 from gpuguard.errors import NotFoundError, SourceError
 
 RayJob = create_namespaced_resource("ray.io", "v1", "RayJob", "rayjobs")
