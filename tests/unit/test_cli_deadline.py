@@ -78,7 +78,7 @@ def test_a_prometheus_that_never_answers_is_named_with_its_url(silent_server: st
     )
     assert result.exit_code == 1
     assert result.output.startswith("error: gpuguard phantom: no result within its 2s deadline")
-    assert f"it was waiting on GET {silent_server}/api/v1/query\n" in result.output
+    assert f"it was waiting on Prometheus ({silent_server}/api/v1/query, query '" in result.output
 
 
 def test_the_deadline_is_disarmed_when_the_command_ends() -> None:

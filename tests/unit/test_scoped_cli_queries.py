@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import httpx
 import pytest
 
+from gpuguard.clients import prometheus as prometheus_client
 from gpuguard.sources import audit, onboarding
 from tests.audit_builders import AT
 
@@ -41,10 +41,10 @@ def test_the_gates_check_statuses_are_scoped(monkeypatch: pytest.MonkeyPatch) ->
     asked: list[str] = []
     real = httpx.Client
 
-    def client(**kwargs: Any) -> httpx.Client:
-        return real(transport=recording(asked), **kwargs)
+    def client(timeout_s: float) -> httpx.Client:
+        return real(transport=recording(asked), timeout=timeout_s)
 
-    monkeypatch.setattr(onboarding.httpx, "Client", client)
+    monkeypatch.setattr(prometheus_client, "http", client)
     assert onboarding.check_statuses("http://p", "gpu-node-17", scopes=SCOPES) == {}
     (query,) = asked  # the return facts' own query for the node, each selector scoped
     selectors = re.findall(r"gpuguard_check_status\{([^}]*)\}", query)

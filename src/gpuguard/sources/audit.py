@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-import httpx
 from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apps_v1 import Deployment
@@ -25,8 +24,9 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.catalog import dcgm_fields
 from gpuguard.clients import kube as api_errors
+from gpuguard.clients import prometheus as query
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
-from gpuguard.model import audit, fleet, promql_scope
+from gpuguard.model import audit, fleet
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.model.audit import Input
@@ -148,7 +148,7 @@ class AuditReader:
             missing.update(dict.fromkeys(prom_inputs, "no Prometheus URL given"))
             return (), frozenset(), {}
         try:
-            with httpx.Client(timeout=self._timeout_s) as http:
+            with query.http(self._timeout_s) as http:
                 rules = self._rules(http)
                 present = self._labels(http, at, _presence_query(), ("__name__",))
                 cordoned = self._labels(http, at, CORDONED_72H, ("node",))
@@ -159,23 +159,17 @@ class AuditReader:
             return (), frozenset(), {}
         return rules, present, {Input.PROM_CORDON_72H: cordoned, Input.PROM_DCGM_NODES: dcgm}
 
-    def _rules(self, http: httpx.Client) -> tuple[audit.PromRule, ...]:
-        url = f"{self._prom}/api/v1/rules"
-        try:
-            response = http.get(url)
-            payload = response.json()
-        except (httpx.HTTPError, ValueError) as e:
-            raise SourceError(f"GET {url} failed: {e}") from e
-        return rules_from(url, response.status_code, payload)
+    def _rules(self, http: query.Http) -> tuple[audit.PromRule, ...]:
+        return rules_from(*query.rules(http, self._prom or ""))
 
     def _labels(
-        self, http: httpx.Client, at: datetime, promql: str, keys: tuple[str, ...]
+        self, http: query.Http, at: datetime, promql: str, keys: tuple[str, ...]
     ) -> frozenset[str]:
         return label_values(http, self._prom or "", at, promql, keys, self._scopes)
 
 
 def label_values(
-    http: httpx.Client,
+    http: query.Http,
     url: str,
     at: datetime,
     promql: str,
@@ -185,20 +179,15 @@ def label_values(
     """The values of ``keys`` on the series ``promql`` answers at ``at``, scoped to the
     exporters' scrape jobs (``model.promql_scope``); ``SourceError`` on a failed or bad
     answer."""
-    query = promql_scope.scoped(promql, scopes or {})
-    try:
-        response = http.get(f"{url}/api/v1/query",
-                            params={"query": query, "time": at.timestamp()})
-    except httpx.HTTPError as e:
-        raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
-    series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
+    answer = query.instant(http, url, promql, promql, at, scopes)
+    series = prometheus.parse_answer(promql, answer.status_code, answer.content, "vector")
     return frozenset(v for sample in series for k in keys if (v := sample.labels.get(k)))
 
 
 def series_present(url: str, at: datetime, timeout_s: float = 10.0) -> frozenset[str]:
     """Which of the series the audit asks about (every DCGM field gpuguard reads, the agent's
     Xid counter) Prometheus has at ``at``."""
-    with httpx.Client(timeout=timeout_s) as http:
+    with query.http(timeout_s) as http:
         return label_values(http, url, at, _presence_query(), ("__name__",))
 
 

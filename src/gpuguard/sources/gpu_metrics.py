@@ -29,10 +29,9 @@ from datetime import UTC, datetime, timedelta
 from statistics import fmean
 from types import TracebackType
 
-import httpx
-
+from gpuguard.clients import prometheus as query
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, promql_scope, series, subquery
+from gpuguard.model import fleet, series, subquery
 from gpuguard.model import metric_names as names
 from gpuguard.model import settings as settings_model
 from gpuguard.sources import node_scope, prometheus
@@ -168,18 +167,18 @@ class GpuMetricsSource:
         plan: GpuQueryPlan,
         *,
         staleness: timedelta = timedelta(minutes=2),
-        client: httpx.Client | None = None,
+        client: query.Http | None = None,
         timeout_s: float = 10.0,
         max_regex_chars: int = node_scope.MATCHER_CHARS,
         most_batches: int = node_scope.MOST_BATCHES,
         scopes: Mapping[str, str] | None = None,
     ) -> None:
-        self._url = base_url.rstrip("/") + "/api/v1/query"
+        self._base_url = base_url
         self._plan = plan
         self._scopes = dict(scopes or {})  # prometheus.scrape_scope (model.promql_scope)
         self._max_chars, self._most_batches = max_regex_chars, most_batches
         self._staleness = staleness
-        self._client = client or httpx.Client(timeout=timeout_s)
+        self._client = client or query.http(timeout_s)
         self.queries_issued = 0
 
     def __enter__(self) -> GpuMetricsSource:
@@ -236,13 +235,8 @@ class GpuMetricsSource:
 
     def _ask(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
-        try:
-            params: dict[str, str | float] = {"query": promql_scope.scoped(promql, self._scopes),
-                                              "time": subquery.evaluation_time(at)}
-            response = self._client.get(self._url, params=params)
-        except httpx.HTTPError as e:
-            raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
-        return prometheus.parse_answer(name, response.status_code, response.content, "vector")
+        answer = query.instant(self._client, self._base_url, name, promql, at, self._scopes)
+        return prometheus.parse_answer(name, answer.status_code, answer.content, "vector")
 
 
 # ---- folding samples into windows -----------------------------------------------------------

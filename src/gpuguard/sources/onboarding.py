@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import httpx
 from lightkube import Client
 from lightkube.resources.batch_v1 import Job
 
 from gpuguard.clients import kube as api_errors
+from gpuguard.clients import prometheus as query
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import (
     annotation_keys,
@@ -25,8 +25,6 @@ from gpuguard.model import (
     jobs,
     node_conditions,
     onboarding,
-    promql_scope,
-    waits,
 )
 from gpuguard.model import metric_names as names
 from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
@@ -134,12 +132,8 @@ def check_statuses(
     if not prometheus_url:
         return {}
     plan = return_facts.ReturnFactsPlan(nodes=(node,))
-    promql = promql_scope.scoped(plan.queries()[names.CHECK_STATUS], scopes or {})
-    url = prometheus_url.rstrip("/") + "/api/v1/query"
-    try:
-        with httpx.Client(timeout=timeout_s) as client, waits.on(f"Prometheus ({url})"):
-            response = client.get(url, params={"query": promql})
-    except httpx.HTTPError as e:
-        raise SourceError(f"Prometheus query {promql!r} failed: {e}") from e
-    series = prometheus.parse_answer(promql, response.status_code, response.content, "vector")
+    promql = plan.queries()[names.CHECK_STATUS]
+    with query.http(timeout_s) as client:
+        answer = query.instant(client, prometheus_url, names.CHECK_STATUS, promql, None, scopes)
+    series = prometheus.parse_answer(promql, answer.status_code, answer.content, "vector")
     return return_facts.conformance([replace(s, name=names.CHECK_STATUS) for s in series])

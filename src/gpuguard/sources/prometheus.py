@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import httpx
 import msgspec
 
+from gpuguard.clients import prometheus as query
 from gpuguard.errors import SourceError
-from gpuguard.model import fleet, promql_scope, subquery, waits
+from gpuguard.model import fleet, subquery
 from gpuguard.model import metric_names as names
 
 _GPU = f'resource="{names.GPU_RESOURCE_LABEL}"'
@@ -145,16 +145,15 @@ class PrometheusSource:
         plan: Plan,
         *,
         staleness: timedelta = timedelta(minutes=2),
-        client: httpx.Client | None = None,
+        client: query.Http | None = None,
         timeout_s: float = 10.0,
         scopes: Mapping[str, str] | None = None,
     ) -> None:
-        self._url = base_url.rstrip("/") + "/api/v1/query"
-        self._range_url = self._url + "_range"
+        self._url = base_url
         self._plan = plan
         self._scopes = dict(scopes or {})  # prometheus.scrape_scope (model.promql_scope)
         self._staleness = staleness
-        self._client = client or httpx.Client(timeout=timeout_s)
+        self._client = client or query.http(timeout_s)
         self.queries_issued = 0
 
     def close(self) -> None:
@@ -171,19 +170,8 @@ class PrometheusSource:
 
     def _vector(self, name: str, promql: str, at: datetime) -> list[fleet.MetricSample]:
         self.queries_issued += 1
-        params: dict[str, str | float] = {"query": promql_scope.scoped(promql, self._scopes),
-                                          "time": subquery.evaluation_time(at)}
-        return self._get(self._url, name, params, "vector")
-
-    def _get(
-        self, url: str, name: str, params: Mapping[str, str | float], kind: str
-    ) -> list[fleet.MetricSample]:
-        try:
-            with waits.on(f"Prometheus ({url}, query {name!r})"):
-                response = self._client.get(url, params=params)
-        except httpx.HTTPError as e:
-            raise SourceError(f"Prometheus query {name!r} failed: {e}") from e
-        return parse_answer(name, response.status_code, response.content, kind)
+        answer = query.instant(self._client, self._url, name, promql, at, self._scopes)
+        return parse_answer(name, answer.status_code, answer.content, "vector")
 
     def _check_fresh(self, samples: list[fleet.MetricSample], at: datetime) -> None:
         for family in (names.FRESHNESS_KSM, names.FRESHNESS_DCGM):
@@ -219,13 +207,9 @@ class PrometheusSource:
             queries |= self._plan.node_state_queries()
         for name, promql in queries.items():
             self.queries_issued += 1
-            params: dict[str, str | float] = {
-                "query": promql_scope.scoped(promql, self._scopes),
-                "start": start.timestamp(),
-                "end": end.timestamp(),
-                "step": step.total_seconds(),
-            }
-            for sample in self._get(self._range_url, name, params, "matrix"):
+            answer = query.over_range(self._client, self._url, name, promql,
+                                      (start, end, step), self._scopes)  # fmt: skip
+            for sample in parse_answer(name, answer.status_code, answer.content, "matrix"):
                 by_instant[sample.timestamp].append(sample)
         instant = start
         while instant <= end:
