@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from gpuguard.controller import failsafe, tick
+from gpuguard.controller import failsafe, recovery, tick
 from gpuguard.errors import ConflictError, GpuguardError, SourceError
 from gpuguard.model import annotation_keys, decisions, fleet, jobs, settings, withheld
 from gpuguard.model import metric_names as names
@@ -227,13 +227,21 @@ class BrokenClassifier:
         raise KeyError(code)  # a bug, not an input error: nothing in the tick handles it
 
 
-def test_an_exception_on_one_nodes_input_costs_that_node_and_the_next_steps_run() -> None:
+def world_with_gpu_node_c_isolated() -> tuple[
+    recovery.Recovery, fakes.FakeJobs, fakes.FakeCluster, fakes.FakeMetrics
+]:
+    """xid79_world with gpu-node-c already isolated, and the recovery step that sees it."""
     rec, step_jobs, _, _ = test_controller_recovery.make()
     cluster, metrics = xid79_world()
     isolated = test_controller_recovery.isolated_node()
     cluster.node_list = [*cluster.node_list, fleet.Node(
         "gpu-node-c", isolated.boot_id, 8, 7, unschedulable=True,
         annotations=isolated.annotations)]  # fmt: skip
+    return rec, step_jobs, cluster, metrics
+
+
+def test_an_exception_on_one_nodes_input_costs_that_node_and_the_next_steps_run() -> None:
+    rec, step_jobs, cluster, metrics = world_with_gpu_node_c_isolated()
     g, writer = guard(classifier=BrokenClassifier(), cluster=cluster, metrics=metrics,
                       recovery=rec)  # fmt: skip
     result = g.tick()
@@ -283,12 +291,7 @@ def test_a_node_whose_step_raises_costs_only_that_node() -> None:
 
 def test_a_wake_during_a_tick_leaves_its_later_steps_to_the_woken_tick() -> None:
     # A GPU gone from the bus must not wait for a return's or a recovery's queries.
-    rec, step_jobs, _, _ = test_controller_recovery.make()
-    cluster, metrics = xid79_world()
-    isolated = test_controller_recovery.isolated_node()
-    cluster.node_list = [*cluster.node_list, fleet.Node(
-        "gpu-node-c", isolated.boot_id, 8, 7, unschedulable=True,
-        annotations=isolated.annotations)]  # fmt: skip
+    rec, step_jobs, cluster, metrics = world_with_gpu_node_c_isolated()
     g, writer = guard(cluster=cluster, metrics=metrics, recovery=rec)
     cut = g.tick(woken=lambda: True)
     assert [name for name, _ in writer.isolated] == ["gpu-node-b"]  # the isolation still ran
