@@ -25,3 +25,15 @@ def process(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subp
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+
+def first_line(proc: subprocess.Popen[str]) -> str:
+    """The first line the process printed; if it ended without one, AssertionError with its
+    exit status and what it wrote on stderr (the one line gpuguard prints on a failure)."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    line = proc.stdout.readline()
+    if line:
+        return line
+    code = proc.wait(timeout=15)
+    raise AssertionError(f"{proc.args!r} printed nothing; exit {code}: {proc.stderr.read()}")

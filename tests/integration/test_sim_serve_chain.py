@@ -17,7 +17,7 @@ import yaml
 
 from gpuguard.sim import scenario
 from tests import tools
-from tests.processes import GPUGUARD, process
+from tests.processes import GPUGUARD, first_line, process
 
 pytestmark = pytest.mark.integration
 SPEED = 60  # a scenario minute per second: the power cycle at 20 minutes comes after 20 s
@@ -86,9 +86,8 @@ def test_sim_serve_runs_the_whole_chain_from_isolation_to_return(tmp_path: Path)
              str(SPEED), "--start-paused", "--sim-prometheus", "--dir", str(tmp_path / "sim"),
              "--json"]  # fmt: skip
     with process(serve) as sim:
-        assert sim.stdout is not None
-        ready = json.loads(sim.stdout.readline() or "{}")
-        assert ready.get("prometheus_kind") == "simulator", sim.stderr
+        ready = json.loads(first_line(sim))
+        assert ready.get("prometheus_kind") == "simulator"
         kc = ready["kubeconfig"]
         run = [*GPUGUARD, "run", "--kubeconfig", kc, "--prometheus-url", ready["prometheus"],
                "--metrics-port", "0"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import tools, waits
-from tests.processes import GPUGUARD, process
+from tests.processes import GPUGUARD, first_line, process
 
 READY_TIMEOUT_S = 60.0
 ISOLATE_TIMEOUT_S = 60.0
@@ -31,9 +31,8 @@ def test_serve_then_kubectl_and_gpuguard_run_isolate_a_fault_live(tmp_path: Path
     serve = [*GPUGUARD, "sim", "serve", "xid79-twice", "--speed", "60", "--dir", str(tmp_path),
              "--json"]
     with process(serve) as sim:
-        assert sim.stdout is not None
-        ready = json.loads(sim.stdout.readline() or "{}")
-        assert set(ready) >= {"kubernetes", "prometheus", "kubeconfig"}, sim.stderr
+        ready = json.loads(first_line(sim))
+        assert set(ready) >= {"kubernetes", "prometheus", "kubeconfig"}
         kc = ready["kubeconfig"]
         names = kubectl(kc, "get", "nodes,pods,jobs,leases,events", "-A", "-o", "name")
         assert "node/gpu-node-b" in names.splitlines()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gpuguard.sim.control_plane import cluster, versions
 from tests import chart, waits
@@ -147,3 +150,25 @@ def _refusals(plane: cluster.ControlPlane) -> str:
         "get", "events", "-n", helm.NAMESPACE, "--field-selector=reason=FailedCreate", "-o", "json"
     )
     return "; ".join(e["message"] for e in json.loads(events.stdout)["items"][-3:])
+
+
+def test_a_start_whose_picked_port_was_taken_meanwhile_is_made_again_on_fresh_ports(
+    bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``free_port`` can only say a port was free: here etcd's first pick is bound by the time
+    etcd starts, as an outgoing connection's source port or a plane beside it can bind it."""
+    real_free_port = cluster.free_port
+    picked: list[int] = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+
+        def free_port() -> int:
+            picked.append(taken.getsockname()[1] if not picked else real_free_port())
+            return picked[-1]
+
+        monkeypatch.setattr(cluster, "free_port", free_port)
+        with cluster.start(tmp_path, controllers=False, scheduler=False) as plane:
+            assert plane.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
+            assert str(picked[0]) not in plane.server
+    assert len(picked) >= 5  # etcd's two ports twice (the first try refused), the API server's

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuguard.sim.control_plane import cluster
 from tests import tools, waits
-from tests.processes import GPUGUARD, process
+from tests.processes import GPUGUARD, first_line, process
 
 VERDICT_TIMEOUT_S = 90.0
 
@@ -36,9 +36,8 @@ def test_sim_serve_on_the_real_control_plane_isolates_collects_evidence_and_name
         "--json",
     ]
     with process(serve) as sim:
-        assert sim.stdout is not None
-        ready = json.loads(sim.stdout.readline() or "{}")
-        assert ready.get("control_plane") == "real", sim.stderr
+        ready = json.loads(first_line(sim))
+        assert ready.get("control_plane") == "real"
         admin = ready["kubeconfig"]
         env = dict(
             word.split("=", 1)

@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -45,6 +46,7 @@ from gpuguard.sim import live
 from gpuguard.sim.control_plane import pki, versions
 
 _READY_TIMEOUT_S = 60.0
+_START_ATTEMPTS = 3  # a start whose picked port was taken meanwhile is made again
 SERVICE_CIDR = "10.96.0.0/16"
 FEATURE_GATES = "DRADeviceTaints=true,DRADeviceTaintRules=true"
 RUNTIME_CONFIG = "resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
@@ -52,6 +54,10 @@ RUNTIME_CONFIG = "resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
 
 class ControlPlaneError(GpuguardError):
     """A part of the real control plane is not built or did not start."""
+
+
+class PortTaken(ControlPlaneError):
+    """A component exited because the port picked for it was bound by then."""
 
 
 @dataclass
@@ -249,7 +255,32 @@ def start(
     scheduler: bool = True,
     extra_apiserver_flags: Sequence[str] = (),
 ) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver (+ controller-manager, scheduler); all stopped on exit."""
+    """etcd + kube-apiserver (+ controller-manager, scheduler); all stopped on exit.
+
+    A port picked free (``free_port``) can be bound by someone else before its component
+    binds it: the source port of any outgoing connection, another plane starting beside this
+    one. Such a start is stopped and made again on fresh ports, with a fresh etcd."""
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        stack = ExitStack()
+        try:
+            plane = stack.enter_context(
+                _started(folder, controllers, scheduler, extra_apiserver_flags)
+            )
+        except PortTaken:
+            stack.close()
+            if attempt == _START_ATTEMPTS:
+                raise
+            shutil.rmtree(folder / "etcd", ignore_errors=True)
+            continue
+        with stack:
+            yield plane
+        return
+
+
+@contextmanager
+def _started(
+    folder: Path, controllers: bool, scheduler: bool, extra_apiserver_flags: Sequence[str]
+) -> Iterator[ControlPlane]:
     bin_dir = require_built()
     folder.mkdir(parents=True, exist_ok=True)
     keys = pki.make(folder / "pki")
@@ -407,8 +438,10 @@ def _wait(name: str, proc: subprocess.Popen[bytes], ready: Any, log_path: Path) 
     deadline = time.monotonic() + _READY_TIMEOUT_S
     while True:
         if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-            raise ControlPlaneError(
+            log = log_path.read_text(errors="replace")
+            tail = log.strip().splitlines()[-3:]
+            error = PortTaken if "address already in use" in log else ControlPlaneError
+            raise error(
                 f"{name} exited with {proc.returncode}: {' | '.join(tail)} (log: {log_path})"
             )
         if ready is None or ready():
