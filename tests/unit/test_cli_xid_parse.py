@@ -79,6 +79,32 @@ def test_table_lists_events_and_a_summary_of_skipped_lines() -> None:
     assert "4 events in 11 lines; 1 malformed Xid lines skipped (first at line 5)" in stdout
 
 
+def test_table_columns_line_up_and_the_message_is_cut_to_the_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    code, stdout, _ = run(str(MIXED_JOURNAL))
+    rows = stdout.splitlines()[:-1]  # the last line is the summary
+    assert code == 0
+    assert rows[0].split() == [
+        "line", "when", "xid", "pci", "uuid", "pid", "process", "action", "message"
+    ]
+    message_at = rows[0].index("message")
+    assert all(len(row) <= 120 for row in rows)
+    assert rows[3][message_at:].startswith("The NVIDIA GPU")
+    assert rows[3].endswith("…")
+    assert [row[:4].strip() for row in rows[1:]] == ["4", "6", "8", "11"]
+
+
+def test_table_escapes_control_characters_a_process_name_carries() -> None:
+    line = "[ 9.000000] NVRM: Xid (PCI:0000:01:00): 13, pid=42, name=\x1b]8;;evil\x07x, bad\n"
+    code, stdout, _ = run(stdin=line)
+    assert code == 0
+    assert "\x1b" not in stdout
+    assert "\x07" not in stdout
+    assert "\\x1b]8;;evil\\x07x" in stdout
+
+
 def test_no_events_still_prints_the_summary() -> None:
     code, stdout, _ = run(stdin="just\nnoise\n")
     assert code == 0
