@@ -618,6 +618,29 @@ def test_lines_read_counts_every_line(data: bytes, lines: int) -> None:
     assert parser.stats.lines_read == lines
 
 
+def test_the_marker_is_found_where_find_finds_it_however_many_vs_come_first() -> None:
+    """The scan memchr's for the V of ``NVRM:`` (its rarest byte); text dense in V hands the
+    rest of a search to the regex engine: the same leftmost hit either way."""
+    rng = random.Random(2812)
+    for _ in range(300):
+        size = rng.randrange(1, 6000)
+        buffer = bytearray(rng.choices(b"NVRM:V\nx", weights=[2, 30, 2, 2, 2, 30, 1, 5], k=size))
+        for _ in range(rng.randrange(3)):
+            at = rng.randrange(size)
+            buffer[at:at] = b"NVRM:"
+        start = rng.randrange(len(buffer))
+        end = rng.randrange(start, len(buffer) + 1)
+        assert scan._find(buffer, start, end) == buffer.find(b"NVRM:", start, end)
+
+
+def test_an_xid_line_after_a_run_of_vs_keeps_its_line_number() -> None:
+    data = (b"V" * 70_000 + b"\n") * 3 + b"[ 1.0] NVRM: Xid (PCI:0000:01:00): 13, x\n"
+    parser = parse.XidLogParser()
+    events = list(scan.scan_file(io.BytesIO(data), parser, chunk_size=4096))
+    assert [(e.line_no, e.xid) for e in events] == [(4, 13)]
+    assert parser.stats.lines_read == 4
+
+
 def test_random_bytes_never_crash() -> None:
     rng = random.Random(20261129)
     for _ in range(50):

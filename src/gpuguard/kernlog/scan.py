@@ -2,12 +2,9 @@
 
 A node's journal is gigabytes of lines of which a handful mention ``NVRM:``. Looking at each
 line in Python would cost a second per few million lines; instead this reads 1 MiB chunks into
-one reused buffer, jumps from one ``NVRM:`` to the next with a compiled literal pattern's
-``search`` and counts the newlines in between with ``count`` (both C loops; per gigabyte the two
-passes are most of the time, the regex engine's literal search the faster of the two searches
-the standard library has, ``bytearray.find`` the other), so only candidate lines are decoded
-and handed to ``XidLogParser``. The first chunk is searched with ``bytearray.find``: ``re`` is
-imported only for a file longer than one chunk, where its faster search pays for its import.
+one reused buffer, jumps from one ``NVRM:`` to the next and counts the newlines in between with
+``count`` (C loops), so only candidate lines are decoded and handed to ``XidLogParser``. The jump
+is ripgrep's: memchr for the needle's rarest byte, then compare (see ``_find``).
 Every line the parser acts on contains ``NVRM:``, so the events and counts are exactly those of
 feeding it every line.
 
@@ -41,9 +38,16 @@ if TYPE_CHECKING:
 CHUNK_SIZE = 1024 * 1024  # small enough that find and count reuse the CPU cache
 # Longer "lines" (binary junk without newlines) are cut here so memory stays bounded.
 MAX_LINE_BYTES = 1024 * 1024
-# Over kernel text the regex engine's literal search took 0.53 s/GB of CPU, ``bytearray.find``
-# 0.70 (2-core development machine, issue 28): the same leftmost hits within the same bounds.
 _NEEDLE = parse.NVRM_MARKER.encode()
+# ripgrep's literal search: memchr for the needle's rarest byte in ordinary text, then compare.
+# ``V`` is one byte in 1,200 of the bench's kernel journal (``N`` one in 200, ``:`` one in 26),
+# and ``bytearray.find`` of one byte is libc's vectorised memchr, where the regex engine's prefix
+# scan (0.44 s/GB here) and a multi-byte ``find`` (0.70) compare byte by byte.
+_RARE_BYTE = b"V"
+_RARE_AT = _NEEDLE.index(_RARE_BYTE)
+# Text dense in ``V`` (not ``NVRM:``) would cost a Python step per ``V``: past this many misses,
+# plus one per KiB searched, a search finishes in the regex engine's scan.
+_MISSES_ALLOWED = 64
 _NEWLINE = b"\n"
 
 
@@ -89,7 +93,6 @@ def _scan_stream(
     kept = 0  # bytes of an unfinished line, moved to the front of the buffer
     lines_before = 0
     discarding = False  # inside an over-long line whose head was already fed
-    find: Find = _find
     while size := _read_into(stream, view[kept : kept + chunk_size], name):
         end = kept + size
         start = 0
@@ -100,8 +103,7 @@ def _scan_stream(
             discarding, lines_before = False, lines_before + 1
         last_newline = buffer.rfind(_NEWLINE, start, end)
         complete = start if last_newline < 0 else last_newline + 1
-        lines_before += yield from _scan_block(buffer, start, complete, lines_before, parser, find)
-        find = _literal_search()
+        lines_before += yield from _scan_block(buffer, start, complete, lines_before, parser)
         kept = end - complete
         if kept > MAX_LINE_BYTES:
             head = view[complete : complete + MAX_LINE_BYTES]
@@ -116,13 +118,12 @@ def _scan_stream(
 
 
 def _scan_block(
-    buffer: bytearray, start: int, end: int, lines_before: int, parser: parse.XidLogParser,
-    find: Find,
+    buffer: bytearray, start: int, end: int, lines_before: int, parser: parse.XidLogParser
 ) -> Generator[xid.KernelEvent, None, int]:
     """Feed the candidate lines of ``buffer[start:end]`` (whole lines); return its line count."""
     line_no = lines_before
     position = start
-    while (hit := find(buffer, position, end)) >= 0:
+    while (hit := _find(buffer, position, end)) >= 0:
         previous_newline = buffer.rfind(_NEWLINE, position, hit)
         line_start = position if previous_newline < 0 else previous_newline + 1
         line_stop = buffer.find(_NEWLINE, hit, end)
@@ -136,10 +137,21 @@ def _scan_block(
 
 
 def _find(buffer: bytearray, start: int, end: int) -> int:
-    return buffer.find(_NEEDLE, start, end)
+    """Where ``NVRM:`` next starts in ``buffer[start:end]``, or -1: memchr to each ``V``,
+    ``startswith`` to check it (no copy); too many misses and the regex engine finishes."""
+    misses_left = _MISSES_ALLOWED + ((end - start) >> 10)
+    rare = buffer.find(_RARE_BYTE, start + _RARE_AT, end)
+    while rare >= 0:
+        if buffer.startswith(_NEEDLE, rare - _RARE_AT, end):
+            return rare - _RARE_AT
+        misses_left -= 1
+        if not misses_left:  # every needle starting before this V's has been ruled out
+            return _literal_search()(buffer, rare - _RARE_AT + 1, end)
+        rare = buffer.find(_RARE_BYTE, rare + 1, end)
+    return -1
 
 
-_searches: list[Find] = []  # the literal search, made at the first file longer than a chunk
+_searches: list[Find] = []  # the regex engine's literal search, made at its first use
 
 
 def _literal_search() -> Find:
