@@ -38,13 +38,14 @@ def phantom_findings(
 
 
 def gpu_plan_samples(
-    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan
-) -> tuple[fleet.MetricSample, ...]:
-    """The world's answer to the GPU window ``plan`` at ``at``."""
+    view: prometheus_view.WorldPrometheus, at: datetime, plan: gpu_metrics.GpuQueryPlan,
+    nodes: frozenset[str] | None = None,
+) -> tuple[fleet.MetricSample, ...]:  # fmt: skip
+    """The world's answer to the GPU window ``plan`` at ``at`` (of ``nodes`` only, if given)."""
     return view.gpu_window_samples(
         at, plan.window, signature_lookback=plan.signature_lookback,
         util_min_pct=plan.util_min_pct, fb_used_max_mib=plan.fb_used_max_mib,
-        sm_active_min=plan.sm_active_min, scoped=plan.scoped,
+        sm_active_min=plan.sm_active_min, scoped=plan.scoped, nodes=nodes,
     )  # fmt: skip
 
 

@@ -40,6 +40,8 @@ from gpuguard.sources import (
 )
 
 Family = Callable[[datetime], tuple[fleet.MetricSample, ...]]
+NodesFamily = Callable[[frozenset[str], datetime], tuple[fleet.MetricSample, ...]]  # of nodes
+NodePlan = tuple[Callable[[tuple[str, ...]], Mapping[str, str]], NodesFamily]
 _FRESHNESS = {  # the freshness queries' names -> the metric whose newest sample they time
     names.FRESHNESS_KSM: names.KSM_NODE_CAPACITY,
     names.FRESHNESS_DCGM: names.DCGM_GPU_UTIL,
@@ -56,7 +58,7 @@ class EmulatedPrometheus:
     speed: float
     lock: threading.Lock
     # plans asked of some nodes (their queries for those nodes) and the family answering them
-    node_plans: Sequence[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = ()
+    node_plans: Sequence[NodePlan] = ()
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -106,8 +108,8 @@ class EmulatedPrometheus:
             return [(partial(_of_nodes, self.view.pods_on_clean_gpus, asked),
                      names.DCGM_GPU_PODS)]
         routes: list[tuple[Family, str]] = [
-            (partial(_of_nodes, family, asked), name)
-            for queries_of, family in self.node_plans
+            (partial(family_of, asked), name)
+            for queries_of, family_of in self.node_plans
             for name, text in queries_of(nodes).items()
             if text == query
         ]
@@ -172,6 +174,9 @@ def answers(
     gpu_plan = gpu_metrics.GpuQueryPlan.for_settings(phantom)
     gpu_windows = partial(findings.gpu_plan_samples, view, plan=gpu_plan)
 
+    def gpu_windows_of(nodes: frozenset[str], at: datetime) -> tuple[fleet.MetricSample, ...]:
+        return findings.gpu_plan_samples(view, at, gpu_plan, nodes)
+
     health = fleet_health.HealthQueryPlan.for_settings(settings.fleet)
 
     def health_samples(at: datetime) -> tuple[fleet.MetricSample, ...]:
@@ -193,10 +198,11 @@ def answers(
     for queries, family in plans:
         for name, query in queries.items():
             routes.setdefault(query, (family, name))
-    node_plans: list[tuple[Callable[[tuple[str, ...]], Mapping[str, str]], Family]] = [
-        (gpu_plan.node_queries, gpu_windows),
-        (lambda nodes: fleet_health.TopologyPlan(nodes).queries(), health_samples),
-    ]
+    node_plans: list[NodePlan] = [
+        (gpu_plan.node_queries, gpu_windows_of),
+        (lambda nodes: fleet_health.TopologyPlan(nodes).queries(),
+         partial(_of_nodes, health_samples)),
+    ]  # fmt: skip
     return EmulatedPrometheus(played, view, routes, speed, lock, node_plans), view
 
 
