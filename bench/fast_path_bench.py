@@ -46,6 +46,7 @@ from tests.integration import agent_fleet as af
 from gpuguard.model import settings as settings_model
 
 TARGET_S = 5.0
+P90_TARGET_S = 0.25  # issue 28: the agent waits on the log, so the path is the woken tick
 GIVE_UP_S = 60.0  # a trial whose cordon has not come by then failed (two tick intervals)
 
 
@@ -147,7 +148,8 @@ def summarize(trials: list[Trial]) -> None:
     print(f"condition_to_cordon_s: {stats(to_cordon)}")
     print(f"cordons from a woken tick: {sum(t.woken for t in trials)}/{len(trials)}; "
           f"not isolated within {GIVE_UP_S:.0f} s: {len(trials) - len(isolate)}")
-    print(f"time_to_isolate_s: {stats(isolate)}  target ≤ {TARGET_S:.0f} s")
+    print(f"time_to_isolate_s: {stats(isolate)}  target ≤ {TARGET_S:.0f} s, "
+          f"p90 ≤ {P90_TARGET_S} s")
 
 
 def parse_args() -> argparse.Namespace:
