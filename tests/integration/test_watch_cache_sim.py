@@ -19,12 +19,13 @@ from lightkube.resources.core_v1 import NodeStatus
 from lightkube.types import PatchType
 
 from gpuguard.actuators import nodes as node_writer
+from gpuguard.clients import kube_lists
 from gpuguard.controller import fast_path, runner, telemetry, tick
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, fleet, node_conditions, settings
 from gpuguard.model import metric_names as names
 from gpuguard.sim import kubeapi, store
-from gpuguard.sources import kube_lists, kubernetes, watch_cache, watched_cluster
+from gpuguard.sources import kubernetes, watch_cache, watched_cluster
 from tests import fakes, waits
 from tests.builders import Classifier
 from tests.conftest import SimApi

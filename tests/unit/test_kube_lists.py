@@ -14,10 +14,11 @@ import httpx2
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
+from gpuguard.clients import kube_lists
 from gpuguard.errors import SourceError
 from gpuguard.model import annotation_keys, fleet, node_conditions
 from gpuguard.sim import kubeapi
-from gpuguard.sources import kube_lists, kubernetes, watch_cache
+from gpuguard.sources import kubernetes, watch_cache
 from tests.integration.simnodes import node_info
 
 Answer = Callable[[httpx2.Request], httpx2.Response]

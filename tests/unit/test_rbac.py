@@ -3,7 +3,7 @@ make (``gpuguard run``: the modules reachable from ``controller.wiring`` and
 ``controller.leader``) is read from the source as (resource, verb, where), and the chart must
 grant exactly those — a grant no call needs, or a call no grant allows, fails here.
 
-Requests sent without lightkube's verbs (``sources.kube_lists``: raw paged lists and watches)
+Requests sent without lightkube's verbs (``clients.kube_lists``: raw paged lists and watches)
 are declared in the module's ``RAW_CALLS`` — (kind, verb) pairs, cluster-wide — which the
 module enforces at run time; the scanner reads that declaration."""
 

@@ -27,15 +27,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import lightkube
-import msgspec
 from lightkube.core.exceptions import ConfigError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from gpuguard import errors
 from gpuguard.agent import conditions, position
+from gpuguard.clients import kube
 from gpuguard.model import node_conditions as nc
 from gpuguard.model import timestamps
 
@@ -66,7 +65,7 @@ def in_cluster(node: str, state_dir: Path) -> ConditionReporter | None:
                     "API address (%s); --no-report-conditions turns this off", e)
         return None
     client = lightkube.Client(
-        config=config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(TIMEOUT_S)
+        config=config, field_manager=FIELD_MANAGER, timeout=kube.timeout(TIMEOUT_S)
     )
     return ConditionReporter(lightkube_patch(client, node), state_dir)
 
@@ -77,7 +76,7 @@ def lightkube_patch(client: lightkube.Client, node: str) -> Patch:
     def patch(body: dict[str, Any]) -> None:
         try:
             client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
-        except (lightkube.ApiError, httpx2.HTTPError, msgspec.DecodeError) as e:
+        except kube.CALL_ERRORS as e:
             raise ConditionWriteError(f"patch nodes/{node}/status: {e}") from e
 
     return patch

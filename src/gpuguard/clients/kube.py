@@ -23,6 +23,18 @@ from gpuguard.model import waits
 # not fit its model (``leaseDurationSeconds: "fifteen"``) raises msgspec's ValidationError, an
 # answer that is not JSON at all (a proxy's HTML login page) its parent DecodeError.
 _NOT_API_ERRORS = (httpx2.HTTPError, msgspec.DecodeError)
+# Everything a lightkube call raises about the call itself (the API's answer, the wire, the
+# decoding), for a caller that keeps its own error and words (the agent's condition writer).
+CALL_ERRORS: tuple[type[Exception], ...] = (ApiError, *_NOT_API_ERRORS)
+
+
+def timeout(
+    seconds: float, *, connect: float | None = None, read: float | None = None
+) -> httpx2.Timeout:
+    """A lightkube client's or request's timeout: ``seconds`` for each phase (connect, read,
+    write, pool) unless ``connect`` or ``read`` gives that one its own."""
+    own = {"connect": connect, "read": read}
+    return httpx2.Timeout(seconds, **{phase: s for phase, s in own.items() if s is not None})
 
 
 def from_api_error(

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import threading
 
+from gpuguard.clients import kube_lists
 from gpuguard.errors import GpuguardError
 from gpuguard.sim import kubeapi, selectors, store
-from gpuguard.sources import kube_lists, watched_cluster
+from gpuguard.sources import watched_cluster
 
 CATCH_UP_S = 30.0  # far above a watch event's delay, even on a loaded machine
 JOIN_S = 10.0  # the watches end when the simulator's API server stops

@@ -24,6 +24,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from gpuguard.catalog import dcgm_fields
 from gpuguard.clients import kube as api_errors
+from gpuguard.clients import kube_lists
 from gpuguard.clients import prometheus as query
 from gpuguard.errors import GpuguardError, NotFoundError, SourceError
 from gpuguard.model import audit, fleet
@@ -33,7 +34,6 @@ from gpuguard.model.audit import Input
 from gpuguard.sources import (
     fleet_health,
     gang_pods,
-    kube_lists,
     kubernetes,
     prometheus,
     workloads,

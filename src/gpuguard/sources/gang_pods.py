@@ -14,8 +14,8 @@ from typing import Any
 
 from lightkube import Client
 
+from gpuguard.clients import kube_lists
 from gpuguard.model import timestamps, workloads
-from gpuguard.sources import kube_lists
 
 GPU_RESOURCE = "nvidia.com/gpu"
 UNSCHEDULABLE = "Unschedulable"
@@ -23,7 +23,7 @@ UNSCHEDULABLE = "Unschedulable"
 
 class GangPodReader:
     """Lists every unfinished pod of the cluster as ``WorkloadPod`` (a paged list of raw
-    JSON, ``sources.kube_lists``)."""
+    JSON, ``clients.kube_lists``)."""
 
     def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
         self._api = kube_lists.SharedApi(lambda: client.config, api)

@@ -15,15 +15,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx2
 from lightkube import Client, ConfigError
 from lightkube.config import client_adapter
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuguard.clients import kube as api_errors
+from gpuguard.clients import kube_lists
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import annotation_keys, fleet, node_conditions, timestamps
-from gpuguard.sources import kube_lists
 
 GPU_RESOURCE = "nvidia.com/gpu"
 _UNFINISHED = {fleet.PodPhase.PENDING, fleet.PodPhase.RUNNING, fleet.PodPhase.UNKNOWN}
@@ -34,7 +33,7 @@ _SHOWN_BODY = 200  # characters of an unexpected /version body quoted in the err
 
 class KubernetesReader:
     """Reads Nodes and unfinished Pods with paged lists of raw JSON
-    (``sources.kube_lists``), sent to the lightkube client's server with its credentials."""
+    (``clients.kube_lists``), sent to the lightkube client's server with its credentials."""
 
     def __init__(self, client: Client, api: kube_lists.RawApi | None = None) -> None:
         self._client = client
@@ -58,14 +57,17 @@ class KubernetesReader:
         return tuple(p for p in found if p.phase in _UNFINISHED)
 
 
+# lightkube's config (no server, no credentials) or the call itself failing
+_VERSION_ERRORS: tuple[type[Exception], ...] = (*api_errors.CALL_ERRORS, ConfigError)
+
 def api_server_version(client: Client, timeout_s: float = 10.0) -> str:
     """The API server's ``gitVersion`` (e.g. ``v1.34.3+rke2r1``) from ``GET /version``,
     sent to ``client``'s server with its credentials."""
-    params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
+    params = client_adapter.ConnectionParams(timeout=api_errors.timeout(timeout_s))
     try:
         with client_adapter.Client(client.config, params) as http:
             response = http.get(VERSION_PATH)
-    except (httpx2.HTTPError, ConfigError) as e:
+    except _VERSION_ERRORS as e:
         raise SourceError(f"GET {VERSION_PATH} failed: {e}") from e
     return git_version_from(response.status_code, response.content)
 

@@ -17,6 +17,7 @@ from lightkube import Client
 from lightkube.resources.batch_v1 import Job
 
 from gpuguard.clients import kube as api_errors
+from gpuguard.clients import kube_lists
 from gpuguard.clients import prometheus as query
 from gpuguard.errors import NotFoundError, SourceError
 from gpuguard.model import (
@@ -27,7 +28,7 @@ from gpuguard.model import (
     onboarding,
 )
 from gpuguard.model import metric_names as names
-from gpuguard.sources import kube_lists, kubernetes, prometheus, return_facts
+from gpuguard.sources import kubernetes, prometheus, return_facts
 
 
 class GateReader:

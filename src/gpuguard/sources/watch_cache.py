@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from gpuguard.clients import kube_lists
 from gpuguard.errors import SourceError
-from gpuguard.sources import kube_lists
 
 log = logging.getLogger(__name__)
 

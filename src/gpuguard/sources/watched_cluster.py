@@ -27,9 +27,10 @@ from typing import Any, NamedTuple, TypeVar
 
 from lightkube import Client
 
+from gpuguard.clients import kube_lists
 from gpuguard.errors import SourceError
 from gpuguard.model import fleet, ports, workloads
-from gpuguard.sources import gang_pods, kube_lists, kubernetes, watch_cache
+from gpuguard.sources import gang_pods, kubernetes, watch_cache
 
 log = logging.getLogger(__name__)
 
