@@ -11,9 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import httpx
-
-from gpuguard.errors import GpuguardError
+from gpuguard.clients import webhook
 from gpuguard.model import decisions
 
 
@@ -77,12 +75,12 @@ class WebhookNotifier:
         url: str,
         fmt: NotifyFormat = NotifyFormat.JSON,
         *,
-        client: httpx.Client | None = None,
+        client: webhook.Http | None = None,
         timeout_s: float = 5.0,
     ) -> None:
         self._url = url
         self._fmt = fmt
-        self._client = client or httpx.Client(timeout=timeout_s)
+        self._client = client or webhook.http(timeout_s)
 
     def close(self) -> None:
         self._client.close()
@@ -92,11 +90,4 @@ class WebhookNotifier:
             body: Any = alertmanager_payload(action, now)
         else:
             body = json_payload(action, now)
-        try:
-            response = self._client.post(self._url, json=body)
-        except httpx.HTTPError as e:
-            raise GpuguardError(f"notification to {self._url} failed: {e}") from e
-        if response.status_code >= 300:
-            raise GpuguardError(
-                f"notification to {self._url}: HTTP {response.status_code} {response.text[:200]}"
-            )
+        webhook.post_json(self._client, self._url, body, "notification")

@@ -5,7 +5,7 @@ The kubelet serves ``v1.PodResourcesLister`` over gRPC on a unix socket
 resources"). It is exact for every pod — dcgm-exporter's pod labels map only the pods it
 saw — so the agent reads it when the opt-in mounts the socket (docs/gpu-isolation.md#pods).
 
-No gRPC library: a unary call is one HTTP/2 POST with prior knowledge (``httpx`` with ``h2``),
+No gRPC library: a unary call is one HTTP/2 POST with prior knowledge (``clients.unix_grpc``),
 whose body is a 5-byte frame header (compressed flag, big-endian length) and the protobuf
 message (gRPC "PROTOCOL-HTTP2" spec). The request is the empty message; the response is
 decoded here by hand, only the fields gpuguard reads (k8s.io/kubelet podresources v1
@@ -28,8 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from gpuguard.clients import unix_grpc
 from gpuguard.errors import SourceError
 
 SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -176,25 +175,16 @@ class KubeletPodResources:
     def list(self) -> tuple[DeviceUse, ...]:
         """Every container's devices now; SourceError when the kubelet does not answer."""
         self._probe()
-        transport = httpx.HTTPTransport(uds=str(self.socket), http1=False, http2=True)
-        headers = {"content-type": "application/grpc", "te": "trailers"}
-        try:
-            with httpx.Client(transport=transport, timeout=self._timeout_s) as client:
-                response = client.post(
-                    f"http://localhost{LIST_PATH}", content=EMPTY_REQUEST, headers=headers
-                )
-        except httpx.HTTPError as e:
-            raise SourceError(f"kubelet PodResources at {self.socket}: {e}") from e
-        status = response.headers.get("grpc-status", "0")  # trailers-only: an error
-        if response.status_code != 200 or status != "0":
-            why = response.headers.get("grpc-message", "")
+        what = f"kubelet PodResources at {self.socket}"
+        answer = unix_grpc.unary_call(self.socket, LIST_PATH, EMPTY_REQUEST, self._timeout_s, what)
+        if answer.http_status != 200 or answer.grpc_status != "0":
             raise SourceError(
-                f"kubelet PodResources at {self.socket}: HTTP {response.status_code}, "
-                f"grpc-status {status} {why}".strip()
+                f"{what}: HTTP {answer.http_status}, "
+                f"grpc-status {answer.grpc_status} {answer.grpc_message}".strip()
             )
-        if len(response.content) > MAX_MESSAGE + 5:
-            raise DecodeError(f"kubelet PodResources answer of {len(response.content)} bytes")
-        return decode_list(unframe(response.content))
+        if len(answer.body) > MAX_MESSAGE + 5:
+            raise DecodeError(f"kubelet PodResources answer of {len(answer.body)} bytes")
+        return decode_list(unframe(answer.body))
 
     def _probe(self) -> None:
         """Connect once first: a kubelet that is down (no socket, or a stale one refusing)
