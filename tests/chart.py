@@ -21,6 +21,7 @@ CHART = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "gpuguard"
 NAMESPACE = "gpuguard"
 RELEASE = "gpuguard"
 _SOURCE = re.compile(r"^# Source: gpuguard/templates/(\S+)$", re.M)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it
 
 
 @functools.cache
@@ -47,21 +48,38 @@ def _templated(values_json: str) -> tuple[tuple[str, str], ...]:
     return tuple(documents)
 
 
+@functools.cache
+def _objects(values_json: str) -> tuple[tuple[str, str], ...]:
+    """(template file, the object as JSON) for every object ``helm template`` prints: parsed
+    once per values (by libyaml: the pure-Python parser took 0.4 s for the chart, a test at a
+    time), kept as JSON so that each caller decodes objects of its own to change."""
+    return tuple(
+        (source, json.dumps(doc))
+        for source, text in _templated(values_json)
+        for doc in [yaml.load(text, Loader=_LOADER)]
+        if doc
+    )
+
+
 def render(name: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The objects of one template; ``values`` default to the chart's values.yaml."""
     values = defaults() if values is None else values
     return [
-        doc
-        for source, text in _templated(json.dumps(values, sort_keys=True))
+        json.loads(text)
+        for source, text in _objects(json.dumps(values, sort_keys=True))
         if source == name
-        for doc in [yaml.safe_load(text)]
-        if doc
     ]
 
 
 def defaults() -> dict[str, Any]:
-    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    """The chart's values.yaml, a copy of the caller's own to change."""
+    values: dict[str, Any] = json.loads(_defaults_json())
     return values
+
+
+@functools.cache
+def _defaults_json() -> str:
+    return json.dumps(yaml.load((CHART / "values.yaml").read_text(), Loader=_LOADER))
 
 
 XID_OVERRIDES = "# ours\nclasses:\n  13: hardware\n  48: user\n"
@@ -84,11 +102,14 @@ def with_gpu_reset(pools: tuple[str, ...] = ("NVIDIA-H100-80GB-HBM3",)) -> dict[
 
 def all_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every object but the PrometheusRule (generated; tested in test_rules.py)."""
+    values_json = json.dumps(defaults() if values is None else values, sort_keys=True)
+    documents = _objects(values_json)
     return [
-        obj
+        json.loads(text)
         for path in sorted((CHART / "templates").glob("*.yaml"))
         if path.name != "prometheusrule.yaml"
-        for obj in render(path.name, values)
+        for source, text in documents
+        if source == path.name
     ]
 
 
