@@ -64,9 +64,7 @@ def in_cluster(node: str, state_dir: Path) -> ConditionReporter | None:
         log.warning("node conditions not reported: no in-cluster service-account token or "
                     "API address (%s); --no-report-conditions turns this off", e)
         return None
-    client = lightkube.Client(
-        config=config, field_manager=FIELD_MANAGER, timeout=kube.timeout(TIMEOUT_S)
-    )
+    client = kube.client(config, FIELD_MANAGER, TIMEOUT_S)
     return ConditionReporter(lightkube_patch(client, node), state_dir)
 
 

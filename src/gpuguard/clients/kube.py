@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import httpx2
 import msgspec
-from lightkube import ApiError
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.config.kubeconfig import SingleConfig
 
 from gpuguard.errors import ConflictError, GpuguardError, NotFoundError
 from gpuguard.model import waits
@@ -26,6 +27,17 @@ _NOT_API_ERRORS = (httpx2.HTTPError, msgspec.DecodeError)
 # Everything a lightkube call raises about the call itself (the API's answer, the wire, the
 # decoding), for a caller that keeps its own error and words (the agent's condition writer).
 CALL_ERRORS: tuple[type[Exception], ...] = (ApiError, *_NOT_API_ERRORS)
+
+
+def client(
+    config: KubeConfig | SingleConfig | None, field_manager: str, timeout_s: float | None = None
+) -> Client:
+    """The one way gpuguard builds a lightkube client: ``config`` None is lightkube's own
+    search (the pod's service account, ``$KUBECONFIG``, ``~/.kube/config``); every write it
+    sends names ``field_manager``; ``timeout_s`` None keeps lightkube's default."""
+    if timeout_s is None:
+        return Client(config=config, field_manager=field_manager)
+    return Client(config=config, field_manager=field_manager, timeout=timeout(timeout_s))
 
 
 def timeout(

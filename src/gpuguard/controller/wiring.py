@@ -24,6 +24,7 @@ from gpuguard.actuators import (
     workload_events,
 )
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.clients import kube
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     dra_taints,
@@ -85,7 +86,7 @@ def kube_client(connection: Connection) -> Client:
             config = KubeConfig.from_file(connection.kubeconfig)
         else:
             config = None  # in-cluster, or $KUBECONFIG / ~/.kube/config
-        return Client(config=config, field_manager=annotation_keys.FIELD_MANAGER)
+        return kube.client(config, annotation_keys.FIELD_MANAGER)
     except ConfigError as e:
         where = f"--kubeconfig {connection.kubeconfig}" if connection.kubeconfig else (
             "no cluster configured (not in a pod, $KUBECONFIG unset, ~/.kube/config missing)"

@@ -32,6 +32,7 @@ import lightkube
 from gpuguard.actuators import eviction, jobs, ledger, workload_events
 from gpuguard.agent import node_status as agent_status
 from gpuguard.catalog import xid as xid_catalog
+from gpuguard.clients import kube
 from gpuguard.controller import change as change_step
 from gpuguard.controller import (
     fast_path,
@@ -116,9 +117,7 @@ class _AgentClients:
     def get(self, node: str) -> lightkube.Client:
         config = self._config_for(node)
         if id(config) not in self._clients:
-            self._clients[id(config)] = lightkube.Client(
-                config=config, field_manager=agent_status.FIELD_MANAGER
-            )
+            self._clients[id(config)] = kube.client(config, agent_status.FIELD_MANAGER)
         return self._clients[id(config)]
 
     def __enter__(self) -> _AgentClients:
@@ -249,8 +248,8 @@ def _play(
     view.targets.append(node_agents.scrape)
     guard_clock = _GuardClock(clock)
     fast, wakes = fast_path.FastPath(), guard_reads.Wakes()
-    with api(played, hosts, settings) as served, lightkube.Client(
-        config=served.guard, field_manager=annotation_keys.FIELD_MANAGER
+    with api(played, hosts, settings) as served, kube.client(
+        served.guard, annotation_keys.FIELD_MANAGER
     ) as client, _AgentClients(served.agent) as agent_clients:
         node_agents.client_for = agent_clients.get
         reads = wiring.cluster_reads(client, settings, fast)
