@@ -66,12 +66,18 @@ class JobKubelet:
     def step(self) -> None:
         """One pass of the controllers: Jobs, their Pods, TTL and PodGC."""
         self._due = []
-        for job in self.world.store.list("Job"):
+        for job in self._stored("Job"):
             labels = job["metadata"].get("labels") or {}
             if labels.get(PART_OF[0]) == PART_OF[1] and _terminal(job) is None:
                 self._sync(job)
         self._expire_finished()
         self._collect_pods()
+
+    def _stored(self, kind: str, namespace: str | None = None) -> tuple[store.Obj, ...]:
+        """The stored objects, not copies (``ObjectStore.snapshot``): these controllers only
+        read them, and each change they make is a store write. Copying every Job and Pod on
+        every pass was most of a long scenario's time (``burnin-hangs``: 45 s of 47)."""
+        return self.world.store.snapshot(kind, namespace).objects
 
     def due(self, now: datetime) -> bool:
         """Whether a pass at ``now`` would change something no event announces: a pod's run
@@ -127,7 +133,7 @@ class JobKubelet:
     def _owned_pods(self, job: store.Obj) -> list[store.Obj]:
         uid = job["metadata"]["uid"]
         return [
-            pod for pod in self.world.store.list("Pod", job["metadata"]["namespace"])
+            pod for pod in self._stored("Pod", job["metadata"]["namespace"])
             if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
         ]
 
@@ -237,7 +243,7 @@ class JobKubelet:
 
     def _expire_finished(self) -> None:
         now = self.world.now
-        for job in self.world.store.list("Job"):
+        for job in self._stored("Job"):
             ttl, terminal = job["spec"].get("ttlSecondsAfterFinished"), _terminal(job)
             if ttl is None or terminal is None:
                 continue
@@ -250,9 +256,9 @@ class JobKubelet:
                 self.world.store.delete("Job", meta["namespace"], meta["name"])
 
     def _collect_pods(self) -> None:
-        uids = {job["metadata"]["uid"] for job in self.world.store.list("Job")}
+        uids = {job["metadata"]["uid"] for job in self._stored("Job")}
         terminated = []
-        for pod in self.world.store.list("Pod"):
+        for pod in self._stored("Pod"):
             refs = pod["metadata"].get("ownerReferences") or []
             if any(_batch_job(ref) and ref.get("uid") not in uids for ref in refs):
                 self._delete_pod(pod)  # the garbage collector: its owner is gone
