@@ -53,6 +53,8 @@ class _Series:
 
 
 
+_RANGES_KEPT = 64  # (start, end) ranges of scrape instants kept between scrapes
+
 @dataclass
 class WorldPrometheus:
     """Scrapes a World on request and answers the guard's plan at an instant."""
@@ -73,6 +75,9 @@ class WorldPrometheus:
     [t - range, t] (``model.subquery``)."""
     _scrape_count: int = 0  # what the recorded series answer changes only when this grows
     _answered: tuple[tuple[datetime, int], tuple[fleet.MetricSample, ...]] | None = None
+    _scrape_ranges: dict[tuple[datetime, datetime, int], tuple[datetime, ...]] = field(
+        default_factory=dict
+    )
 
     def scrape(self, *, found_after: timedelta = timedelta(0)) -> None:
         """Record the world as a scrape finds it, stamped at the scrape: now, as Prometheus
@@ -344,13 +349,24 @@ class WorldPrometheus:
         found the series."""
         return any(series.at(t) is not None for t in reversed(self._scrape_times(start, end)))
 
-    def _scrape_times(self, start: datetime, end: datetime) -> list[datetime]:
-        """The scrapes in (start, end], Prometheus up."""
+    def _scrape_times(self, start: datetime, end: datetime) -> tuple[datetime, ...]:
+        """The scrapes in (start, end], Prometheus up; kept per range until the next scrape
+        (a query asks it once per series: a day of scrapes, 5,760 instants, each time)."""
+        key = (start, end, self._scrape_count)
+        if (known := self._scrape_ranges.get(key)) is None:
+            if len(self._scrape_ranges) >= _RANGES_KEPT:
+                self._scrape_ranges.clear()
+            known = self._scrape_ranges[key] = tuple(self._scrape_times_in(start, end))
+        return known
+
+    def _scrape_times_in(self, start: datetime, end: datetime) -> list[datetime]:
         origin = self.world.origin
         t = origin + SCRAPE * math.floor((end - origin) / SCRAPE)
+        # only the outages that overlap the range can drop one of its scrapes
+        down = [(s, e) for s, e in self._down if s <= end and (e is None or e > start)]
         times = []
         while t > start and self._first_scrape is not None and t >= self._first_scrape:
-            if not self._down_at(t):
+            if not any(s <= t and (e is None or t < e) for s, e in down):
                 times.append(t)
             t -= SCRAPE
         return times[::-1]
