@@ -102,14 +102,11 @@ def with_gpu_reset(pools: tuple[str, ...] = ("NVIDIA-H100-80GB-HBM3",)) -> dict[
 
 def all_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every object but the PrometheusRule (generated; tested in test_rules.py)."""
-    values_json = json.dumps(defaults() if values is None else values, sort_keys=True)
-    documents = _objects(values_json)
     return [
-        json.loads(text)
+        obj
         for path in sorted((CHART / "templates").glob("*.yaml"))
         if path.name != "prometheusrule.yaml"
-        for source, text in documents
-        if source == path.name
+        for obj in render(path.name, values)
     ]
 
 
